@@ -1,0 +1,38 @@
+# The few commands people type. Each one sets up what it needs first (idempotent).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup services test lint format typecheck demo bench clean
+
+$(BIN)/szbench: pyproject.toml
+	./scripts/setup.sh
+
+setup: ## install system packages, the virtual environment and the project
+	./scripts/setup.sh
+
+services: setup ## start PostgreSQL, Redis and the Docker engine; build the local base images
+	./scripts/test-services.sh
+
+test: services ## the whole test suite (what CI runs)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: setup ## ruff, mypy and the import contracts
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+demo: setup ## the main job end to end on the embedded default
+	./scripts/demo.sh
+
+bench: setup
+	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist var

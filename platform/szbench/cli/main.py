@@ -1,0 +1,41 @@
+"""Entry point of the ``szbench`` console command.
+
+Each command group lives in its own module under ``szbench.cli`` and is registered here.
+Commands that drive worker code (datasets, evaluation) import it lazily inside the
+command, so that the API image, which has no docker SDK or MNE, can still run the CLI.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from szbench import __version__
+
+app = typer.Typer(
+    name="szbench",
+    help="Open benchmarking of EEG seizure-detection algorithms with SzCORE scoring.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"szbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """szbench: run, score and rank seizure-detection algorithms."""
+
+
+# Command groups register themselves below (one import per module).
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,1 @@
+"""SzCORE seizure-detection scoring on sorted interval arrays (numpy only)."""

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Start the real services the tests talk to: PostgreSQL, Redis and a Docker engine, and
+# build the local base images (no public registry is reachable). Idempotent; safe in CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+apt_updated=0
+apt_install() {
+    local missing=()
+    for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ $apt_updated = 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+    $SUDO apt-get install -y -qq "${missing[@]}"
+}
+
+# PostgreSQL (trust auth on 127.0.0.1:5432)
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    apt_install postgresql
+    $SUDO pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+    for _ in $(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi
+
+# Redis
+if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+    apt_install redis-server
+    mkdir -p /var/lib/redis /var/log/redis
+    $SUDO redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+        --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    for _ in $(seq 30); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.5; done
+fi
+
+# Docker engine from Debian's docker.io, plus debootstrap for the base images.
+apt_install docker.io debootstrap
+if ! docker info >/dev/null 2>&1; then
+    mkdir -p /var/log
+    $SUDO nohup dockerd >/var/log/szbench-dockerd.log 2>&1 &
+    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/szbench-dockerd.log" >&2; exit 1; }
+fi
+
+if [ -x scripts/build-base-images.sh ]; then
+    ./scripts/build-base-images.sh
+fi

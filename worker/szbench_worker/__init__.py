@@ -1,0 +1,1 @@
+"""szbench worker: Celery tasks, the container runner and EEG staging."""
