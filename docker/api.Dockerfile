@@ -4,8 +4,12 @@
 # the wheels (built on the host) and the migrations; nothing is downloaded here.
 FROM szbench/python-base:bookworm AS build
 COPY wheels /wheels
+# Dependencies first (their layer stays cached while only szbench changes), then szbench.
 RUN python3 -m venv /opt/szbench \
-    && /opt/szbench/bin/pip install --no-index --find-links /wheels --no-compile -q szbench \
+    && /opt/szbench/bin/pip install --no-index --no-deps --no-compile -q -r /wheels/api.txt
+COPY project /project
+RUN /opt/szbench/bin/pip install --no-index --no-deps --no-compile -q /project/szbench-*.whl \
+    && /opt/szbench/bin/pip check \
     && /opt/szbench/bin/python -m compileall -q /opt/szbench/lib
 
 FROM szbench/python-base:bookworm
@@ -26,4 +30,7 @@ WORKDIR /var/lib/szbench
 EXPOSE 8000
 # tini reaps children and forwards SIGTERM, so uvicorn shuts down gracefully on `docker stop`.
 ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["szbench", "serve", "--host", "0.0.0.0", "--port", "8000"]
+# The app factory directly (not `szbench serve`): no embedded worker in this image, and
+# uvicorn reads UVICORN_* variables (e.g. UVICORN_WORKERS) for tuning.
+CMD ["uvicorn", "--factory", "szbench.app:create_app", "--host", "0.0.0.0", "--port", "8000", \
+     "--proxy-headers", "--forwarded-allow-ips", "*"]

@@ -3,9 +3,12 @@
 # scripts/build-project-images.sh from host-built wheels; nothing is downloaded here.
 FROM szbench/python-base:bookworm AS build
 COPY wheels /wheels
+# Dependencies first (their layer stays cached while only szbench changes), then szbench.
 RUN python3 -m venv /opt/szbench \
-    && /opt/szbench/bin/pip install --no-index --find-links /wheels --no-compile -q \
-        'szbench[worker,ops]' \
+    && /opt/szbench/bin/pip install --no-index --no-deps --no-compile -q -r /wheels/worker.txt
+COPY project /project
+RUN /opt/szbench/bin/pip install --no-index --no-deps --no-compile -q /project/szbench-*.whl \
+    && /opt/szbench/bin/pip check \
     && /opt/szbench/bin/python -m compileall -q /opt/szbench/lib
 
 FROM szbench/python-base:bookworm

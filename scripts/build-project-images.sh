@@ -75,43 +75,42 @@ debian_mirror() {
     return 1
 }
 
-# rootfs_tarball NAME PACKAGES -> path of a cached tarball of a minbase Debian with PACKAGES
-rootfs_tarball() {
-    local name=$1 packages=$2 tarball="$CACHE/$1-$SUITE.tar"
-    # The package list is part of the cache key: changing it rebuilds the rootfs.
-    local key; key=$(printf '%s' "$packages" | sha256sum | cut -c1-12)
-    if [ -s "$tarball" ] && [ "$(cat "$tarball.key" 2>/dev/null)" = "$key" ] \
-        && [ "${SZBENCH_REBUILD_ROOTFS:-0}" != 1 ]; then
-        echo "$tarball"; return
-    fi
-    command -v debootstrap >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap; } >&2
-    local mirror rootfs
-    mirror=$(debian_mirror)
-    rootfs=$(mktemp -d "$CACHE/rootfs-$name.XXXXXX")
-    log "debootstrap $SUITE ($packages) into $rootfs"
-    if ! $SUDO debootstrap --variant=minbase --include="$packages" "$SUITE" "$rootfs" "$mirror" \
-        >"$CACHE/debootstrap-$name.log" 2>&1; then
-        tail -n 30 "$CACHE/debootstrap-$name.log" >&2
-        $SUDO rm -rf "$rootfs"
-        return 1
-    fi
-    # Nothing the services need at run time lives in docs, man pages or apt's caches.
-    $SUDO rm -rf "$rootfs"/usr/share/{doc,man,info,lintian} "$rootfs"/var/lib/apt/lists/* \
-        "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/log/*
-    $SUDO tar --numeric-owner -C "$rootfs" -cf "$tarball.part" .
-    $SUDO rm -rf "$rootfs"
-    mv "$tarball.part" "$tarball"
-    echo "$key" >"$tarball.key"
-    echo "$tarball"
+rootfs_key() { printf '%s' "$1" | sha256sum | cut -c1-12; }
+
+image_key() {
+    docker image inspect -f '{{ index .Config.Labels "org.szbench.rootfs" }}' "$1" 2>/dev/null || true
 }
 
-# import_base IMAGE TARBALL: docker import, unless the image already came from this tarball.
-import_base() {
-    local image=$1 tarball=$2 key
-    key=$(cat "$tarball.key")
-    if [ "$(docker image inspect -f '{{ index .Config.Labels "org.szbench.rootfs" }}' "$image" 2>/dev/null)" = "$key" ]; then
+# base_image IMAGE NAME PACKAGES: IMAGE is a minbase Debian with PACKAGES, from a cached rootfs
+# tarball or a fresh debootstrap. The package list is the cache key (label org.szbench.rootfs).
+base_image() {
+    local image=$1 name=$2 packages=$3 tarball="$CACHE/$2-$SUITE.tar" key
+    key=$(rootfs_key "$packages")
+    if [ "${SZBENCH_REBUILD_ROOTFS:-0}" != 1 ] && [ "$(image_key "$image")" = "$key" ]; then
         log "$image is up to date"
         return
+    fi
+    if [ ! -s "$tarball" ] || [ "$(cat "$tarball.key" 2>/dev/null)" != "$key" ] \
+        || [ "${SZBENCH_REBUILD_ROOTFS:-0}" = 1 ]; then
+        command -v debootstrap >/dev/null \
+            || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap; } >&2
+        local mirror rootfs
+        mirror=$(debian_mirror)
+        rootfs=$(mktemp -d "$CACHE/rootfs-$name.XXXXXX")
+        log "debootstrap $SUITE ($packages) into $rootfs"
+        if ! $SUDO debootstrap --variant=minbase --include="$packages" "$SUITE" "$rootfs" \
+            "$mirror" >"$CACHE/debootstrap-$name.log" 2>&1; then
+            tail -n 30 "$CACHE/debootstrap-$name.log" >&2
+            $SUDO rm -rf "$rootfs"
+            return 1
+        fi
+        # Nothing the services need at run time lives in docs, man pages or apt's caches.
+        $SUDO rm -rf "$rootfs"/usr/share/{doc,man,info,lintian} "$rootfs"/var/lib/apt/lists/* \
+            "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/log/*
+        $SUDO tar --numeric-owner -C "$rootfs" -cf "$tarball.part" .
+        $SUDO rm -rf "$rootfs"
+        mv "$tarball.part" "$tarball"
+        echo "$key" >"$tarball.key"
     fi
     docker import \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
@@ -131,8 +130,8 @@ build() {
 }
 
 if [ "$PROJECT" = 1 ]; then
-    tarball=$(rootfs_tarball python-base "python3,python3-venv,python3-pip,ca-certificates,tini,passwd")
-    import_base szbench/python-base:$SUITE "$tarball"
+    base_image "szbench/python-base:$SUITE" python-base \
+        "python3,python3-venv,python3-pip,ca-certificates,tini,passwd"
 
     # Build context: the wheels for the project and every dependency (built here, where the
     # package index is reachable), plus the migrations (not part of the wheel).
@@ -152,12 +151,23 @@ if [ "$PROJECT" = 1 ]; then
     fi
     wheel_venv="$CACHE/wheel-venv-$img_py"
     [ -x "$wheel_venv/bin/pip" ] || "$py" -m venv "$wheel_venv"
-    log "pip wheel .[worker,ops] into $ctx/wheels (Python $img_py; log in $CACHE/pip-wheel.log)"
-    if ! "$wheel_venv/bin/pip" wheel --wheel-dir "$ctx/wheels" '.[worker,ops]' \
-        >"$CACHE/pip-wheel.log" 2>&1; then
-        tail -n 30 "$CACHE/pip-wheel.log" >&2
-        exit 1
-    fi
+    # Dependencies and the project go in separate folders: the dependency layer of the images
+    # stays cached while only szbench itself changes. api.txt and worker.txt list the exact
+    # wheel files each image installs (with --no-deps: what was resolved here is what runs).
+    log "pip wheel . and .[worker,ops] into $ctx/wheels (Python $img_py; log in $CACHE/pip-wheel.log)"
+    : >"$CACHE/pip-wheel.log"
+    for target in api:. 'worker:.[worker,ops]'; do
+        if ! "$wheel_venv/bin/pip" wheel --wheel-dir "$ctx/wheels" "${target#*:}" \
+            >>"$CACHE/pip-wheel.log" 2>&1; then
+            tail -n 30 "$CACHE/pip-wheel.log" >&2
+            exit 1
+        fi
+        (cd "$ctx/wheels" && ls -- *.whl | grep -v '^szbench-' | sed 's|^|/wheels/|') \
+            >"$ctx/${target%%:*}.txt"
+    done
+    mkdir -p "$ctx/project"
+    mv "$ctx"/wheels/szbench-*.whl "$ctx/project/"
+    mv "$ctx/api.txt" "$ctx/worker.txt" "$ctx/wheels/"
     cp -r migrations "$ctx/migrations"
     find "$ctx/migrations" -name __pycache__ -prune -exec rm -rf {} +
     cp docker/api.Dockerfile docker/worker.Dockerfile "$ctx/"
@@ -166,8 +176,8 @@ if [ "$PROJECT" = 1 ]; then
 fi
 
 if [ "$SERVICES" = 1 ]; then
-    tarball=$(rootfs_tarball debian-services "postgresql-15,redis-server,redis-tools,docker-registry,ca-certificates")
-    import_base szbench/debian-services:$SUITE "$tarball"
+    base_image "szbench/debian-services:$SUITE" debian-services \
+        "postgresql-15,redis-server,redis-tools,docker-registry,ca-certificates"
     build szbench/postgres:15 docker/postgres.Dockerfile docker
     build szbench/redis:7 docker/redis.Dockerfile docker
     build szbench/registry:2 docker/registry.Dockerfile docker
