@@ -144,7 +144,7 @@ def _draw_seizures(
             continue
         # Peak amplitude spans faint (near the background) to florid; faint ones also spread
         # less, so some seizures are genuinely hard for a simple detector.
-        peak = float(np.exp(rng.normal(np.log(140.0), 0.6)))
+        peak = float(np.exp(rng.normal(np.log(100.0), 0.7)))
         radius = float(np.clip(rng.normal(0.5 + peak / 80.0, 0.6), 0.0, 4.5))
         seizures.append(
             Seizure(
@@ -209,9 +209,20 @@ def generate_recording(
     n_muscle = int(event_rng.poisson(n_total / FS / 150))
     muscle_on = np.sort(event_rng.uniform(0, n_total / FS, n_muscle))
     muscle_len = event_rng.uniform(0.5, 8.0, n_muscle)
-    muscle_amp = event_rng.uniform(20, 80, n_muscle)
+    muscle_amp = event_rng.uniform(10, 50, n_muscle)
     muscle_side = event_rng.integers(0, 2, n_muscle)
+    # Drowsy rhythmic theta: brief, regional, seizure-like to a simple detector (a source of
+    # false positives, as rhythmic benign variants are in real EEG).
+    n_theta = int(event_rng.poisson(n_total / FS / 300))
+    theta_on = event_rng.uniform(0, n_total / FS, n_theta)
+    theta_len = event_rng.uniform(3, 20, n_theta)
+    theta_hz = event_rng.uniform(4.0, 7.0, n_theta)
+    theta_amp = event_rng.uniform(20, 70, n_theta)
+    theta_focus = event_rng.integers(0, len(CHANNELS), n_theta)
     bg_uv = event_rng.uniform(20, 30)
+    # Slow changes of vigilance: the background and alpha wax and wane over minutes.
+    mod_period_s = event_rng.uniform(120, 1200, 4)
+    mod_phase = event_rng.uniform(0, 2 * np.pi, 4)
     alpha_uv = event_rng.uniform(15, 30)
 
     zi_pink = np.zeros((_PINK.shape[0], len(CHANNELS), 2))
@@ -236,12 +247,18 @@ def generate_recording(
             slow, zi_slow = signal.sosfilt(
                 _SLOW, noise_rng.standard_normal((len(CHANNELS), n)), axis=-1, zi=zi_slow
             )
-            x = _MIX @ (pink * (bg_uv / pink_gain) + slow * bg_uv * 1.5)
+            t = np.arange(t0, t0 + n)
+            state = np.exp(
+                0.15
+                * np.sin(
+                    2 * np.pi * t[None, :] / (mod_period_s[:, None] * FS) + mod_phase[:, None]
+                ).sum(0)
+            )
+            x = _MIX @ (pink * (bg_uv / pink_gain) + slow * bg_uv * 1.5) * state
             # One alpha generator behind the posterior electrodes, so they are coherent.
             alpha, zi_alpha = signal.sosfilt(_ALPHA, noise_rng.standard_normal(n), zi=zi_alpha)
-            x += _ALPHA_WEIGHT[:, None] * alpha[None, :] * (alpha_uv * 4.0)
+            x += _ALPHA_WEIGHT[:, None] * (alpha / state)[None, :] * (alpha_uv * 4.0)
             # Eye blinks: a 0.3 s Gaussian bump each.
-            t = np.arange(t0, t0 + n)
             first = np.searchsorted(blinks * FS, t0 - 4 * sigma)
             last = np.searchsorted(blinks * FS, t0 + n + 4 * sigma)
             for centre, amp in zip(blinks[first:last] * FS, blink_amp[first:last], strict=True):
@@ -259,6 +276,15 @@ def generate_recording(
                 if lo < hi:
                     rows = _LEFT_TEMPORAL if side == 0 else _RIGHT_TEMPORAL
                     x[rows, lo - t0 : hi - t0] += amp * 2.5 * hf[rows, lo - t0 : hi - t0]
+            for on, length, hz, amp, focus in zip(
+                theta_on, theta_len, theta_hz, theta_amp, theta_focus, strict=True
+            ):
+                lo, hi = max(t0, int(on * FS)), min(t0 + n, int((on + length) * FS))
+                if lo < hi:
+                    tau = (t[lo - t0 : hi - t0] - on * FS) / FS
+                    burst = amp * np.sin(np.pi * tau / length) * np.sin(2 * np.pi * hz * tau)
+                    weight = np.exp(-(_DIST[focus] ** 2) / 2.0)
+                    x[:, lo - t0 : hi - t0] += weight[:, None] * burst[None, :]
             for sz in seizures:
                 part = _seizure_signal(sz, t0, n)
                 if part is not None:
