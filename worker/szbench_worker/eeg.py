@@ -573,6 +573,7 @@ class StandardisedRecording:
     source_sfreq_hz: float
     source_checksum: str
     checksum: str
+    start: dt.datetime
     flags: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -608,6 +609,7 @@ def standardise_recording(
     allow_flat_fill: bool = False,
     chunk_s: float = 120.0,
     info: SourceInfo | None = None,
+    source_checksum: str | None = None,
 ) -> StandardisedRecording:
     """Standardise one recording to the SzCORE input and write it as EDF+ to ``dst``.
 
@@ -623,7 +625,7 @@ def standardise_recording(
     src, dst = Path(src), Path(dst)
     info = info or inspect_recording(src, allow_flat_fill=allow_flat_fill)
     flags = list(info.flags)
-    source_checksum = file_checksum(src)
+    source_checksum = source_checksum or file_checksum(src)
     present = [name for name in CHANNELS if name in info.mapping]
     picks = [info.mapping[name] for name in present]
     raw = (
@@ -695,6 +697,7 @@ def standardise_recording(
         source_sfreq_hz=info.sfreq_hz,
         source_checksum=source_checksum,
         checksum=checksum,
+        start=start,
         flags=tuple(flags),
     )
 

@@ -303,10 +303,10 @@ def _events_tsv(seizures: tuple[Seizure, ...], duration_s: float, start: dt.date
             f"0.0\t{duration_s:.1f}\tbckg\tn/a\tn/a\t{start:%Y-%m-%d %H:%M:%S}\t{duration_s:.1f}\n"
         )
     for sz in seizures:
-        when = start + dt.timedelta(seconds=sz.onset_s)
+        # SzCORE's dateTime is the start of the recording on every row.
         rows.append(
             f"{sz.onset_s:.1f}\t{sz.duration_s:.1f}\tsz\tn/a\tn/a\t"
-            f"{when:%Y-%m-%d %H:%M:%S}\t{duration_s:.1f}\n"
+            f"{start:%Y-%m-%d %H:%M:%S}\t{duration_s:.1f}\n"
         )
     return header + "".join(rows)
 

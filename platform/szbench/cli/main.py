@@ -36,6 +36,12 @@ def main(
 
 
 # Command groups register themselves below (one import per module).
+from szbench.cli import dataset as _dataset  # noqa: E402
+
+app.add_typer(_dataset.app, name="dataset")
+from szbench.cli import synth as _synth  # noqa: E402
+
+app.command("synth")(_synth.synth)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
