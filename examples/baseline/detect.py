@@ -177,15 +177,12 @@ def write_tsv(
 ) -> None:
     """Write SzCORE annotations: one `sz` row per event, or one `bckg` row if there is none."""
 
-    def when(onset: float) -> str:
-        if start is None:
-            return "n/a"
-        return (start + dt.timedelta(seconds=onset)).strftime("%Y-%m-%d %H:%M:%S")
-
+    # SzCORE's dateTime is the start of the recording, on every row.
+    when = "n/a" if start is None else start.strftime("%Y-%m-%d %H:%M:%S")
     rows = [
-        f"{onset:.2f}\t{length:.2f}\tsz\tn/a\tn/a\t{when(onset)}\t{duration_s:.2f}\n"
+        f"{onset:.2f}\t{length:.2f}\tsz\tn/a\tn/a\t{when}\t{duration_s:.2f}\n"
         for onset, length in events
-    ] or [f"0.00\t{duration_s:.2f}\tbckg\tn/a\tn/a\t{when(0.0)}\t{duration_s:.2f}\n"]
+    ] or [f"0.00\t{duration_s:.2f}\tbckg\tn/a\tn/a\t{when}\t{duration_s:.2f}\n"]
     tmp = Path(str(path) + ".tmp")
     tmp.write_text(HEADER + "".join(rows))
     os.replace(tmp, path)
