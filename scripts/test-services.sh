@@ -32,14 +32,22 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
 fi
 
 # Docker engine from Debian's docker.io, plus debootstrap for the base images.
+# dockerd runs with --userns-remap=default (container root is an unprivileged host uid, as
+# docs/algorithm-contract.md recommends for worker hosts); SZBENCH_DOCKER_USERNS=0 turns it off.
+# An engine that is already running is used as it is: the runner works either way.
 apt_install docker.io debootstrap
 if ! docker info >/dev/null 2>&1; then
+    dockerd_args=()
+    if [ "${SZBENCH_DOCKER_USERNS:-1}" != 0 ]; then dockerd_args+=(--userns-remap=default); fi
     mkdir -p /var/log
-    $SUDO nohup dockerd >/var/log/szbench-dockerd.log 2>&1 &
+    $SUDO nohup dockerd "${dockerd_args[@]}" >/var/log/szbench-dockerd.log 2>&1 &
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
     docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/szbench-dockerd.log" >&2; exit 1; }
 fi
-
-if [ -x scripts/build-base-images.sh ]; then
-    ./scripts/build-base-images.sh
+if docker info --format '{{.SecurityOptions}}' 2>/dev/null | grep -q userns; then
+    echo "docker engine: user namespaces remapped"
+else
+    echo "docker engine: no user-namespace remapping"
 fi
+
+./scripts/build-base-images.sh
