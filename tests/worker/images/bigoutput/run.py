@@ -7,7 +7,7 @@ chunk = b"\0" * (1024 * 1024)
 written = 0
 try:
     with open("/output/filler.bin", "wb") as f:
-        for _ in range(512):
+        for _ in range(64):
             f.write(chunk)
             written += len(chunk)
 except OSError as exc:

@@ -1,4 +1,7 @@
-"""Well-behaved: read the EDF header for the duration, write one detection and exit 0."""
+"""Well-behaved: read the EDF header for the duration, write one detection and exit 0.
+
+It also prints what it sees in /data, so a test can check that only its recording is there.
+"""
 
 import os
 from pathlib import Path
@@ -15,3 +18,4 @@ rows = [
 ]
 (Path("/output") / os.environ["OUTPUT"]).write_text("\n".join(rows) + "\n")
 print(f"wrote 1 detection for {edf.name} ({duration} s)")
+print("data:", sorted(os.listdir("/data")))
