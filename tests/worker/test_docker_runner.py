@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from szbench_scoring import read_annotations
 from szbench_worker.docker_runner import (
     LABEL_HOST,
@@ -32,7 +33,6 @@ from szbench_worker.docker_runner import (
     pull_image,
 )
 from szbench_worker.runner import ImageError, Limits, Outcome, RunResult
-
 from tests.worker.conftest import IMAGES_DIR, REPO, write_edf
 
 pytestmark = pytest.mark.docker
