@@ -36,6 +36,9 @@ def main(
 
 
 # Command groups register themselves below (one import per module).
+from szbench.cli import db  # noqa: E402
+
+app.add_typer(db.app, name="db")
 
 if __name__ == "__main__":  # pragma: no cover
     app()
