@@ -19,7 +19,6 @@ smuggle it out through an error message). :attr:`RunResult.admin_log` has everyt
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import re
@@ -238,12 +237,6 @@ def _snippet(text: str, *paths: Path | str) -> str:
     return text
 
 
-def _declared_durations(tsv: Path) -> set[str]:
-    with open(tsv, newline="", encoding="utf-8", errors="replace") as f:
-        rows = csv.DictReader(f, delimiter="\t")
-        return {(row.get("recordingDuration") or "").strip() for row in rows}
-
-
 def check_output(
     tsv: Path,
     *,
@@ -270,18 +263,17 @@ def check_output(
     except (UnicodeDecodeError, ValueError, OSError) as exc:
         reason = _snippet(str(exc), tsv, *hide)
         return OutputCheck(Outcome.INVALID_OUTPUT, f"{shown}: {reason}")
-    if recording_duration_s is not None:
-        for value in _declared_durations(tsv):
-            try:
-                declared = float(value)
-            except ValueError:
-                continue  # "n/a": the parser decides whether that is acceptable
-            if abs(declared - recording_duration_s) > DURATION_TOLERANCE_S:
-                return OutputCheck(
-                    Outcome.INVALID_OUTPUT,
-                    f"{shown}: recordingDuration {_snippet(value)} s does not match the "
-                    f"recording's duration ({recording_duration_s:g} s).",
-                )
+    declared = float(annotations.recording_duration_s)
+    if (
+        recording_duration_s is not None
+        and math.isfinite(declared)
+        and abs(declared - recording_duration_s) > DURATION_TOLERANCE_S
+    ):
+        return OutputCheck(
+            Outcome.INVALID_OUTPUT,
+            f"{shown}: recordingDuration {declared:g} s does not match the recording's "
+            f"duration ({recording_duration_s:g} s).",
+        )
     return OutputCheck(Outcome.OK, "ok", annotations)
 
 
