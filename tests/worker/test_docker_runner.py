@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,6 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from szbench_scoring import read_annotations
@@ -26,6 +28,7 @@ from szbench_worker.docker_runner import (
     LABEL_OWNER,
     LABEL_RUNNER,
     DockerRunner,
+    build_image,
     cleanup_orphans,
     inspect_image,
     load_image_tarball,
@@ -250,6 +253,40 @@ def test_mixed_sequence_keeps_every_result(
             rec
         )
     assert_clean(docker_client, runner)
+
+
+def test_worked_example_from_the_contract_docs(
+    docker_client: object, runner: DockerRunner, tmp_path: Path, test_images: dict[str, str]
+) -> None:
+    """docs/algorithm-contract.md's example, built and run from the page itself."""
+    doc = (REPO / "docs" / "algorithm-contract.md").read_text()
+    files = re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", doc, flags=re.S)
+    assert [name for name, _ in files] == ["detect.py", "Dockerfile"]
+    context = tmp_path / "example"
+    context.mkdir()
+    for name, text in files:
+        (context / name).write_text(text)
+    build_image(context, "szbench-test/doc-example:latest", docker_client)  # type: ignore[arg-type]
+
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    rec = write_edf(dataset / "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf", duration_s=600)
+    burst = np.sign(np.sin(2 * np.pi * 20 * np.arange(256) / 256)) * 20000
+    with open(rec, "r+b") as f:  # 30 s of fast high-amplitude activity from 300 s
+        for second in range(300, 330):
+            f.seek(256 * 20 + second * 19 * 256 * 2)
+            f.write(np.tile(burst, 19).astype("<i2").tobytes())
+    limits = Limits(**{**LIMITS.__dict__, "memory_bytes": 512 * MiB, "timeout_s": 60})
+    result = runner.run(
+        image="szbench-test/doc-example:latest",
+        recording=rec,
+        output_dir=tmp_path / "o",
+        limits=limits,
+    )
+    assert result.outcome is Outcome.OK, result.admin_log
+    assert result.annotations is not None
+    assert result.annotations.events.tolist() == [[300.0, 330.0]]
+    assert result.annotations.recording_duration_s == 600.0
 
 
 # --- images: tarballs and pulls by digest ------------------------------------------------
