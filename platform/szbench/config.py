@@ -23,6 +23,21 @@ class Settings(BaseSettings):
     # Celery broker; empty means the embedded mode (tasks run in-process, no Redis).
     broker_url: str = ""
 
+    # Container runner: the limits every algorithm run gets (see docs/algorithm-contract.md).
+    # The challenge's reference per 1 h recording is 10 cores, 40 GB, 1 GPU, 15 min.
+    runner_backend: str = "auto"  # auto | docker | local (trusted local process, demo only)
+    runner_memory_bytes: int = 8 * 1024**3  # RAM, and RAM+swap (no swap)
+    runner_cpus: float = 2.0
+    runner_pids: int = 512  # processes and threads inside the container
+    runner_timeout_s: float = 900.0  # wall clock per recording, then the container is killed
+    runner_tmpfs_bytes: int = 512 * 1024**2  # /tmp (counts against the memory limit)
+    runner_output_bytes: int = 16 * 1024**2  # everything the run writes to /output
+    runner_log_bytes: int = 1024**2  # container logs kept for admins (the tail)
+    runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
+    runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"
+    runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
+    runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local
+
     # Logs (szbench.logging): level name, and "text" for a terminal or "json" for collectors.
     log_level: str = "INFO"
     log_format: str = "text"  # text | json
