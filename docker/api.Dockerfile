@@ -29,7 +29,9 @@ USER 10001:10001
 WORKDIR /var/lib/szbench
 EXPOSE 8000
 # tini reaps children and forwards SIGTERM, so uvicorn shuts down gracefully on `docker stop`.
-ENTRYPOINT ["/usr/bin/tini", "--"]
+# Uvicorn re-raises the SIGTERM after its graceful shutdown (exit 143): -e 143 reports that
+# planned stop as success, so a crash stays distinguishable from a stop.
+ENTRYPOINT ["/usr/bin/tini", "-e", "143", "--"]
 # The app factory directly (not `szbench serve`): no embedded worker in this image, and
 # uvicorn reads UVICORN_* variables (e.g. UVICORN_WORKERS) for tuning.
 CMD ["uvicorn", "--factory", "szbench.app:create_app", "--host", "0.0.0.0", "--port", "8000", \

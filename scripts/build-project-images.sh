@@ -124,8 +124,21 @@ base_image() {
 build() {
     local image=$1 dockerfile=$2 context=$3
     log "docker build $image ($dockerfile)"
-    # The classic builder is enough (no BuildKit-only syntax) and is what every engine has.
-    DOCKER_BUILDKIT=0 docker build -q -f "$dockerfile" -t "$image" "$context" >/dev/null
+    # The classic builder is enough (no BuildKit-only syntax) and is what every engine has;
+    # no network: everything the build needs is in its context.
+    # One retry: a build step failing on the engine's side (seen once here as a truncated .pyc
+    # written by ensurepip under heavy I/O) should not fail the whole build; a real error
+    # fails twice and is shown.
+    if ! DOCKER_BUILDKIT=0 docker build --network none -q -f "$dockerfile" -t "$image" "$context" \
+        >"$CACHE/build.log" 2>&1; then
+        log "docker build $image failed; retrying once (first attempt: $CACHE/build-failed.log)"
+        mv "$CACHE/build.log" "$CACHE/build-failed.log"
+        if ! DOCKER_BUILDKIT=0 docker build --network none -q -f "$dockerfile" -t "$image" "$context" \
+            >"$CACHE/build.log" 2>&1; then
+            tail -n 40 "$CACHE/build.log" >&2
+            exit 1
+        fi
+    fi
     log "built $image ($(docker image inspect -f '{{.Size}}' "$image") bytes)"
 }
 

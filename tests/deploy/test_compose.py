@@ -358,6 +358,9 @@ def test_stack_starts_answers_probes_and_stops_gracefully(stack: dict[str, Any])
 
     # SIGTERM through tini: Celery's warm shutdown and uvicorn's shutdown both exit 0.
     run_compose("stop", "--timeout", "60", "worker-cpu", "api", timeout=150, **compose)
+    logs = run_compose("logs", "--no-color", "worker-cpu", "api", **compose).stdout
+    assert "Warm shutdown" in logs
+    assert "Application shutdown complete" in logs
     for service in ("worker-cpu", "api"):
         (cid,) = run_compose("ps", "-q", service, **compose).stdout.split()
         state = json.loads(_docker("inspect", "-f", "{{json .State}}", cid).stdout)
