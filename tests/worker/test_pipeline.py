@@ -172,19 +172,22 @@ def test_evaluation_end_to_end_with_fake_runner(env: Env) -> None:
         crashed = runs["sub-02_ses-01_task-szMonitoring_run-01"]
         assert crashed.outcome == RunOutcome.CRASHED
         assert crashed.detections_tsv is None
-        assert crashed.event_fn == 1 and crashed.event_tp == 0  # scored as no detections
+        assert crashed.event_fn == 1
+        assert crashed.event_tp == 0
         found = runs["sub-01_ses-01_task-szMonitoring_run-00"]
         assert found.outcome == RunOutcome.OK
         assert (found.event_tp, found.event_fp, found.event_fn) == (1, 0, 0)
         assert "110.0" in (found.detections_tsv or "")
-        assert found.worker_host == "fake" and found.finished_at is not None
+        assert found.worker_host == "fake"
+        assert found.finished_at is not None
         assert found.attempts == 1
 
         expected = expected_report()
         result = session.scalars(
             select(DatasetResult).where(DatasetResult.evaluation_id == evaluation_id)
         ).one()
-        assert result.subjects == 2 and result.recordings == 4
+        assert result.subjects == 2
+        assert result.recordings == 4
         assert result.missing_hypotheses == 1
         assert result.event_f1 == pytest.approx(expected.event_mean.f1)
         assert result.sample_sensitivity == pytest.approx(expected.sample_mean.sensitivity)
@@ -209,7 +212,7 @@ def test_evaluation_end_to_end_with_fake_runner(env: Env) -> None:
 
 def test_progress_is_visible_while_it_runs(env: Env) -> None:
     evaluation_id = new_evaluation(env)
-    name, _, kwargs = env.sent.pop(0)
+    _name, _, kwargs = env.sent.pop(0)
     pipeline.start_evaluation(**kwargs)
     runs = [kw["run_id"] for n, _, kw in env.sent if n == queue.TASK_RUN_RECORDING]
     assert len(runs) == 4
@@ -265,14 +268,16 @@ def test_two_attempts_in_flight_store_one_result(env: Env) -> None:
     settings = get_settings()
     first = pipeline._claim_run(run_id, settings)
     second = pipeline._claim_run(run_id, settings)
-    assert isinstance(first, pipeline._Claim) and isinstance(second, pipeline._Claim)
+    assert isinstance(first, pipeline._Claim)
+    assert isinstance(second, pipeline._Claim)
     out = pipeline.work_dir() / "t"
     make = lambda: env.runner.run(  # noqa: E731
         image=DIGEST, recording=first.recording_path, output_dir=out, limits=first.limits
     )
     assert pipeline._store_result(run_id, make()).stored
     again = pipeline._store_result(run_id, make())
-    assert not again.stored and "already finished" in again.skipped
+    assert not again.stored
+    assert "already finished" in again.skipped
     with session_scope() as session:
         run = session.get_one(RecordingRun, run_id)
         assert run.attempts == 2
@@ -322,14 +327,16 @@ def test_rescore_uses_stored_detections_and_no_container(env: Env) -> None:
             session, session.get_one(Evaluation, first), scoring_params=params
         )
         rescore_id = rescore.id
-        assert rescore.official is False and rescore.kind == EvaluationKind.RESCORE
+        assert rescore.official is False
+        assert rescore.kind == EvaluationKind.RESCORE
     assert [n for n, _, _ in env.sent] == [queue.TASK_RESCORE]
     deliver(env)
     assert len(env.runner.calls) == 4
     with session_scope() as session:
         ev = session.get_one(Evaluation, rescore_id)
         assert ev.status == EvaluationStatus.DONE
-        assert len(ev.runs) == 4 and all(r.reused_from_id is not None for r in ev.runs)
+        assert len(ev.runs) == 4
+        assert all(r.reused_from_id is not None for r in ev.runs)
         want = expected_report(ScoringParams(**params))
         assert ev.result is not None
         assert ev.result.report["event_results"] == pytest.approx(
@@ -351,7 +358,8 @@ def test_cancel_stops_pending_runs(env: Env) -> None:
     with session_scope() as session:
         ev = session.get_one(Evaluation, evaluation_id)
         assert ev.status == EvaluationStatus.CANCELLED
-        assert ev.recordings_done == 1 and ev.result is None
+        assert ev.recordings_done == 1
+        assert ev.result is None
         with pytest.raises(Exception, match="already cancelled"):
             evaluations.cancel_evaluation(session, ev)
 
@@ -382,7 +390,8 @@ def test_infrastructure_fault_raises_for_retry_then_fails_the_evaluation(env: En
     assert failed_run is not None
     with session_scope() as session:
         run = session.get_one(RecordingRun, failed_run)
-        assert run.outcome is None and run.finished_at is None  # still pending: retried later
+        assert run.outcome is None
+        assert run.finished_at is None
     # Retries exhausted: the task's failure handler records it; the evaluation ends FAILED.
     pipeline.record_task_failure(
         queue.TASK_RUN_RECORDING, {"run_id": failed_run}, RunnerError("docker daemon unreachable")
@@ -391,9 +400,11 @@ def test_infrastructure_fault_raises_for_retry_then_fails_the_evaluation(env: En
     with session_scope() as session:
         run = session.get_one(RecordingRun, failed_run)
         assert run.outcome == RunOutcome.INFRASTRUCTURE_ERROR
-        assert "unreachable" in run.admin_log and "unreachable" not in run.submitter_message
+        assert "unreachable" in run.admin_log
+        assert "unreachable" not in run.submitter_message
         ev = session.get_one(Evaluation, evaluation_id)
-        assert ev.status == EvaluationStatus.FAILED and "platform fault" in ev.message
+        assert ev.status == EvaluationStatus.FAILED
+        assert "platform fault" in ev.message
         assert ev.result is None
 
 
@@ -412,7 +423,8 @@ def test_wrong_recording_duration_is_invalid_output(env: Env) -> None:
             assert run.outcome == RunOutcome.INVALID_OUTPUT
             assert run.submitter_message.startswith("/output/")
             assert str(env.prepared) not in run.submitter_message
-        assert ev.result is not None and ev.result.missing_hypotheses == 4
+        assert ev.result is not None
+        assert ev.result.missing_hypotheses == 4
 
 
 def test_smoke_test_activates_and_queues_held_out_evaluations(env: Env) -> None:
@@ -433,7 +445,8 @@ def test_smoke_test_activates_and_queues_held_out_evaluations(env: Env) -> None:
     assert [n for n, _, _ in env.sent] == [queue.TASK_SMOKE_TEST]
     _, _, kwargs = env.sent.pop(0)
     outcome = pipeline.smoke_test(**kwargs)
-    assert outcome.status == VersionStatus.ACTIVE and outcome.evaluations_queued == 1
+    assert outcome.status == VersionStatus.ACTIVE
+    assert outcome.evaluations_queued == 1
     assert len(env.runner.calls) == 1
     with session_scope() as session:
         version = session.get_one(AlgorithmVersion, version_id)
