@@ -38,8 +38,7 @@ class Settings(BaseSettings):
     # with exponential backoff capped at task_retry_backoff_max_s.
     task_max_retries: int = 8
     task_retry_backoff_max_s: int = 600
-    # How often the embedded (SQLite-backed) queue is polled, and by how many threads.
-    embedded_poll_interval_s: float = 0.2
+    # Tasks at a time in the embedded (in-process, SQLite-backed queue) worker.
     embedded_concurrency: int = 1
     # Slug of the public-sample dataset whose first recording smoke-tests each new algorithm
     # version; empty or absent: versions are activated without a smoke test (logged).

@@ -69,9 +69,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if embedded:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         broker = embedded_broker_url(settings)
+        # The SQLAlchemy transport hands its options to create_engine(): SQLite waits for
+        # the lock instead of failing. (It polls an empty queue once a second; a busy queue
+        # is drained without waiting.)
         transport_options: dict[str, Any] = {
-            "polling_interval": settings.embedded_poll_interval_s,
-            # create_engine() arguments: SQLite waits for the lock instead of failing.
             "connect_args": {"timeout": 30, "check_same_thread": False},
         }
     else:

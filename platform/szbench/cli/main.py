@@ -39,6 +39,9 @@ def main(
 from szbench.cli import db  # noqa: E402
 
 app.add_typer(db.app, name="db")
+from szbench.cli import evaluate  # noqa: E402
+
+app.command(name="evaluate")(evaluate.evaluate)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
