@@ -44,6 +44,23 @@ class Settings(BaseSettings):
             return self.database_url
         return f"sqlite:///{self.data_dir / 'szbench.sqlite3'}"
 
+    # --- Evaluation pipeline (docs/pipeline.md) -------------------------------------------
+    # Redis re-delivers a task whose worker vanished without acknowledging it after this
+    # long. It must exceed the longest run (runner timeout + image load + scoring), or a
+    # healthy long run is delivered twice (harmless thanks to idempotency, but wasteful).
+    queue_visibility_timeout_s: int = 7200
+    # Retries of infrastructure faults only (engine unreachable, database connection lost),
+    # with exponential backoff capped at task_retry_backoff_max_s.
+    task_max_retries: int = 8
+    task_retry_backoff_max_s: int = 600
+    # Tasks at a time in the embedded (in-process, SQLite-backed queue) worker.
+    embedded_concurrency: int = 1
+    # Slug of the public-sample dataset whose first recording smoke-tests each new algorithm
+    # version; empty or absent: versions are activated without a smoke test (logged).
+    smoke_test_dataset: str = "public-sample"
+    # Staged recordings and run outputs; default data_dir / "work".
+    pipeline_work_dir: Path | None = None
+
 
 @lru_cache
 def get_settings() -> Settings:
