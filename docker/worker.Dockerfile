@@ -1,15 +1,13 @@
 # The worker image: szbench with the worker extra (docker SDK, MNE, edfio) and Flower (the
 # `ops` extra), for the Celery workers, the Flower queue view and dataset imports. Built by
 # scripts/build-project-images.sh from host-built wheels; nothing is downloaded here.
-FROM szbench/python-base:bookworm AS build
+
+# Stage 1: the dependencies, from the wheels resolved on the host. Its result is copied into
+# the image as one layer that the engine keeps cached while only szbench itself changes.
+FROM szbench/python-base:bookworm AS deps
 COPY wheels /wheels
-# Dependencies first (their layer stays cached while only szbench changes), then szbench.
 RUN python3 -m venv /opt/szbench \
-    && /opt/szbench/bin/pip install --no-index --no-deps --no-compile -q -r /wheels/worker.txt
-COPY project /project
-RUN /opt/szbench/bin/pip install --no-index --no-deps --no-compile -q /project/szbench-*.whl \
-    && /opt/szbench/bin/pip check \
-    && /opt/szbench/bin/python -m compileall -q /opt/szbench/lib
+    && /opt/szbench/bin/pip install --no-index --no-deps -q -r /wheels/worker.txt
 
 FROM szbench/python-base:bookworm
 # The worker talks to the host's dockerd through its socket; the compose file adds the
@@ -18,7 +16,11 @@ RUN groupadd --gid 10001 szbench \
     && useradd --uid 10001 --gid 10001 --home-dir /var/lib/szbench --no-create-home \
         --shell /usr/sbin/nologin szbench \
     && install -d -o 10001 -g 10001 /var/lib/szbench
-COPY --from=build /opt/szbench /opt/szbench
+COPY --from=deps /opt/szbench /opt/szbench
+COPY project /tmp/project
+RUN /opt/szbench/bin/pip install --no-index --no-deps -q /tmp/project/szbench-*.whl \
+    && /opt/szbench/bin/pip check \
+    && rm -rf /tmp/project /root/.cache
 COPY migrations /opt/szbench/migrations
 ENV PATH=/opt/szbench/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -44,7 +44,7 @@ CACHE=var/project-images
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 mkdir -p "$CACHE"
-log() { printf '[build-project-images] %s\n' "$*" >&2; }
+log() { printf '[build-project-images %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 debian_mirror() {
     if [ -n "${SZBENCH_DEBIAN_MIRROR:-}" ]; then echo "$SZBENCH_DEBIAN_MIRROR"; return; fi
@@ -164,23 +164,35 @@ if [ "$PROJECT" = 1 ]; then
     fi
     wheel_venv="$CACHE/wheel-venv-$img_py"
     [ -x "$wheel_venv/bin/pip" ] || "$py" -m venv "$wheel_venv"
-    # Dependencies and the project go in separate folders: the dependency layer of the images
-    # stays cached while only szbench itself changes. api.txt and worker.txt list the exact
-    # wheel files each image installs (with --no-deps: what was resolved here is what runs).
-    log "pip wheel . and .[worker,ops] into $ctx/wheels (Python $img_py; log in $CACHE/pip-wheel.log)"
-    : >"$CACHE/pip-wheel.log"
-    for target in api:. 'worker:.[worker,ops]'; do
-        if ! "$wheel_venv/bin/pip" wheel --wheel-dir "$ctx/wheels" "${target#*:}" \
-            >>"$CACHE/pip-wheel.log" 2>&1; then
-            tail -n 30 "$CACHE/pip-wheel.log" >&2
-            exit 1
-        fi
-        (cd "$ctx/wheels" && ls -- *.whl | grep -v '^szbench-' | sed 's|^|/wheels/|') \
-            >"$ctx/${target%%:*}.txt"
-    done
+    # One resolution against the package index for everything (.[worker,ops]); then each
+    # image's exact set is resolved again offline from those wheels (pip's --dry-run report),
+    # and installed in the image with --no-deps: what was resolved here is what runs.
+    # Dependencies and the project wheel go in separate folders, so that the images'
+    # dependency layer stays cached while only szbench changes.
+    log "pip wheel .[worker,ops] into $ctx/wheels (Python $img_py; log in $CACHE/pip-wheel.log)"
+    if ! "$wheel_venv/bin/pip" wheel --wheel-dir "$ctx/wheels" '.[worker,ops]' \
+        >"$CACHE/pip-wheel.log" 2>&1; then
+        tail -n 30 "$CACHE/pip-wheel.log" >&2
+        exit 1
+    fi
     mkdir -p "$ctx/project"
     mv "$ctx"/wheels/szbench-*.whl "$ctx/project/"
-    mv "$ctx/api.txt" "$ctx/worker.txt" "$ctx/wheels/"
+    for target in api:szbench 'worker:szbench[worker,ops]'; do
+        # No pip configuration here: only the wheels just built may be chosen.
+        PIP_CONFIG_FILE=/dev/null "$wheel_venv/bin/pip" install -q --dry-run --ignore-installed --no-index \
+            --find-links "$ctx/wheels" --find-links "$ctx/project" --report "$ctx/report.json" \
+            "${target#*:}" >>"$CACHE/pip-wheel.log" 2>&1
+        "$wheel_venv/bin/python" - "$ctx/report.json" >"$ctx/wheels/${target%%:*}.txt" <<'PY'
+import json, sys
+from pathlib import PurePosixPath
+from urllib.parse import unquote, urlparse
+for item in json.load(open(sys.argv[1]))["install"]:
+    name = PurePosixPath(unquote(urlparse(item["download_info"]["url"]).path)).name
+    if not name.startswith("szbench-"):
+        print(f"/wheels/{name}")
+PY
+        rm -f "$ctx/report.json"
+    done
     cp -r migrations "$ctx/migrations"
     find "$ctx/migrations" -name __pycache__ -prune -exec rm -rf {} +
     cp docker/api.Dockerfile docker/worker.Dockerfile "$ctx/"

@@ -3,13 +3,15 @@
 The tool is Debian bookworm's ``docker-compose`` (1.29; installed by
 ``scripts/ci-deploy-check.sh``). A missing tool fails these tests: it is part of CI's setup.
 
-The last test builds the project's images from the locally built base images and starts the
-API, a worker, the migration, PostgreSQL and Redis (built from Debian packages, via
-``docker-compose.local.yml``) on this machine's Docker engine, then tears everything down.
+The last tests build the project's images from the locally built base images and start the
+API, a worker, the migration, Flower, PostgreSQL, Redis and the registry (the last three built
+from Debian packages, via ``docker-compose.local.yml``) on this machine's Docker engine, then
+tear everything down (``down -v``).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -107,7 +109,9 @@ def test_api_image_is_slim_and_workers_use_the_worker_image(config: dict[str, An
         assert services[name]["image"].startswith("szbench/worker:"), name
     # Only the workers get the Docker socket.
     for name, service in services.items():
-        mounts = [v if isinstance(v, str) else v.get("source", "") for v in service.get("volumes", [])]
+        mounts = [
+            v if isinstance(v, str) else v.get("source", "") for v in service.get("volumes", [])
+        ]
         has_socket = any("docker.sock" in m for m in mounts)
         assert has_socket == name.startswith("worker-"), name
 
@@ -299,6 +303,9 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
         "env_file": env_file,
         "project": overrides["COMPOSE_PROJECT_NAME"],
         "port": int(overrides["SZBENCH_API_PORT"]),
+        "flower_port": int(overrides["SZBENCH_FLOWER_PORT"]),
+        "flower_auth": base64.b64encode(overrides["SZBENCH_FLOWER_BASIC_AUTH"].encode()).decode(),
+        "registry_port": int(overrides["SZBENCH_REGISTRY_PORT"]),
         "datasets": datasets,
     }
     try:
@@ -311,7 +318,9 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "check": False,
         }
         logs = run_compose("logs", "--no-color", "--tail=40", timeout=60, **compose)
-        down = run_compose("down", "-v", "--remove-orphans", "--timeout", "30", timeout=180, **compose)
+        down = run_compose(
+            "down", "-v", "--remove-orphans", "--timeout", "30", timeout=180, **compose
+        )
         print(logs.stdout[-6000:])
         assert down.returncode == 0, down.stderr
 
@@ -326,7 +335,7 @@ def test_stack_starts_answers_probes_and_stops_gracefully(stack: dict[str, Any])
         "files": (COMPOSE_FILE, LOCAL_FILE),
     }
     # `up` waits for postgres to be healthy and for migrate to exit 0 before api and worker.
-    run_compose("up", "-d", "api", "worker-cpu", timeout=420, **compose)
+    run_compose("up", "-d", "api", "worker-cpu", "flower", "registry", timeout=420, **compose)
 
     base = f"http://127.0.0.1:{stack['port']}"
     status, body = _wait_ok(base + "/healthz", 120)
@@ -341,20 +350,48 @@ def test_stack_starts_answers_probes_and_stops_gracefully(stack: dict[str, Any])
 
     # The worker is a Celery node on the cpu queue, reaches the host's dockerd through the
     # socket, and sees the datasets volume at the host's path, writable.
-    ping = run_compose(
-        "exec", "-T", "worker-cpu", "sh", "-c",
-        'celery -A szbench_worker.celery_app inspect ping --destination "cpu@$HOSTNAME" --timeout 20',
-        timeout=90, **compose,
-    )
+    ping_cmd = 'celery -A szbench_worker.celery_app inspect ping -d "cpu@$HOSTNAME" --timeout 20'
+    ping = run_compose("exec", "-T", "worker-cpu", "sh", "-c", ping_cmd, timeout=90, **compose)
     assert "pong" in ping.stdout
     engine = run_compose(
-        "exec", "-T", "worker-cpu", "python", "-c",
+        "exec",
+        "-T",
+        "worker-cpu",
+        "python",
+        "-c",
         "import docker, os, pathlib, sys; docker.from_env().ping(); "
         "p = pathlib.Path(sys.argv[1]) / 'probe'; p.write_text('x'); print(os.getuid(), p)",
-        str(stack["datasets"]), **compose,
+        str(stack["datasets"]),
+        **compose,
     )
     assert engine.stdout.split() == [str(UID), str(stack["datasets"] / "probe")]
     assert (stack["datasets"] / "probe").stat().st_uid == UID
+
+    # Every service's own health check command passes (compose only waited for some).
+    for service in ("api", "worker-cpu", "flower", "registry", "postgres", "redis"):
+        (cid,) = run_compose("ps", "-q", service, **compose).stdout.split()
+        test = json.loads(_docker("inspect", "-f", "{{json .Config.Healthcheck.Test}}", cid).stdout)
+        cmd = ["sh", "-c", test[1]] if test[0] == "CMD-SHELL" else test[1:]
+        check = _docker("exec", cid, *cmd, timeout=90)
+        assert check.returncode == 0, (service, test, check.stdout, check.stderr)
+
+    # Flower sees the worker; the registry takes a push from the host's engine on loopback.
+    flower = f"http://127.0.0.1:{stack['flower_port']}"
+    status, body = _wait_ok(flower + "/healthcheck", 60)
+    assert (status, body) == (200, "OK")
+    request = urllib.request.Request(flower + "/api/workers?refresh=1")
+    request.add_unredirected_header("Authorization", "Basic " + stack["flower_auth"])
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        assert any(name.startswith("cpu@") for name in json.loads(resp.read()))
+    pushed = f"127.0.0.1:{stack['registry_port']}/szbench-test/base:1"
+    assert _docker("tag", "szbench/python-base:bookworm", pushed).returncode == 0
+    try:
+        push = _docker("push", pushed, timeout=300)
+        assert push.returncode == 0, push.stderr
+        status, body = _get(f"http://127.0.0.1:{stack['registry_port']}/v2/_catalog")
+        assert "szbench-test/base" in json.loads(body)["repositories"]
+    finally:
+        _docker("rmi", pushed)
 
     # SIGTERM through tini: Celery's warm shutdown and uvicorn's shutdown both exit 0.
     run_compose("stop", "--timeout", "60", "worker-cpu", "api", timeout=150, **compose)
