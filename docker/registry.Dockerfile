@@ -3,6 +3,7 @@
 # upstream; storage in /var/lib/registry. Built by scripts/build-project-images.sh --services.
 FROM szbench/debian-services:bookworm
 RUN install -d -o docker-registry -g docker-registry /var/lib/registry
+COPY registry-config.yml /etc/docker/registry/config.yml
 ENV REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY=/var/lib/registry \
     REGISTRY_HTTP_ADDR=0.0.0.0:5000
 USER docker-registry
