@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
@@ -374,10 +374,44 @@ def _type_codes(values: NDArray[np.bytes_]) -> IntArray:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Layout:
     columns: tuple[str, ...]
     index: dict[str, int]
+
+
+# Header line -> layout or error reason; most files of a dataset share one header.
+_LAYOUTS: dict[bytes, _Layout | str] = {}
+
+
+def _layout(header: bytes) -> _Layout | str:
+    cached = _LAYOUTS.get(header)
+    if cached is not None:
+        return cached
+    result: _Layout | str
+    try:
+        columns = tuple(c.strip() for c in header.decode("utf-8").split("\t"))
+    except UnicodeDecodeError:
+        result = "header is not UTF-8 text"
+    else:
+        seen: dict[str, int] = {}
+        result = ""
+        for i, c in enumerate(columns):
+            if c in seen:
+                result = f"duplicate column {c!r}"
+                break
+            seen[c] = i
+        missing = [c for c in REQUIRED_COLUMNS if c not in seen]
+        if not result and missing:
+            result = (
+                f"missing column {missing[0]!r} (header is {'/'.join(columns)!r}; "
+                f"SzCORE needs {', '.join(REQUIRED_COLUMNS)})"
+            )
+        if not result:
+            result = _Layout(columns, seen)
+    if len(_LAYOUTS) < 256:
+        _LAYOUTS[header] = result
+    return result
 
 
 @dataclass
@@ -394,39 +428,23 @@ class _File:
 def _prepare(data: bytes, source: str) -> _File:
     """Split off the header; everything per file that is not per row."""
     f = _File(source)
-    if data.startswith(_BOM):
-        data = data[len(_BOM) :]
+    if data[:3] == _BOM:
+        data = data[3:]
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    stripped = data.lstrip(b"\n")
-    f.header_row = len(data) - len(stripped) + 1
-    if not stripped.strip():
-        f.error = AnnotationError(
-            source, None, "empty file: expected a header and at least one row"
-        )
+    if data[:1] == b"\n":
+        stripped = data.lstrip(b"\n")
+        f.header_row = len(data) - len(stripped) + 1
+        data = stripped
+    header, _, body = data.partition(b"\n")
+    if not header.strip():
+        f.error = AnnotationError(source, None, "empty file: expected a header and rows")
         return f
-    header, _, body = stripped.partition(b"\n")
-    try:
-        columns = tuple(c.strip() for c in header.decode("utf-8").split("\t"))
-    except UnicodeDecodeError:
-        f.error = AnnotationError(source, f.header_row, "header is not UTF-8 text")
+    layout = _layout(header)
+    if isinstance(layout, str):
+        f.error = AnnotationError(source, f.header_row, layout)
         return f
-    seen: dict[str, int] = {}
-    for i, c in enumerate(columns):
-        if c in seen:
-            f.error = AnnotationError(source, f.header_row, f"duplicate column {c!r}")
-            return f
-        seen[c] = i
-    missing = [c for c in REQUIRED_COLUMNS if c not in seen]
-    if missing:
-        f.error = AnnotationError(
-            source,
-            f.header_row,
-            f"missing column {missing[0]!r} (header is {'/'.join(columns)!r}; "
-            f"SzCORE needs {', '.join(REQUIRED_COLUMNS)})",
-        )
-        return f
-    if not body.strip():
+    if not body or body.isspace():
         f.error = AnnotationError(
             source,
             None,
@@ -434,10 +452,10 @@ def _prepare(data: bytes, source: str) -> _File:
             "'bckg' row spanning the recording)",
         )
         return f
-    if not body.endswith(b"\n"):
+    if body[-1:] != b"\n":
         body += b"\n"
     f.body = body
-    f.layout = _Layout(columns, seen)
+    f.layout = layout
     return f
 
 
@@ -471,12 +489,29 @@ def _to_float(fields: NDArray[np.bytes_]) -> tuple[FloatArray, NDArray[np.bool_]
     return values, bad
 
 
+def _numbers(fields: NDArray[np.bytes_]) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """Like :func:`_to_float`, converting each run of identical texts once.
+
+    Durations and recordingDuration repeat row after row; comparing bytes is much cheaper than
+    converting them.
+    """
+    n = fields.shape[0]
+    if n > 2:
+        same = fields[1:] == fields[:-1]
+        n_runs = n - int(np.count_nonzero(same))
+        if 2 * n_runs < n:
+            heads = np.flatnonzero(np.r_[True, ~same])
+            lengths = np.diff(np.r_[heads, n])
+            values, bad = _to_float(fields[heads])
+            return np.repeat(values, lengths), np.repeat(bad, lengths)
+    return _to_float(fields)
+
+
 @dataclass
 class _Rows:
-    """Per-row arrays of one batch, and the file each row comes from."""
+    """Per-row arrays of a batch, and the file each row comes from."""
 
     file: IntArray
-    line: IntArray
     onset: FloatArray
     duration: FloatArray
     rec_duration: FloatArray
@@ -484,125 +519,177 @@ class _Rows:
 
 
 class _ErrorSink:
-    """Collects the first error of each file of a batch."""
+    """Collects the first error of each file of a group; line numbers only for bad rows."""
 
-    def __init__(self, files: list[_File]) -> None:
+    def __init__(
+        self, files: list[_File], row_file: IntArray, locate: Callable[[IntArray], IntArray]
+    ) -> None:
         self.files = files
+        self.row_file = row_file
+        self.locate = locate
 
-    def flag(self, bad: NDArray[np.bool_], file: IntArray, line: IntArray, reason: object) -> None:
-        """Record an error for each file holding a flagged row (first flagged row wins)."""
+    def flag(self, bad: NDArray[np.bool_], reason: str | Callable[[int], str]) -> None:
+        """Record an error for each file holding a flagged row (its earliest row wins)."""
         idx = np.flatnonzero(bad)
         if idx.size == 0:
             return
-        _, first = np.unique(file[idx], return_index=True)
-        for i in idx[first].tolist():
-            f = self.files[int(file[i])]
-            row = int(line[i])
-            # The earliest row of a file is reported, whichever check found it.
-            if f.error is None or (f.error.row is not None and row < f.error.row):
-                text = reason(i) if callable(reason) else str(reason)
-                f.error = AnnotationError(f.source, row, text)
+        _, first = np.unique(self.row_file[idx], return_index=True)
+        rows = idx[first]
+        for i, line in zip(rows.tolist(), self.locate(rows).tolist(), strict=True):
+            f = self.files[int(self.row_file[i])]
+            if f.error is None or (f.error.row is not None and line < f.error.row):
+                text = reason(i) if callable(reason) else reason
+                f.error = AnnotationError(f.source, int(line), text)
 
-    def failed(self, file: IntArray) -> NDArray[np.bool_]:
+    def failed(self) -> NDArray[np.bool_]:
+        """Which rows belong to a file with an error."""
         bad_files = np.array([f.error is not None for f in self.files], dtype=bool)
-        return bad_files[file]
+        return bad_files[self.row_file]
+
+
+def _not_a_number(col: str, raw: NDArray[np.bytes_]) -> Callable[[int], str]:
+    return lambda i: f"{col} is not a number: {_field_text(raw[i])!r}"
 
 
 def _field_text(raw: object) -> str:
     return bytes(raw).decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
 
 
-def _parse_group(files: list[_File], members: list[int], layout: _Layout) -> _Rows:
-    """Parse the bodies of files sharing one header layout, all at once."""
-    sink = _ErrorSink(files)
-    bodies = [files[m].body for m in members]
-    buf_bytes = b"".join(bodies)
-    buf = np.frombuffer(buf_bytes, dtype=np.uint8)
-    sizes = np.fromiter((len(b) for b in bodies), dtype=np.int64, count=len(bodies))
-    file_start = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    member_ids = np.asarray(members, dtype=np.int64)
+@dataclass
+class _Grid:
+    """Where the rows and fields of a group's buffer are."""
 
+    row_file: IntArray
+    line_start: IntArray
+    line_end: IntArray
+    tab_of: Callable[[int], IntArray]  # positions of the tab ending field j of each row
+    locate: Callable[[IntArray], IntArray]
+
+
+def _regular_grid(
+    joined: bytes,
+    buf: NDArray[np.uint8],
+    bodies: list[bytes],
+    members: IntArray,
+    header_rows: IntArray,
+    ncols: int,
+) -> _Grid | None:
+    """The fast layout: every line has exactly ``ncols - 1`` tabs (no blank lines)."""
+    n_lines = np.fromiter((b.count(b"\n") for b in bodies), dtype=np.int64, count=len(bodies))
+    total = int(n_lines.sum())
+    sep = np.flatnonzero(buf <= 10)
+    if sep.size != total * ncols or joined.count(b"\t") + total != sep.size:
+        return None
+    grid = sep.reshape(total, ncols)
+    # All separators are tabs or newlines and every row of the grid ends with a newline, so
+    # every line has exactly ncols - 1 tabs.
+    if not bool((buf[grid[:, -1]] == 10).all()):
+        return None
+    line_end = grid[:, -1]
+    line_start = np.empty_like(line_end)
+    line_start[:1] = 0
+    line_start[1:] = line_end[:-1] + 1
+    row_offset = np.zeros(len(bodies) + 1, dtype=np.int64)
+    np.cumsum(n_lines, out=row_offset[1:])
+
+    def locate(idx: IntArray) -> IntArray:
+        local = np.searchsorted(row_offset, idx, side="right") - 1
+        return header_rows[local] + 1 + (idx - row_offset[local])
+
+    return _Grid(np.repeat(members, n_lines), line_start, line_end, lambda j: grid[:, j], locate)
+
+
+def _irregular_grid(
+    files: list[_File],
+    buf: NDArray[np.uint8],
+    bodies: list[bytes],
+    members: IntArray,
+    header_rows: IntArray,
+    ncols: int,
+) -> _Grid:
+    """Blank lines (skipped) or rows with a wrong number of fields (an error for the file)."""
+    sizes = np.fromiter((len(b) for b in bodies), dtype=np.int64, count=len(bodies))
+    file_start = np.zeros(len(bodies), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=file_start[1:])
     newline = np.flatnonzero(buf == 10)
     line_start = np.empty(newline.shape[0], dtype=np.int64)
     line_start[:1] = 0
     line_start[1:] = newline[:-1] + 1
     line_end = newline
-    local_file = np.searchsorted(file_start, line_start, side="right") - 1
-    file_first_line = np.searchsorted(line_start, file_start)
-    header_rows = np.array([files[m].header_row for m in members], dtype=np.int64)
-    line_no = np.arange(line_start.shape[0]) - file_first_line[local_file]
-    line_no += header_rows[local_file] + 1
-    file_of_line = member_ids[local_file]
-
-    # Blank lines are skipped (as pandas does); rows keep their line numbers.
-    keep = line_end > line_start
-    ncols = len(layout.columns)
+    local = np.searchsorted(file_start, line_start, side="right") - 1
+    first_line = np.searchsorted(line_start, file_start)
+    line_no = np.arange(line_start.shape[0]) - first_line[local] + header_rows[local] + 1
+    line_file = members[local]
     tabs = np.flatnonzero(buf == 9)
     first_tab = np.searchsorted(tabs, line_start)
     n_tabs = np.searchsorted(tabs, line_end) - first_tab
+    nonblank = line_end > line_start
+    sink = _ErrorSink(files, line_file, lambda idx: line_no[idx])
     sink.flag(
-        keep & (n_tabs != ncols - 1),
-        file_of_line,
-        line_no,
+        nonblank & (n_tabs != ncols - 1),
         lambda i: f"row has {int(n_tabs[i]) + 1} fields; the header has {ncols}",
     )
-    keep &= ~sink.failed(file_of_line)
-    sel = np.flatnonzero(keep)
-    file_id = file_of_line[sel]
-    lines = line_no[sel]
-    first_tab = first_tab[sel]
-    starts_l, ends_l = line_start[sel], line_end[sel]
+    sel = np.flatnonzero(nonblank & ~sink.failed())
+    ft = first_tab[sel]
+    kept_lines = line_no[sel]
+    return _Grid(
+        line_file[sel],
+        line_start[sel],
+        line_end[sel],
+        lambda j: tabs[ft + j],
+        lambda idx: kept_lines[idx],
+    )
 
-    def bounds(col: str) -> tuple[IntArray, IntArray]:
-        j = layout.index[col]
-        s = starts_l if j == 0 else tabs[first_tab + j - 1] + 1
-        e = ends_l if j == ncols - 1 else tabs[first_tab + j]
-        return s, e
+
+def _parse_group(files: list[_File], members_list: list[int], layout: _Layout) -> _Rows:
+    """Parse the bodies of files sharing one header layout, all at once."""
+    bodies = [files[m].body for m in members_list]
+    joined = b"".join(bodies)
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    members = np.asarray(members_list, dtype=np.int64)
+    header_rows = np.array([files[m].header_row for m in members_list], dtype=np.int64)
+    ncols = len(layout.columns)
+    grid = _regular_grid(joined, buf, bodies, members, header_rows, ncols)
+    if grid is None:
+        grid = _irregular_grid(files, buf, bodies, members, header_rows, ncols)
+    sink = _ErrorSink(files, grid.row_file, grid.locate)
 
     padded = np.concatenate([buf, np.zeros(_MAX_FIELD_BYTES + 1, dtype=np.uint8)])
     values: dict[str, NDArray[np.bytes_]] = {}
     for col in REQUIRED_COLUMNS:
-        s, e = bounds(col)
+        j = layout.index[col]
+        s = grid.line_start if j == 0 else grid.tab_of(j - 1) + 1
+        e = grid.line_end if j == ncols - 1 else grid.tab_of(j)
         width = e - s
         too_long = width > _MAX_FIELD_BYTES
-        sink.flag(too_long, file_id, lines, f"{col} value is longer than {_MAX_FIELD_BYTES} bytes")
-        w = int(width[~too_long].max()) if (~too_long).any() else 1
-        e = np.minimum(e, s + w)
+        if too_long.any():
+            sink.flag(too_long, f"{col} value is longer than {_MAX_FIELD_BYTES} bytes")
+            e = np.minimum(e, s + _MAX_FIELD_BYTES)
+            width = e - s
+        w = int(width.max()) if width.size else 1
         values[col] = _gather(padded, s, e, w)
 
-    onset, bad_on = _to_float(values["onset"])
-    duration, bad_du = _to_float(values["duration"])
-    rec_dur, bad_rd = _to_float(values["recordingDuration"])
+    onset, bad_on = _numbers(values["onset"])
+    duration, bad_du = _numbers(values["duration"])
+    rec_dur, bad_rd = _numbers(values["recordingDuration"])
     for col, bad in (("onset", bad_on), ("duration", bad_du), ("recordingDuration", bad_rd)):
-        raw = values[col]
-        sink.flag(
-            bad,
-            file_id,
-            lines,
-            lambda i, c=col, r=raw: f"{c} is not a number: {_field_text(r[i])!r}",
-        )
-    sink.flag(~np.isfinite(onset) & ~bad_on, file_id, lines, lambda i: f"onset is {onset[i]}")
-    sink.flag(
-        ~np.isfinite(duration) & ~bad_du, file_id, lines, lambda i: f"duration is {duration[i]}"
+        sink.flag(bad, _not_a_number(col, values[col]))
+    finite_on, finite_du, finite_rd = (
+        np.isfinite(onset),
+        np.isfinite(duration),
+        np.isfinite(rec_dur),
     )
-    sink.flag(
-        ~np.isfinite(rec_dur) & ~bad_rd,
-        file_id,
-        lines,
-        lambda i: f"recordingDuration is {rec_dur[i]}",
-    )
-    sink.flag(onset < 0, file_id, lines, lambda i: f"negative onset {onset[i]}")
-    sink.flag(duration < 0, file_id, lines, lambda i: f"negative duration {duration[i]}")
-    sink.flag(
-        rec_dur <= 0, file_id, lines, lambda i: f"recordingDuration must be > 0, got {rec_dur[i]}"
-    )
+    sink.flag(~finite_on & ~bad_on, lambda i: f"onset is {onset[i]}")
+    sink.flag(~finite_du & ~bad_du, lambda i: f"duration is {duration[i]}")
+    sink.flag(~finite_rd & ~bad_rd, lambda i: f"recordingDuration is {rec_dur[i]}")
+    sink.flag(onset < 0, lambda i: f"negative onset {onset[i]}")
+    sink.flag(duration < 0, lambda i: f"negative duration {duration[i]}")
+    sink.flag(rec_dur <= 0, lambda i: f"recordingDuration must be > 0, got {rec_dur[i]}")
 
     codes = _type_codes(values["eventType"])
     types_raw = values["eventType"]
     sink.flag(
         codes < 0,
-        file_id,
-        lines,
         lambda i: (
             f"unknown eventType {_field_text(types_raw[i])!r} "
             "(expected 'bckg' or an SzCORE seizure type such as 'sz', 'sz_foc_ia', 'sz_gen_m')"
@@ -610,25 +697,25 @@ def _parse_group(files: list[_File], members: list[int], layout: _Layout) -> _Ro
     )
 
     # Rows must agree on recordingDuration: compare each to its file's first row.
-    first_row = np.searchsorted(file_id, file_id, side="left")
+    n = grid.row_file.shape[0]
+    heads = np.flatnonzero(np.r_[True, grid.row_file[1:] != grid.row_file[:-1]])
+    first_row = np.repeat(heads, np.diff(np.r_[heads, n]))
     ref_dur = rec_dur[first_row]
     sink.flag(
-        (rec_dur != ref_dur) & np.isfinite(rec_dur) & np.isfinite(ref_dur),
-        file_id,
-        lines,
+        (rec_dur != ref_dur) & finite_rd & np.isfinite(ref_dur),
         lambda i: (
             f"recordingDuration {rec_dur[i]} differs from {ref_dur[i]} "
-            f"on row {int(lines[first_row[i]])}"
+            f"on row {int(grid.locate(first_row[i : i + 1])[0])}"
         ),
     )
     sink.flag(
         (onset > rec_dur) & (codes != _BCKG_CODE),
-        file_id,
-        lines,
         lambda i: f"event starts at {onset[i]} s, after the end of the recording ({rec_dur[i]} s)",
     )
-    ok = ~sink.failed(file_id)
-    return _Rows(file_id[ok], lines[ok], onset[ok], duration[ok], rec_dur[ok], codes[ok])
+    ok = ~sink.failed()
+    if ok.all():
+        return _Rows(grid.row_file, onset, duration, rec_dur, codes)
+    return _Rows(grid.row_file[ok], onset[ok], duration[ok], rec_dur[ok], codes[ok])
 
 
 def _parse_many(texts: Sequence[tuple[bytes, str]]) -> list[Annotations | AnnotationError]:
@@ -640,51 +727,41 @@ def _parse_many(texts: Sequence[tuple[bytes, str]]) -> list[Annotations | Annota
     files = [_prepare(data, source) for data, source in texts]
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, f in enumerate(files):
-        if f.error is None and f.layout is not None:
+        if f.layout is not None:
             groups.setdefault(f.layout.columns, []).append(i)
-    parts: list[_Rows] = []
-    for members in groups.values():
-        layout = files[members[0]].layout
-        assert layout is not None
-        parts.append(_parse_group(files, members, layout))
-    out: list[Annotations | AnnotationError] = []
+    parts = [_parse_group(files, m, files[m[0]].layout) for m in groups.values()]  # type: ignore[arg-type]
     if parts:
         rows = _concat_rows(parts)
     else:
         empty_i = np.empty(0, dtype=np.int64)
         empty_f = np.empty(0, dtype=np.float64)
-        rows = _Rows(empty_i, empty_i, empty_f, empty_f, empty_f, empty_i)
-    # Rows of one file are contiguous within a group; order by file for the split below.
+        rows = _Rows(empty_i, empty_f, empty_f, empty_f, empty_i)
     if rows.file.shape[0] > 1 and bool((rows.file[1:] < rows.file[:-1]).any()):
         order = np.argsort(rows.file, kind="stable")
         rows = _Rows(*(getattr(rows, k)[order] for k in _Rows.__dataclass_fields__))
     n_files = len(files)
     bounds = np.searchsorted(rows.file, np.arange(n_files + 1))
-    duration_of_file = np.full(n_files, np.nan)
     has_rows = bounds[1:] > bounds[:-1]
+    duration_of_file = np.full(n_files, np.nan)
     duration_of_file[has_rows] = rows.rec_duration[bounds[:-1][has_rows]]
 
     sz = rows.code != _BCKG_CODE
     ev_file = rows.file[sz]
     ev_on = rows.onset[sz]
     ev_end = ev_on + rows.duration[sz]
-    ev_code = rows.code[sz]
-    ev_events, ev_codes, ev_file_m = _normalise_batch(ev_file, ev_on, ev_end, ev_code)
-    ev_bounds = np.searchsorted(ev_file_m, np.arange(n_files + 1))
+    ev_events, ev_codes, ev_file_m = _normalise_batch(ev_file, ev_on, ev_end, rows.code[sz])
+    ev_events.flags.writeable = False
+    ev_bounds = np.searchsorted(ev_file_m, np.arange(n_files + 1)).tolist()
     names = _TYPE_NAMES[ev_codes]
+    names.flags.writeable = False
+    durations = duration_of_file.tolist()
+    out: list[Annotations | AnnotationError] = []
     for i, f in enumerate(files):
         if f.error is not None:
             out.append(f.error)
             continue
-        lo, hi = int(ev_bounds[i]), int(ev_bounds[i + 1])
-        out.append(
-            Annotations(
-                _frozen(ev_events[lo:hi]),
-                _frozen(names[lo:hi]),
-                float(duration_of_file[i]),
-                f.source,
-            )
-        )
+        lo, hi = ev_bounds[i], ev_bounds[i + 1]
+        out.append(Annotations(ev_events[lo:hi], names[lo:hi], durations[i], f.source))
     return out
 
 
@@ -699,7 +776,7 @@ def _concat_rows(parts: list[_Rows]) -> _Rows:
 def _normalise_batch(
     file: IntArray, onset: FloatArray, end: FloatArray, code: IntArray
 ) -> tuple[FloatArray, IntArray, IntArray]:
-    """Sort events by (file, onset) and merge overlapping ones within each file."""
+    """Sort events by (file, onset) and merge overlapping or touching ones within each file."""
     n = file.shape[0]
     if n == 0:
         return np.empty((0, 2)), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
@@ -711,18 +788,26 @@ def _normalise_batch(
     if not bool((same & (end[:-1] >= onset[1:])).any()):
         # The usual case: sorted, disjoint events; nothing to merge.
         return np.column_stack([onset, end]), code, file
-    # Some file has overlaps: normalise file by file (only those files need it).
-    new_file = np.flatnonzero(np.r_[True, ~same])
-    bounds = np.r_[new_file, n]
-    ev: list[FloatArray] = []
-    cd: list[IntArray] = []
-    fl: list[IntArray] = []
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        e, c, _ = normalise_events(onset[lo:hi], end[lo:hi], code[lo:hi])
-        ev.append(e)
-        cd.append(c)
-        fl.append(np.full(e.shape[0], file[lo], dtype=np.int64))
-    return np.concatenate(ev), np.concatenate(cd), np.concatenate(fl)
+    # A sweep over +1 (onset) and -1 (end) marks, starts before ends at equal times so that
+    # touching events merge: a merged event opens where the depth leaves 0 and closes where
+    # it returns to 0. Files never mix: each file's marks are balanced and sorted together.
+    t = np.concatenate([onset, end])
+    f = np.concatenate([file, file])
+    is_end = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])
+    order = np.lexsort((is_end, t, f))
+    is_start = is_end[order] == 0
+    depth = np.cumsum(np.where(is_start, 1, -1))
+    opens = is_start & (depth == 1)
+    closes = ~is_start & (depth == 0)
+    t_sorted = t[order]
+    merged = np.column_stack([t_sorted[opens], t_sorted[closes]])
+    merged_file = f[order][opens]
+    group = (np.cumsum(opens) - 1)[is_start]
+    codes_in_order = code[order[is_start]]
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    lo = np.minimum.reduceat(codes_in_order, first)
+    hi = np.maximum.reduceat(codes_in_order, first)
+    return merged, np.where(lo == hi, lo, _SZ_CODE).astype(np.int64), merged_file
 
 
 def parse_annotations(text: str | bytes, source: str = "<text>") -> Annotations:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from szbench_scoring.annotations import AnnotationError, Annotations, _parse_many
 from szbench_scoring.report import DatasetReport, RecordingResult, aggregate
@@ -17,7 +15,7 @@ __all__ = ["DatasetLayoutError", "find_recordings", "score_dataset"]
 
 # Files are read and scored in batches of about this many bytes: large enough to amortise
 # numpy's per-call cost over many small files, small enough to bound memory.
-_BATCH_BYTES = 8 << 20
+_BATCH_BYTES = 4 << 20
 
 
 class DatasetLayoutError(ValueError):
@@ -94,18 +92,13 @@ def find_recordings(
     if not subjects:
         raise DatasetLayoutError(f"no sub-* folder in the reference folder {root}")
     recordings: list[RecordingFiles] = []
+    prefix = len(os.path.join(root, ""))
     for s in subjects:
         for path in _walk(os.path.join(root, s), pattern):
-            rel = os.path.relpath(path, root)
-            recordings.append(
-                RecordingFiles(s, Path(rel).as_posix(), path, os.path.join(hyp_root, rel))
-            )
+            rel = path[prefix:]
+            rec_id = rel if os.sep == "/" else rel.replace(os.sep, "/")
+            recordings.append(RecordingFiles(s, rec_id, path, os.path.join(hyp_root, rel)))
     return subjects, recordings
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 def score_dataset(
@@ -162,72 +155,94 @@ def score_dataset(
     p = params or ScoringParams()
     subjects, recordings = find_recordings(ref_dir, hyp_dir, pattern)
     results: list[RecordingResult] = []
-    batch: list[RecordingFiles] = []
-    size = 0
+    batch = _Batch()
     for rec in recordings:
-        batch.append(rec)
-        with contextlib.suppress(OSError):  # an unreadable file is reported when read
-            size += os.path.getsize(rec.ref_path)
-        if size >= _BATCH_BYTES:
-            results += _score_batch(batch, p, strict)
-            batch, size = [], 0
-    if batch:
-        results += _score_batch(batch, p, strict)
+        batch.add(rec)
+        if batch.size >= _BATCH_BYTES:
+            results += batch.score(p, strict)
+            batch = _Batch()
+    if batch.files:
+        results += batch.score(p, strict)
     return aggregate(results, subjects=subjects, params=p)
 
 
-def _score_batch(
-    batch: list[RecordingFiles], params: ScoringParams, strict: bool
-) -> list[RecordingResult]:
-    # Unreadable files become errors of their recording; a missing hypothesis is no detection.
-    texts: list[tuple[bytes, str]] = []
-    read_errors: dict[tuple[int, int], AnnotationError] = {}
-    missing: list[bool] = []
-    for i, rec in enumerate(batch):
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class _Batch:
+    """Recordings read but not yet scored (their text is parsed and scored together)."""
+
+    def __init__(self) -> None:
+        self.files: list[RecordingFiles] = []
+        self.texts: list[tuple[bytes, str]] = []  # references, then hypotheses
+        self.hyp_texts: list[tuple[bytes, str]] = []
+        self.hyp_of: list[int] = []  # index in hyp_texts, -1 when missing
+        self.errors: dict[tuple[int, int], AnnotationError] = {}
+        self.size = 0
+
+    def add(self, rec: RecordingFiles) -> None:
+        i = len(self.files)
+        self.files.append(rec)
+        # Unreadable files become errors of their recording; a missing hypothesis is no
+        # detection.
         try:
-            texts.append((_read(rec.ref_path), rec.ref_path))
+            data = _read(rec.ref_path)
         except OSError as e:
-            texts.append((b"", rec.ref_path))
-            read_errors[(0, i)] = AnnotationError(rec.ref_path, None, f"cannot read: {e}")
-    hyp_texts: list[tuple[bytes, str]] = []
-    hyp_index: list[int] = []
-    for i, rec in enumerate(batch):
+            data = b""
+            self.errors[(0, i)] = AnnotationError(rec.ref_path, None, f"cannot read: {e}")
+        self.texts.append((data, rec.ref_path))
+        self.size += len(data)
         try:
             data = _read(rec.hyp_path)
         except FileNotFoundError:
-            missing.append(True)
-            continue
+            self.hyp_of.append(-1)
+            return
         except OSError as e:
             data = b""
-            read_errors[(1, i)] = AnnotationError(rec.hyp_path, None, f"cannot read: {e}")
-        missing.append(False)
-        hyp_index.append(i)
-        hyp_texts.append((data, rec.hyp_path))
-    parsed = _parse_many(texts + hyp_texts)
-    refs = [read_errors.get((0, i), r) for i, r in enumerate(parsed[: len(texts)])]
-    hyps: list[Annotations | AnnotationError | None] = [None] * len(batch)
-    for i, h in zip(hyp_index, parsed[len(texts) :], strict=True):
-        hyps[i] = read_errors.get((1, i), h)
-    out: list[RecordingResult | None] = [None] * len(batch)
-    pairs: list[tuple[Annotations, Annotations | None]] = []
-    pair_index: list[int] = []
-    for i, (rec, ref, hyp) in enumerate(zip(batch, refs, hyps, strict=True)):
-        err = ref if isinstance(ref, AnnotationError) else hyp
-        if isinstance(err, AnnotationError):
-            if strict:
-                raise err
-            out[i] = RecordingResult(rec.subject, rec.recording, None, err, missing[i])
-            continue
-        assert isinstance(ref, Annotations)
-        assert not isinstance(hyp, AnnotationError)
-        pairs.append((ref, hyp))
-        pair_index.append(i)
-    for i, res in zip(pair_index, score_many(pairs, params), strict=True):
-        rec = batch[i]
-        if isinstance(res, AnnotationError):
-            if strict:
-                raise res
-            out[i] = RecordingResult(rec.subject, rec.recording, None, res, missing[i])
-        else:
-            out[i] = RecordingResult(rec.subject, rec.recording, res, None, missing[i])
-    return [r for r in out if r is not None]
+            self.errors[(1, i)] = AnnotationError(rec.hyp_path, None, f"cannot read: {e}")
+        self.hyp_of.append(len(self.hyp_texts))
+        self.hyp_texts.append((data, rec.hyp_path))
+        self.size += len(data)
+
+    def score(self, params: ScoringParams, strict: bool) -> list[RecordingResult]:
+        n = len(self.files)
+        parsed = _parse_many(self.texts + self.hyp_texts)
+        out: list[RecordingResult | None] = [None] * n
+        pairs: list[tuple[Annotations, Annotations | None]] = []
+        pair_index: list[int] = []
+        for i, rec in enumerate(self.files):
+            ref = self.errors.get((0, i), parsed[i])
+            j = self.hyp_of[i]
+            hyp = None if j < 0 else self.errors.get((1, i), parsed[n + j])
+            err = ref if isinstance(ref, AnnotationError) else hyp
+            if isinstance(err, AnnotationError):
+                out[i] = RecordingResult(rec.subject, rec.recording, None, err, j < 0)
+                continue
+            assert isinstance(ref, Annotations)
+            assert not isinstance(hyp, AnnotationError)
+            pairs.append((ref, hyp))
+            pair_index.append(i)
+        for i, res in zip(pair_index, score_many(pairs, params), strict=True):
+            rec = self.files[i]
+            missing = self.hyp_of[i] < 0
+            if isinstance(res, AnnotationError):
+                out[i] = RecordingResult(rec.subject, rec.recording, None, res, missing)
+            else:
+                out[i] = RecordingResult(rec.subject, rec.recording, res, None, missing)
+        results = [r for r in out if r is not None]
+        if strict:
+            for r in results:
+                if r.error is not None:
+                    raise r.error
+        return results
