@@ -46,14 +46,11 @@ def _table(report: DatasetReport, pooled: bool) -> Table:
         ("sample", report.sample_mean, report.sample_std, report.pooled_sample),
     ):
         m: Metrics = pool if pooled else mean
-        s: Metrics | None = None if pooled else std
-        table.add_row(
-            kind,
-            _cell(m.sensitivity, s and s.sensitivity, 3),
-            _cell(m.precision, s and s.precision, 3),
-            _cell(m.f1, s and s.f1, 3),
-            _cell(m.fp_rate, s and s.fp_rate, 2),
-        )
+        cells = []
+        for name, digits in (("sensitivity", 3), ("precision", 3), ("f1", 3), ("fp_rate", 2)):
+            spread = None if pooled else getattr(std, name)
+            cells.append(_cell(getattr(m, name), spread, digits))
+        table.add_row(kind, *cells)
     return table
 
 
