@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,7 @@ _TYPE_NAMES: Final = np.array(EVENT_TYPES)
 # instead of widening the fixed-width gather for the whole batch.
 _MAX_FIELD_BYTES: Final = 64
 _BOM: Final = b"\xef\xbb\xbf"
+_NON_BLANK: Final = re.compile(rb"\S")
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -419,7 +421,7 @@ class _File:
     """One file's text during a batch parse."""
 
     source: str
-    body: bytes = b""
+    body: bytes | memoryview = b""
     header_row: int = 1
     layout: _Layout | None = None
     error: AnnotationError | None = None
@@ -436,7 +438,10 @@ def _prepare(data: bytes, source: str) -> _File:
         stripped = data.lstrip(b"\n")
         f.header_row = len(data) - len(stripped) + 1
         data = stripped
-    header, _, body = data.partition(b"\n")
+    cut = data.find(b"\n")
+    if cut < 0:
+        cut = len(data)
+    header = data[:cut]
     if not header.strip():
         f.error = AnnotationError(source, None, "empty file: expected a header and rows")
         return f
@@ -444,7 +449,7 @@ def _prepare(data: bytes, source: str) -> _File:
     if isinstance(layout, str):
         f.error = AnnotationError(source, f.header_row, layout)
         return f
-    if not body or body.isspace():
+    if _NON_BLANK.search(data, cut + 1) is None:
         f.error = AnnotationError(
             source,
             None,
@@ -452,23 +457,13 @@ def _prepare(data: bytes, source: str) -> _File:
             "'bckg' row spanning the recording)",
         )
         return f
-    if body[-1:] != b"\n":
-        body += b"\n"
+    # A view, not a copy: the batch joins the bodies once.
+    body: bytes | memoryview = memoryview(data)[cut + 1 :]
+    if data[-1:] != b"\n":
+        body = data[cut + 1 :] + b"\n"
     f.body = body
     f.layout = layout
     return f
-
-
-def _gather(
-    padded: NDArray[np.uint8], starts: IntArray, ends: IntArray, width: int
-) -> NDArray[np.bytes_]:
-    """Fixed-width byte strings of the fields ``padded[starts[i]:ends[i]]``."""
-    if starts.size == 0:
-        return np.empty(0, dtype="S1")
-    width = max(width, 1)
-    rows = sliding_window_view(padded, width)[starts]
-    rows = rows * (np.arange(width) < (ends - starts)[:, None])
-    return np.ascontiguousarray(rows, dtype=np.uint8).view(f"S{width}").ravel()
 
 
 def _to_float(fields: NDArray[np.bytes_]) -> tuple[FloatArray, NDArray[np.bool_]]:
@@ -487,24 +482,6 @@ def _to_float(fields: NDArray[np.bytes_]) -> tuple[FloatArray, NDArray[np.bool_]
             values[i] = np.nan
             bad[i] = True
     return values, bad
-
-
-def _numbers(fields: NDArray[np.bytes_]) -> tuple[FloatArray, NDArray[np.bool_]]:
-    """Like :func:`_to_float`, converting each run of identical texts once.
-
-    Durations and recordingDuration repeat row after row; comparing bytes is much cheaper than
-    converting them.
-    """
-    n = fields.shape[0]
-    if n > 2:
-        same = fields[1:] == fields[:-1]
-        n_runs = n - int(np.count_nonzero(same))
-        if 2 * n_runs < n:
-            heads = np.flatnonzero(np.r_[True, ~same])
-            lengths = np.diff(np.r_[heads, n])
-            values, bad = _to_float(fields[heads])
-            return np.repeat(values, lengths), np.repeat(bad, lengths)
-    return _to_float(fields)
 
 
 @dataclass
@@ -547,12 +524,159 @@ class _ErrorSink:
         return bad_files[self.row_file]
 
 
-def _not_a_number(col: str, raw: NDArray[np.bytes_]) -> Callable[[int], str]:
-    return lambda i: f"{col} is not a number: {_field_text(raw[i])!r}"
+def _not_a_number(col: str, fields: _Fields, s: IntArray, e: IntArray) -> Callable[[int], str]:
+    return lambda i: f"{col} is not a number: {fields.text(s, e, i)!r}"
 
 
 def _field_text(raw: object) -> str:
     return bytes(raw).decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+_U64 = np.uint64
+_ASCII_ZEROS: Final = _U64(0x3030303030303030)
+_HIGH_NIBBLES: Final = _U64(0xF0F0F0F0F0F0F0F0)
+_PLUS_SIX: Final = _U64(0x0606060606060606)
+_ALL_ONES: Final = _U64(0xFFFFFFFFFFFFFFFF)
+_LOW_NIBBLES: Final = _U64(0x0F0F0F0F0F0F0F0F)
+_MASK_16: Final = _U64(0x00FF00FF00FF00FF)
+_MASK_32: Final = _U64(0x0000FFFF0000FFFF)
+# Kinds of decimal layout tried before the general (slower) conversion of what is left.
+_MAX_LAYOUTS: Final = 3
+
+
+def _eight_digits(v: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """Value of 8 ASCII digits packed in a little-endian word (first digit in the low byte).
+
+    Three multiply-and-shift steps combine digit pairs, then pairs of pairs, then the halves.
+    """
+    with np.errstate(over="ignore"):
+        v = ((v & _LOW_NIBBLES) * _U64(2561)) >> _U64(8)
+        v = ((v & _MASK_16) * _U64(6553601)) >> _U64(16)
+        v = ((v & _MASK_32) * _U64(42949672960001)) >> _U64(32)
+    return v
+
+
+class _Fields:
+    """Reads the fields of one group's buffer, by column bounds."""
+
+    def __init__(self, joined: bytes, buf: NDArray[np.uint8]) -> None:
+        self.joined = joined
+        # 8 bytes in front so that an 8-byte window may end at any field end.
+        self.padded = np.concatenate(
+            [np.zeros(8, dtype=np.uint8), buf, np.zeros(_MAX_FIELD_BYTES + 1, dtype=np.uint8)]
+        )
+        self.win8 = sliding_window_view(self.padded, 8)
+
+    def text(self, s: IntArray, e: IntArray, i: int) -> str:
+        """The text of field ``i`` (for error messages)."""
+        return _field_text(self.joined[int(s[i]) : int(e[i])])
+
+    def strings(self, s: IntArray, e: IntArray) -> NDArray[np.bytes_]:
+        """Fixed-width byte strings of the fields (left-aligned, NUL-padded)."""
+        if s.size == 0:
+            return np.empty(0, dtype="S1")
+        lens = e - s
+        width = max(int(lens.max()), 1)
+        rows = sliding_window_view(self.padded, width)[s + 8]
+        rows[np.arange(width) >= lens[:, None]] = 0
+        return rows.view(f"S{width}").ravel()
+
+    def words(self, e: IntArray, lens: IntArray) -> NDArray[np.uint64]:
+        """The last 8 bytes of each field as a word, bytes before the field set to 0."""
+        w = self.win8[e].view(np.uint64).ravel()
+        shift = (8 * (8 - np.clip(lens, 1, 8))).astype(np.uint64)
+        return w & (_ALL_ONES << shift)
+
+    def numbers(self, s: IntArray, e: IntArray) -> tuple[FloatArray, NDArray[np.bool_]]:
+        """Parse decimal fields; return the values and which fields are not numbers.
+
+        Fields of at most 8 bytes written as ``digits[.digits]`` (what annotation writers
+        produce) are parsed as words: 8 digits at a time, then ``mantissa / 10**k``, which is
+        the correctly rounded value, the same as Python's ``float``. Anything else goes
+        through numpy's string conversion.
+        """
+        n = s.shape[0]
+        lens = e - s
+        words = self.words(e, lens)
+        short = (lens >= 1) & (lens <= 8)
+        if n > 2:
+            # Runs of the same text (durations, recordingDuration) are parsed once.
+            same = (words[1:] == words[:-1]) & (lens[1:] == lens[:-1])
+            n_runs = n - int(np.count_nonzero(same))
+            if 2 * n_runs < n:
+                heads = np.flatnonzero(np.r_[True, ~same])
+                runs = np.diff(np.r_[heads, n])
+                v, bad = self._numbers(s[heads], e[heads], words[heads], short[heads])
+                return np.repeat(v, runs), np.repeat(bad, runs)
+        return self._numbers(s, e, words, short)
+
+    def _numbers(
+        self, s: IntArray, e: IntArray, words: NDArray[np.uint64], short: NDArray[np.bool_]
+    ) -> tuple[FloatArray, NDArray[np.bool_]]:
+        n = s.shape[0]
+        values = np.empty(n, dtype=np.float64)
+        bad = np.zeros(n, dtype=bool)
+        todo = np.flatnonzero(short)
+        lens = e - s
+        for _ in range(_MAX_LAYOUTS):
+            if todo.size == 0:
+                break
+            first = self.joined[int(s[todo[0]]) : int(e[todo[0]])]
+            dot = first.rfind(b".")
+            decimals = -1 if dot < 0 else len(first) - 1 - dot
+            parsed, ok = _parse_words(words[todo], lens[todo], decimals)
+            values[todo[ok]] = parsed[ok]
+            if ok.all():
+                todo = todo[:0]
+                break
+            if not ok.any() and _ == 0:
+                break
+            todo = todo[~ok]
+        rest = np.concatenate([todo, np.flatnonzero(~short)])
+        if rest.size:
+            v, b = _to_float(self.strings(s[rest], e[rest]))
+            values[rest] = v
+            bad[rest] = b
+        return values, bad
+
+    def event_codes(self, s: IntArray, e: IntArray) -> IntArray:
+        """Type code of each eventType field (-1 when unknown); ``sz``/``bckg`` fast."""
+        lens = e - s
+        p = self.padded
+        b0, b1 = p[s + 8], p[s + 9]
+        is_sz = (lens == 2) & (b0 == ord("s")) & (b1 == ord("z"))
+        is_bckg = (lens == 4) & (b0 == ord("b")) & (b1 == ord("c"))
+        is_bckg &= (p[s + 10] == ord("k")) & (p[s + 11] == ord("g"))
+        codes = np.full(s.shape[0], -1, dtype=np.int64)
+        codes[is_sz] = _SZ_CODE
+        codes[is_bckg] = _BCKG_CODE
+        rest = np.flatnonzero(~(is_sz | is_bckg))
+        if rest.size:
+            codes[rest] = _type_codes(self.strings(s[rest], e[rest]))
+        return codes
+
+
+def _parse_words(
+    words: NDArray[np.uint64], lens: IntArray, decimals: int
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """Parse right-aligned ``digits[.digits]`` words with ``decimals`` digits after the dot."""
+    lens8 = np.clip(lens, 1, 8).astype(np.uint64)
+    # The bytes before the field become '0' digits.
+    v = words | (_ASCII_ZEROS & ~(_ALL_ONES << (_U64(8) * (_U64(8) - lens8))))
+    ok = np.ones(words.shape[0], dtype=bool)
+    if decimals >= 0:
+        dot_shift = _U64(8 * (7 - decimals))
+        ok &= ((v >> dot_shift) & _U64(0xFF)) == _U64(ord("."))
+        below = v & ((_U64(1) << dot_shift) - _U64(1))
+        above = (v >> (dot_shift + _U64(8))) << (dot_shift + _U64(8)) if decimals else _U64(0)
+        # Drop the dot: the integer digits move up one byte, a '0' enters at the bottom.
+        v = above | (below << _U64(8)) | _U64(0x30)
+    with np.errstate(over="ignore"):
+        ok &= (v & _HIGH_NIBBLES) == _ASCII_ZEROS
+        ok &= ((v + _PLUS_SIX) & _HIGH_NIBBLES) == _ASCII_ZEROS
+    mantissa = _eight_digits(v).astype(np.float64)
+    scale = 10.0 ** max(decimals, 0)
+    return mantissa / scale, ok
 
 
 @dataclass
@@ -567,42 +691,41 @@ class _Grid:
 
 
 def _regular_grid(
-    joined: bytes,
     buf: NDArray[np.uint8],
-    bodies: list[bytes],
+    sizes: IntArray,
     members: IntArray,
     header_rows: IntArray,
     ncols: int,
 ) -> _Grid | None:
     """The fast layout: every line has exactly ``ncols - 1`` tabs (no blank lines)."""
-    n_lines = np.fromiter((b.count(b"\n") for b in bodies), dtype=np.int64, count=len(bodies))
-    total = int(n_lines.sum())
     sep = np.flatnonzero(buf <= 10)
-    if sep.size != total * ncols or joined.count(b"\t") + total != sep.size:
+    if sep.size % ncols:
         return None
-    grid = sep.reshape(total, ncols)
-    # All separators are tabs or newlines and every row of the grid ends with a newline, so
-    # every line has exactly ncols - 1 tabs.
-    if not bool((buf[grid[:, -1]] == 10).all()):
+    grid = sep.reshape(-1, ncols)
+    # Every separator is a tab, except the last of each row, a newline: then every line has
+    # exactly ncols - 1 tabs.
+    if not (bool((buf[grid[:, -1]] == 10).all()) and bool((buf[grid[:, :-1]] == 9).all())):
         return None
     line_end = grid[:, -1]
     line_start = np.empty_like(line_end)
     line_start[:1] = 0
     line_start[1:] = line_end[:-1] + 1
-    row_offset = np.zeros(len(bodies) + 1, dtype=np.int64)
-    np.cumsum(n_lines, out=row_offset[1:])
+    # Every body ends with a newline: a file's last row ends one byte before the next file.
+    row_offset = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
+    row_offset[1:] = np.searchsorted(line_end, np.cumsum(sizes) - 1) + 1
+    n_rows = np.diff(row_offset)
 
     def locate(idx: IntArray) -> IntArray:
         local = np.searchsorted(row_offset, idx, side="right") - 1
         return header_rows[local] + 1 + (idx - row_offset[local])
 
-    return _Grid(np.repeat(members, n_lines), line_start, line_end, lambda j: grid[:, j], locate)
+    return _Grid(np.repeat(members, n_rows), line_start, line_end, lambda j: grid[:, j], locate)
 
 
 def _irregular_grid(
     files: list[_File],
     buf: NDArray[np.uint8],
-    bodies: list[bytes],
+    bodies: list[bytes | memoryview],
     members: IntArray,
     header_rows: IntArray,
     ncols: int,
@@ -647,51 +770,59 @@ def _parse_group(files: list[_File], members_list: list[int], layout: _Layout) -
     joined = b"".join(bodies)
     buf = np.frombuffer(joined, dtype=np.uint8)
     members = np.asarray(members_list, dtype=np.int64)
+    sizes = np.fromiter((len(b) for b in bodies), dtype=np.int64, count=len(bodies))
     header_rows = np.array([files[m].header_row for m in members_list], dtype=np.int64)
     ncols = len(layout.columns)
-    grid = _regular_grid(joined, buf, bodies, members, header_rows, ncols)
+    grid = _regular_grid(buf, sizes, members, header_rows, ncols)
     if grid is None:
         grid = _irregular_grid(files, buf, bodies, members, header_rows, ncols)
     sink = _ErrorSink(files, grid.row_file, grid.locate)
+    fields = _Fields(joined, buf)
 
-    padded = np.concatenate([buf, np.zeros(_MAX_FIELD_BYTES + 1, dtype=np.uint8)])
-    values: dict[str, NDArray[np.bytes_]] = {}
+    bounds: dict[str, tuple[IntArray, IntArray]] = {}
     for col in REQUIRED_COLUMNS:
         j = layout.index[col]
         s = grid.line_start if j == 0 else grid.tab_of(j - 1) + 1
         e = grid.line_end if j == ncols - 1 else grid.tab_of(j)
-        width = e - s
-        too_long = width > _MAX_FIELD_BYTES
+        too_long = (e - s) > _MAX_FIELD_BYTES
         if too_long.any():
             sink.flag(too_long, f"{col} value is longer than {_MAX_FIELD_BYTES} bytes")
             e = np.minimum(e, s + _MAX_FIELD_BYTES)
-            width = e - s
-        w = int(width.max()) if width.size else 1
-        values[col] = _gather(padded, s, e, w)
+        bounds[col] = (s, e)
 
-    onset, bad_on = _numbers(values["onset"])
-    duration, bad_du = _numbers(values["duration"])
-    rec_dur, bad_rd = _numbers(values["recordingDuration"])
-    for col, bad in (("onset", bad_on), ("duration", bad_du), ("recordingDuration", bad_rd)):
-        sink.flag(bad, _not_a_number(col, values[col]))
+    parsed: dict[str, FloatArray] = {}
+    for col in ("onset", "duration", "recordingDuration"):
+        s, e = bounds[col]
+        parsed[col], bad = fields.numbers(s, e)
+        sink.flag(bad, _not_a_number(col, fields, s, e))
+    onset, duration, rec_dur = parsed["onset"], parsed["duration"], parsed["recordingDuration"]
     finite_on, finite_du, finite_rd = (
         np.isfinite(onset),
         np.isfinite(duration),
         np.isfinite(rec_dur),
     )
-    sink.flag(~finite_on & ~bad_on, lambda i: f"onset is {onset[i]}")
-    sink.flag(~finite_du & ~bad_du, lambda i: f"duration is {duration[i]}")
-    sink.flag(~finite_rd & ~bad_rd, lambda i: f"recordingDuration is {rec_dur[i]}")
+    if not (finite_on.all() and finite_du.all() and finite_rd.all()):
+        nan_text = np.isnan(onset) | np.isnan(duration) | np.isnan(rec_dur)
+        sink.flag(~finite_on & ~nan_text, lambda i: f"onset is {onset[i]}")
+        sink.flag(~finite_du & ~nan_text, lambda i: f"duration is {duration[i]}")
+        sink.flag(~finite_rd & ~nan_text, lambda i: f"recordingDuration is {rec_dur[i]}")
+        sink.flag(np.isnan(onset), lambda i: f"onset is {fields.text(*bounds['onset'], i)}")
+        sink.flag(
+            np.isnan(duration), lambda i: f"duration is {fields.text(*bounds['duration'], i)}"
+        )
+        sink.flag(
+            np.isnan(rec_dur),
+            lambda i: f"recordingDuration is {fields.text(*bounds['recordingDuration'], i)}",
+        )
     sink.flag(onset < 0, lambda i: f"negative onset {onset[i]}")
     sink.flag(duration < 0, lambda i: f"negative duration {duration[i]}")
     sink.flag(rec_dur <= 0, lambda i: f"recordingDuration must be > 0, got {rec_dur[i]}")
 
-    codes = _type_codes(values["eventType"])
-    types_raw = values["eventType"]
+    codes = fields.event_codes(*bounds["eventType"])
     sink.flag(
         codes < 0,
         lambda i: (
-            f"unknown eventType {_field_text(types_raw[i])!r} "
+            f"unknown eventType {fields.text(*bounds['eventType'], i)!r} "
             "(expected 'bckg' or an SzCORE seizure type such as 'sz', 'sz_foc_ia', 'sz_gen_m')"
         ),
     )
