@@ -169,13 +169,16 @@ def score_dataset(
 def _read(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
+        # A short read of a regular file means its end: one read for the usual small file.
+        size = 1 << 20
+        chunk = os.read(fd, size)
+        if len(chunk) < size:
+            return chunk
+        chunks = [chunk]
+        while chunk:
+            chunk = os.read(fd, size)
             chunks.append(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return b"".join(chunks)
     finally:
         os.close(fd)
 
