@@ -849,7 +849,20 @@ def _parse_group(files: list[_File], members_list: list[int], layout: _Layout) -
     return _Rows(grid.row_file[ok], onset[ok], duration[ok], rec_dur[ok], codes[ok])
 
 
-def _parse_many(texts: Sequence[tuple[bytes, str]]) -> list[Annotations | AnnotationError]:
+@dataclass
+class _Parsed:
+    """Many parsed files as arrays: what scoring needs, without an object per file."""
+
+    errors: list[AnnotationError | None]  # per file
+    sources: list[str]
+    durations: FloatArray  # recordingDuration per file (NaN for files with errors)
+    events: FloatArray  # (m, 2) normalised events of all files, grouped by file
+    codes: IntArray  # (m,) type codes
+    file: IntArray  # (m,) file of each event, non-decreasing
+    bounds: IntArray  # (n_files + 1,) events of file i are events[bounds[i]:bounds[i + 1]]
+
+
+def _parse_arrays(texts: Sequence[tuple[bytes, str]]) -> _Parsed:
     """Parse many annotation files in one vectorised pass.
 
     Files with the same header are concatenated and parsed together; an error in one file
@@ -877,22 +890,36 @@ def _parse_many(texts: Sequence[tuple[bytes, str]]) -> list[Annotations | Annota
     duration_of_file[has_rows] = rows.rec_duration[bounds[:-1][has_rows]]
 
     sz = rows.code != _BCKG_CODE
-    ev_file = rows.file[sz]
     ev_on = rows.onset[sz]
-    ev_end = ev_on + rows.duration[sz]
-    ev_events, ev_codes, ev_file_m = _normalise_batch(ev_file, ev_on, ev_end, rows.code[sz])
-    ev_events.flags.writeable = False
-    ev_bounds = np.searchsorted(ev_file_m, np.arange(n_files + 1)).tolist()
-    names = _TYPE_NAMES[ev_codes]
+    ev_events, ev_codes, ev_file = _normalise_batch(
+        rows.file[sz], ev_on, ev_on + rows.duration[sz], rows.code[sz]
+    )
+    return _Parsed(
+        [f.error for f in files],
+        [f.source for f in files],
+        duration_of_file,
+        ev_events,
+        ev_codes,
+        ev_file,
+        np.searchsorted(ev_file, np.arange(n_files + 1)),
+    )
+
+
+def _parse_many(texts: Sequence[tuple[bytes, str]]) -> list[Annotations | AnnotationError]:
+    """Parse many annotation files in one vectorised pass into Annotations (or errors)."""
+    parsed = _parse_arrays(texts)
+    parsed.events.flags.writeable = False
+    names = _TYPE_NAMES[parsed.codes]
     names.flags.writeable = False
-    durations = duration_of_file.tolist()
+    ev_bounds = parsed.bounds.tolist()
+    durations = parsed.durations.tolist()
     out: list[Annotations | AnnotationError] = []
-    for i, f in enumerate(files):
-        if f.error is not None:
-            out.append(f.error)
+    for i, err in enumerate(parsed.errors):
+        if err is not None:
+            out.append(err)
             continue
         lo, hi = ev_bounds[i], ev_bounds[i + 1]
-        out.append(Annotations(ev_events[lo:hi], names[lo:hi], durations[i], f.source))
+        out.append(Annotations(parsed.events[lo:hi], names[lo:hi], durations[i], parsed.sources[i]))
     return out
 
 

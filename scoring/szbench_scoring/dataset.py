@@ -7,9 +7,11 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from szbench_scoring.annotations import AnnotationError, Annotations, _parse_many
+import numpy as np
+
+from szbench_scoring.annotations import AnnotationError, _parse_arrays, _Parsed
 from szbench_scoring.report import DatasetReport, RecordingResult, aggregate
-from szbench_scoring.scoring import ScoringParams, score_many
+from szbench_scoring.scoring import ScoringParams, _score_batch
 
 __all__ = ["DatasetLayoutError", "find_recordings", "score_dataset"]
 
@@ -220,32 +222,76 @@ class _Batch:
 
     def score(self, params: ScoringParams, strict: bool) -> list[RecordingResult]:
         n = len(self.files)
-        parsed = _parse_many(self.texts + self.hyp_texts)
+        parsed = _parse_arrays(self.texts + self.hyp_texts)
+        fs = params.mask_fs_hz
+        hyp_file = np.asarray(self.hyp_of, dtype=np.int64)
+        has_hyp = hyp_file >= 0
+        hyp_file = np.where(has_hyp, hyp_file + n, -1)
+        # int(recordingDuration * fs): NaN (a file with an error) becomes -1, never used.
+        dur = np.nan_to_num(parsed.durations * fs, nan=-1.0)
+        n_mask_file = np.floor(dur).astype(np.int64)
+        n_ref = n_mask_file[:n]
+        n_hyp = np.where(has_hyp, n_mask_file[np.maximum(hyp_file, 0)], n_ref)
+
         out: list[RecordingResult | None] = [None] * n
-        pairs: list[tuple[Annotations, Annotations | None]] = []
-        pair_index: list[int] = []
+        errors = parsed.errors
+        scored: list[int] = []
         for i, rec in enumerate(self.files):
-            ref = self.errors.get((0, i), parsed[i])
-            j = self.hyp_of[i]
-            hyp = None if j < 0 else self.errors.get((1, i), parsed[n + j])
-            err = ref if isinstance(ref, AnnotationError) else hyp
-            if isinstance(err, AnnotationError):
-                out[i] = RecordingResult(rec.subject, rec.recording, None, err, j < 0)
-                continue
-            assert isinstance(ref, Annotations)
-            assert not isinstance(hyp, AnnotationError)
-            pairs.append((ref, hyp))
-            pair_index.append(i)
-        for i, res in zip(pair_index, score_many(pairs, params), strict=True):
-            rec = self.files[i]
-            missing = self.hyp_of[i] < 0
-            if isinstance(res, AnnotationError):
-                out[i] = RecordingResult(rec.subject, rec.recording, None, res, missing)
+            missing = not has_hyp[i]
+            err = self.errors.get((0, i)) or errors[i]
+            if err is None and not missing:
+                err = self.errors.get((1, i)) or errors[hyp_file[i]]
+            if err is None:
+                err = _duration_error(parsed, i, int(hyp_file[i]), int(n_ref[i]), int(n_hyp[i]), fs)
+            if err is not None:
+                out[i] = RecordingResult(rec.subject, rec.recording, None, err, missing)
             else:
-                out[i] = RecordingResult(rec.subject, rec.recording, res, None, missing)
+                scored.append(i)
+
+        # Events of the scored recordings, numbered 0..len(scored)-1, from the parsed arrays.
+        rec_of_file = np.full(len(parsed.errors), -1, dtype=np.int64)
+        idx = np.asarray(scored, dtype=np.int64)
+        rec_of_file[idx] = np.arange(idx.shape[0])
+        ref_rec = rec_of_file[parsed.file]
+        rec_of_file[:] = -1
+        rec_of_file[hyp_file[idx][has_hyp[idx]]] = np.flatnonzero(has_hyp[idx])
+        hyp_rec = rec_of_file[parsed.file]
+        keep_ref, keep_hyp = ref_rec >= 0, hyp_rec >= 0
+        scores = _score_batch(
+            parsed.events[keep_ref],
+            ref_rec[keep_ref],
+            parsed.events[keep_hyp],
+            hyp_rec[keep_hyp],
+            n_ref[idx],
+            params,
+        )
+        for i, score in zip(scored, scores, strict=True):
+            rec = self.files[i]
+            out[i] = RecordingResult(rec.subject, rec.recording, score, None, not has_hyp[i])
         results = [r for r in out if r is not None]
         if strict:
             for r in results:
                 if r.error is not None:
                     raise r.error
         return results
+
+
+def _duration_error(
+    parsed: _Parsed, ref: int, hyp: int, n_ref: int, n_hyp: int, fs: int
+) -> AnnotationError | None:
+    """The same checks as :func:`score_many`, on parsed arrays."""
+    ref_dur = float(parsed.durations[ref])
+    if n_ref <= 0:
+        return AnnotationError(
+            parsed.sources[ref],
+            None,
+            f"recordingDuration {ref_dur} s is shorter than one mask sample at {fs} Hz",
+        )
+    if hyp >= 0 and n_hyp != n_ref:
+        return AnnotationError(
+            parsed.sources[hyp],
+            None,
+            f"recordingDuration {float(parsed.durations[hyp])} s does not match the "
+            f"reference's {ref_dur} s ({n_hyp} vs {n_ref} samples at {fs} Hz)",
+        )
+    return None

@@ -197,3 +197,32 @@ def test_recording_result_needs_score_or_error():
         RecordingResult("sub-01", "a", None)
     with pytest.raises(ValueError, match="either a score or an error"):
         RecordingResult("sub-01", "a", RecordingScore.zero(), AnnotationError("p", None, "x"))
+
+
+def test_dataset_path_equals_recording_by_recording(tmp_path: Path, monkeypatch):
+    """The batched dataset path (several batches) gives each recording's own score."""
+    from szbench_scoring import dataset, read_annotations, score_recording
+
+    monkeypatch.setattr(dataset, "_BATCH_BYTES", 2000)
+    rng = np.random.default_rng(9)
+    ref, hyp = tmp_path / "ref", tmp_path / "hyp"
+    for i in range(60):
+        s = f"{i % 7:02d}"
+        dur = float(rng.integers(300, 3600)) + float(rng.choice([0, 0.5]))
+        on = np.sort(rng.uniform(0, dur - 1, rng.integers(0, 5)))
+        r_ev = [(a, min(dur, a + rng.uniform(0, 400))) for a in on]
+        on = rng.uniform(0, dur - 1, rng.integers(0, 12))
+        h_ev = [(a, a + rng.uniform(0, 120)) for a in on]  # unsorted, overlapping
+        write_annotations(ref / rel(s, f"{i:02d}"), r_ev, dur, decimals=int(rng.integers(1, 4)))
+        if rng.random() < 0.85:
+            write_annotations(hyp / rel(s, f"{i:02d}"), h_ev, dur, decimals=2)
+    rep = score_dataset(ref, hyp)
+    assert rep.complete
+    assert len(rep.recordings) == 60
+    for r in rep.recordings:
+        h = hyp / r.recording
+        expected = score_recording(
+            read_annotations(ref / r.recording), read_annotations(h) if h.exists() else None
+        )
+        assert r.score == expected
+        assert r.hypothesis_missing == (not h.exists())
