@@ -459,8 +459,9 @@ def _prepare(data: bytes, source: str) -> _File:
         return f
     # A view, not a copy: the batch joins the bodies once.
     body: bytes | memoryview = memoryview(data)[cut + 1 :]
-    if data[-1:] != b"\n":
-        body = data[cut + 1 :] + b"\n"
+    if data[-1:] != b"\n" or data[-2:] == b"\n\n":
+        # Trailing blank lines would send the whole batch down the slower irregular path.
+        body = data[cut + 1 :].rstrip(b"\n") + b"\n"
     f.body = body
     f.layout = layout
     return f

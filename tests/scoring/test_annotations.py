@@ -274,3 +274,9 @@ def test_number_parsing_flags_non_numbers():
     values, bad = _parse_fields(texts)
     assert bad.tolist() == [False, True, True, True, True, True, True, True, False]
     assert values[0] == 1.0
+
+
+def test_trailing_blank_lines_are_skipped():
+    assert parse_annotations(tsv(row("1", "2")) + "\n\n\n").events.tolist() == [[1.0, 3.0]]
+    e = err(tsv(row(), row(duration="-1")) + "\n\n")
+    assert e.row == 3
