@@ -414,7 +414,9 @@ def _physical_range(lo: float, hi: float) -> tuple[str, str]:
     if not np.isfinite(lo) or not np.isfinite(hi) or hi - lo < 1.0:
         mid = 0.0 if not np.isfinite(lo + hi) else (lo + hi) / 2
         lo, hi = mid - 1.0, mid + 1.0
-    lo_s, hi_s = _fmt(np.floor(lo * 10) / 10), _fmt(np.ceil(hi * 10) / 10)
+    lo_s, hi_s = _fmt(lo), _fmt(hi)
+    if float(lo_s) != lo or float(hi_s) != hi:
+        lo_s, hi_s = _fmt(np.floor(lo * 10) / 10), _fmt(np.ceil(hi * 10) / 10)
     # Formatting may round inwards when precision is dropped; widen until it covers the range.
     while float(lo_s) > lo:
         lo_s = _fmt(float(lo_s) - max(1.0, abs(float(lo_s)) * 1e-4))
@@ -658,7 +660,8 @@ def standardise_recording(
         lo - _RESAMPLE_HEADROOM * span * (ratio != 1),
         hi + _RESAMPLE_HEADROOM * span * (ratio != 1),
     )
-    full_lo, full_hi = np.full(len(CHANNELS), -1.0), np.full(len(CHANNELS), 1.0)
+    # Flat-filled channels: a range in which 0 is exactly a digital value.
+    full_lo, full_hi = np.full(len(CHANNELS), -32.768), np.full(len(CHANNELS), 32.767)
     full_lo[index], full_hi[index] = lo, hi
 
     start = _meas_date(raw)
