@@ -23,7 +23,7 @@ def sine_signals(
 ) -> dict[str, tuple[float, np.ndarray]]:
     """One distinct sinusoid plus noise per channel (µV), so channels can be told apart."""
     rng = np.random.default_rng(seed)
-    t = np.arange(int(round(duration_s * sfreq_hz))) / sfreq_hz
+    t = np.arange(round(duration_s * sfreq_hz)) / sfreq_hz
     out = {}
     for i, label in enumerate(labels):
         x = 40 * np.sin(2 * np.pi * (2 + i % 17) * t + i) + 5 * rng.standard_normal(t.size)

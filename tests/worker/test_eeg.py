@@ -143,7 +143,8 @@ def test_chunked_resampling_equals_whole_signal_resampling(tmp_path: Path, sfreq
     car = source[:19] - source[:19].mean(axis=0)
     ratio = eeg._resample_ratio(sfreq)
     whole = resample_poly(car, ratio.numerator, ratio.denominator, axis=1)[:, : 25 * 256]
-    assert out_sfreq == 256 and data.shape == (19, 25 * 256)
+    assert out_sfreq == 256
+    assert data.shape == (19, 25 * 256)
     step = (np.array([float(x) for x in _physical_maxima(tmp_path / "b.edf")]) * 2) / 65535
     assert np.all(np.abs(data - whole).max(axis=1) <= step + 1e-9)
 
@@ -175,7 +176,7 @@ def test_channels_with_different_sampling_rates(tmp_path: Path) -> None:
     # EEG at 512 Hz except two at 256 Hz; ECG at 1024 Hz must not drive the rate.
     signals = sine_signals([f"EEG {c}-REF" for c in CHANNELS], 512, 20)
     for c in ("Cz", "Pz"):
-        fs, x = signals[f"EEG {c}-REF"]
+        _fs, x = signals[f"EEG {c}-REF"]
         signals[f"EEG {c}-REF"] = (256.0, x[::2])
     signals.update(sine_signals(["ECG"], 1024, 20))
     src = write_edf(tmp_path / "mixed.edf", signals)
@@ -183,9 +184,12 @@ def test_channels_with_different_sampling_rates(tmp_path: Path) -> None:
     assert info.sfreq_hz == 512
     result = standardise_recording(src, tmp_path / "out.edf", info=info)
     data, sfreq, labels = read(tmp_path / "out.edf")
-    assert sfreq == 256 and data.shape == (19, 20 * 256) and labels == list(OUTPUT_LABELS)
+    assert sfreq == 256
+    assert data.shape == (19, 20 * 256)
+    assert labels == list(OUTPUT_LABELS)
     assert result.source_sfreq_hz == 512
-    assert np.isfinite(data).all() and np.abs(data).max() > 10
+    assert np.isfinite(data).all()
+    assert np.abs(data).max() > 10
 
 
 def test_missing_channels_are_rejected_with_the_list(tmp_path: Path) -> None:
@@ -206,7 +210,8 @@ def test_missing_channels_flat_filled_when_allowed(tmp_path: Path) -> None:
     assert "flat-filled:O2,T6" in result.flags
     data, _, labels_out = read(tmp_path / "out.edf")
     assert labels_out == list(OUTPUT_LABELS)
-    assert np.all(data[CHANNELS.index("O2")] == 0) and np.all(data[CHANNELS.index("T6")] == 0)
+    assert np.all(data[CHANNELS.index("O2")] == 0)
+    assert np.all(data[CHANNELS.index("T6")] == 0)
     assert np.abs(data[CHANNELS.index("O1")]).max() > 1
     # The average is over the electrodes that exist.
     assert np.abs(data.sum(axis=0)).max() < 0.5
@@ -217,7 +222,7 @@ def test_missing_channels_flat_filled_when_allowed(tmp_path: Path) -> None:
 
 def test_real_pyedflib_file_without_eeg_labels_names_what_is_missing(tmp_path: Path) -> None:
     real = PYEDFLIB_DATA / "test_generator.edf"
-    with pytest.raises(MissingChannelsError, match="test_generator.edf: missing channels: Fp1"):
+    with pytest.raises(MissingChannelsError, match=r"test_generator\.edf: missing channels: Fp1"):
         standardise_recording(real, tmp_path / "out.edf")
     assert len(MissingChannelsError(real, CHANNELS).missing) == 19
 
@@ -230,13 +235,17 @@ def test_real_pyedflib_edf_relabelled_is_standardised(tmp_path: Path) -> None:
     electrodes = ["EEG FP1-REF", "EEG F3-REF", "EEG C3-REF", "EEG P3-REF"]
     electrodes += ["EEG O1-REF", "EEG F7-REF", "EEG T7-REF", "EEG P7-REF"]
     src = relabel(
-        PYEDFLIB_DATA / "test_generator.edf", tmp_path / "gen.edf", dict(zip(names, electrodes))
+        PYEDFLIB_DATA / "test_generator.edf",
+        tmp_path / "gen.edf",
+        dict(zip(names, electrodes, strict=True)),
     )
     result = standardise_recording(src, tmp_path / "out.edf", allow_flat_fill=True)
-    assert result.source_sfreq_hz == 200 and result.duration_s == 600
+    assert result.source_sfreq_hz == 200
+    assert result.duration_s == 600
     assert "resampled" in result.flags
     data, sfreq, _ = read(tmp_path / "out.edf")
-    assert sfreq == 256 and data.shape == (19, 600 * 256)
+    assert sfreq == 256
+    assert data.shape == (19, 600 * 256)
     # The 8 Hz sine is still an 8 Hz sine on F3 after re-referencing and resampling.
     f3 = data[CHANNELS.index("F3")]
     source, _, labels = read(src)
@@ -252,12 +261,13 @@ def test_real_pyedflib_bdf_is_read_through_mne(tmp_path: Path) -> None:
     src = relabel(
         PYEDFLIB_DATA / "test_generator.bdf",
         tmp_path / "gen.bdf",
-        dict(zip(names, ["Fp1", "Fp2", "Cz", "O1", "O2"])),
+        dict(zip(names, ["Fp1", "Fp2", "Cz", "O1", "O2"], strict=True)),
     )
     result = standardise_recording(src, tmp_path / "out.edf", allow_flat_fill=True)
     assert result.source_sfreq_hz == 1000
     data, sfreq, _ = read(tmp_path / "out.edf")
-    assert sfreq == 256 and data.shape == (19, 30 * 256)
+    assert sfreq == 256
+    assert data.shape == (19, 30 * 256)
     assert np.abs(data[CHANNELS.index("Fp1")]).max() > 1
 
 
@@ -266,7 +276,8 @@ def test_real_single_channel_file_upsampled(tmp_path: Path) -> None:
     result = standardise_recording(
         PYEDFLIB_DATA / "test_subsecond.edf", tmp_path / "out.edf", allow_flat_fill=True
     )
-    assert result.source_sfreq_hz == 128 and result.duration_s == 698
+    assert result.source_sfreq_hz == 128
+    assert result.duration_s == 698
     assert "flat-filled:" + ",".join(c for c in CHANNELS if c != "Fp1") in result.flags
 
 
@@ -371,7 +382,8 @@ def test_brainvision_and_eeglab_are_read_through_mne(tmp_path: Path) -> None:
     for name in ("r_eeg.vhdr", "r_eeg.set"):
         result = standardise_recording(tmp_path / name, tmp_path / f"{name}.edf")
         data, sfreq, _ = read(tmp_path / f"{name}.edf")
-        assert sfreq == 256 and data.shape == (19, 12 * 256), name
+        assert sfreq == 256, name
+        assert data.shape == (19, 12 * 256), name
         assert result.source_sfreq_hz == 500
         assert np.abs(data).max() > 10
 
