@@ -1,1 +1,76 @@
-"""Fixtures shared by every part of the suite."""
+"""Fixtures shared by every part of the suite: real PostgreSQL, SQLite, settings."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from szbench import db, migrate
+from szbench.config import get_settings
+
+PG_ADMIN_URL = os.environ.get(
+    "SZBENCH_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, migrated to head."""
+    name = f"szbench_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    migrate.upgrade(url)
+    try:
+        yield url
+    finally:
+        db.reset_engine()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_engine(pg_url: str) -> Iterator[Engine]:
+    engine = db.make_engine(pg_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def db_session(pg_engine: Engine) -> Iterator[Session]:
+    """A session inside a transaction that is rolled back after the test.
+
+    Code under test may commit: with ``create_savepoint`` its commits release savepoints
+    of the outer transaction, which the test then rolls back whole.
+    """
+    conn = pg_engine.connect()
+    outer = conn.begin()
+    session = Session(bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False)
+    try:
+        yield session
+    finally:
+        session.close()
+        outer.rollback()
+        conn.close()
+
+
+@pytest.fixture
+def settings_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[pytest.MonkeyPatch]:
+    """Point the settings at a temporary data dir; set more SZBENCH_* vars via the patcher."""
+    monkeypatch.setenv("SZBENCH_DATA_DIR", str(tmp_path / "data"))
+    for var in ("SZBENCH_DATABASE_URL", "SZBENCH_BROKER_URL"):
+        monkeypatch.delenv(var, raising=False)
+    get_settings.cache_clear()
+    db.reset_engine()
+    yield monkeypatch
+    get_settings.cache_clear()
+    db.reset_engine()

@@ -1,0 +1,73 @@
+"""Engine and session handling.
+
+The request's session dependency commits or rolls back; services only flush. Worker tasks
+and CLI commands open their own scope with :func:`session_scope`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from szbench.config import get_settings
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # The embedded worker writes from threads other than the one that opened the file.
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    kwargs.setdefault("pool_size", 10)
+    kwargs.setdefault("max_overflow", 20)
+    return create_engine(url, **kwargs)
+
+
+@lru_cache
+def get_engine() -> Engine:
+    return make_engine(get_settings().effective_database_url)
+
+
+@lru_cache
+def get_sessionmaker() -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(), expire_on_commit=False)
+
+
+def reset_engine() -> None:
+    """Forget the cached engine (after settings change, in tests and at process fork)."""
+    if get_engine.cache_info().currsize:
+        get_engine().dispose()
+    get_engine.cache_clear()
+    get_sessionmaker.cache_clear()
+
+
+@contextmanager
+def session_scope() -> Iterator[Session]:
+    """A unit of work outside a request: commit on success, roll back on error."""
+    session = get_sessionmaker()()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

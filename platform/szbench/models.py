@@ -1,0 +1,442 @@
+"""Database models (SQLAlchemy 2, typed). The same schema serves PostgreSQL and SQLite.
+
+The API's pydantic schemas live apart from these, per domain, in ``szbench.<domain>.schemas``.
+Enumerations are stored as their string values (no native database enums) so that the
+migrations stay identical on both backends and adding a value needs no type migration.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Deterministic constraint names: Alembic can then alter them on SQLite (batch mode) and
+# PostgreSQL alike, and autogenerate compares them reliably.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[str]: JSON}
+
+
+def _enum(cls: type[enum.Enum], length: int = 32) -> Enum:
+    return Enum(
+        cls,
+        native_enum=False,
+        create_constraint=False,
+        length=length,
+        values_callable=lambda members: [m.value for m in members],
+    )
+
+
+class Role(enum.StrEnum):
+    ADMIN = "admin"
+    RESEARCHER = "researcher"
+    CENTRE = "centre"
+
+
+class Visibility(enum.StrEnum):
+    PUBLIC = "public"
+    PRIVATE = "private"
+
+
+class DatasetKind(enum.StrEnum):
+    # A public sample: recordings and annotations may be served to anyone signed in.
+    PUBLIC_SAMPLE = "public_sample"
+    # Held-out: recordings and annotations are never served to non-admins.
+    HELD_OUT = "held_out"
+
+
+class VersionStatus(enum.StrEnum):
+    """Lifecycle of an algorithm version."""
+
+    PENDING = "pending"  # uploaded, waiting for the smoke test
+    SMOKE_TESTING = "smoke_testing"
+    ACTIVE = "active"  # passed the smoke test; runs on held-out data
+    REJECTED = "rejected"  # failed the smoke test (the submitter's fault)
+    RETIRED = "retired"  # no longer queued on new dataset versions
+
+
+class EvaluationStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SCORING = "scoring"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (EvaluationStatus.DONE, EvaluationStatus.FAILED, EvaluationStatus.CANCELLED)
+
+
+class EvaluationKind(enum.StrEnum):
+    SMOKE_TEST = "smoke_test"  # the public sample recording, before held-out data
+    FULL = "full"
+    RESCORE = "rescore"  # stored detections scored again with other parameters
+
+
+class RunOutcome(enum.StrEnum):
+    """What happened to one recording. Mirrors the runner's outcomes, plus infra faults."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out_of_memory"
+    CRASHED = "crashed"
+    INVALID_OUTPUT = "invalid_output"
+    NO_OUTPUT = "no_output"
+    # Not the submitter's fault: retried, never counted against a quota.
+    INFRASTRUCTURE_ERROR = "infrastructure_error"
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    email: Mapped[str] = mapped_column(String(320), unique=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    role: Mapped[Role] = mapped_column(_enum(Role), default=Role.RESEARCHER)
+    password_hash: Mapped[str | None] = mapped_column(String(256))
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
+    algorithms: Mapped[list[Algorithm]] = relationship(back_populates="owner")
+
+
+class ApiToken(Base):
+    """A bearer token. Only a hash is stored; the secret is shown once, at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    # First characters of the secret, so a user can tell tokens apart in a list.
+    prefix: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    scopes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    user: Mapped[User] = relationship(back_populates="tokens")
+
+
+class Phase(Base):
+    """A challenge phase: its own submission quota, results hidden until published."""
+
+    __tablename__ = "phases"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    slug: Mapped[str] = mapped_column(String(100), unique=True)
+    title: Mapped[str] = mapped_column(String(200), default="")
+    hidden: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Submissions (algorithm versions) per user in this phase; None means unlimited.
+    submission_quota: Mapped[int | None] = mapped_column(Integer)
+    is_open: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Algorithm(Base):
+    __tablename__ = "algorithms"
+    __table_args__ = (UniqueConstraint("owner_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    title: Mapped[str] = mapped_column(String(200), default="")
+    authors: Mapped[str] = mapped_column(String(500), default="")
+    licence: Mapped[str] = mapped_column(String(100), default="")
+    description: Mapped[str] = mapped_column(Text, default="")
+    visibility: Mapped[Visibility] = mapped_column(_enum(Visibility), default=Visibility.PUBLIC)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    owner: Mapped[User] = relationship(back_populates="algorithms")
+    versions: Mapped[list[AlgorithmVersion]] = relationship(
+        back_populates="algorithm", order_by="AlgorithmVersion.id"
+    )
+
+
+class AlgorithmVersion(Base):
+    __tablename__ = "algorithm_versions"
+    __table_args__ = (UniqueConstraint("algorithm_id", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    algorithm_id: Mapped[int] = mapped_column(
+        ForeignKey("algorithms.id", ondelete="CASCADE"), index=True
+    )
+    version: Mapped[str] = mapped_column(String(100))
+    phase_id: Mapped[int | None] = mapped_column(ForeignKey("phases.id"), index=True)
+    # sha256 content digest of the image (the image id for tarballs, the repo digest for pulls).
+    image_digest: Mapped[str | None] = mapped_column(String(100), index=True)
+    image_reference: Mapped[str | None] = mapped_column(String(500))
+    # Where an uploaded tarball is kept on the shared uploads volume (relative path).
+    tarball_path: Mapped[str | None] = mapped_column(String(500))
+    tarball_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    status: Mapped[VersionStatus] = mapped_column(
+        _enum(VersionStatus), default=VersionStatus.PENDING, index=True
+    )
+    status_message: Mapped[str] = mapped_column(Text, default="")
+    # Needs a GPU queue: set by the submitter, checked against the dataset's limits.
+    wants_gpu: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    algorithm: Mapped[Algorithm] = relationship(back_populates="versions")
+    phase: Mapped[Phase | None] = relationship()
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    slug: Mapped[str] = mapped_column(String(100), unique=True)
+    title: Mapped[str] = mapped_column(String(200), default="")
+    description: Mapped[str] = mapped_column(Text, default="")
+    kind: Mapped[DatasetKind] = mapped_column(_enum(DatasetKind), default=DatasetKind.HELD_OUT)
+    # Per-dataset run limits and queue (timeout_s, memory_bytes, cpus, gpu...), overriding
+    # the worker's defaults; see szbench.config.
+    run_limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    versions: Mapped[list[DatasetVersion]] = relationship(
+        back_populates="dataset", order_by="DatasetVersion.id"
+    )
+
+
+class DatasetVersion(Base):
+    __tablename__ = "dataset_versions"
+    __table_args__ = (UniqueConstraint("dataset_id", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(
+        ForeignKey("datasets.id", ondelete="CASCADE"), index=True
+    )
+    version: Mapped[str] = mapped_column(String(100))
+    # The prepared dataset folder (manifest.json, eeg/, annotations/) on the datasets volume.
+    path: Mapped[str] = mapped_column(String(1000))
+    manifest_checksum: Mapped[str] = mapped_column(String(100), default="")
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    dataset: Mapped[Dataset] = relationship(back_populates="versions")
+    recordings: Mapped[list[Recording]] = relationship(
+        back_populates="dataset_version", order_by="Recording.id"
+    )
+
+
+class Recording(Base):
+    __tablename__ = "recordings"
+    __table_args__ = (UniqueConstraint("dataset_version_id", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_version_id: Mapped[int] = mapped_column(
+        ForeignKey("dataset_versions.id", ondelete="CASCADE"), index=True
+    )
+    # The manifest's recording id, e.g. sub-01_ses-01_task-szMonitoring_run-00.
+    key: Mapped[str] = mapped_column(String(300))
+    subject: Mapped[str] = mapped_column(String(100), index=True)
+    session: Mapped[str] = mapped_column(String(100), default="")
+    run: Mapped[str] = mapped_column(String(100), default="")
+    duration_s: Mapped[float] = mapped_column(Float)
+    sfreq_hz: Mapped[float] = mapped_column(Float, default=256.0)
+    source_checksum: Mapped[str] = mapped_column(String(100), default="")
+    # sha256 of the standardised EDF: part of the idempotency key of every run on it.
+    checksum: Mapped[str] = mapped_column(String(100), index=True)
+    # Relative to the dataset version's path.
+    eeg_path: Mapped[str] = mapped_column(String(1000))
+    annotations_path: Mapped[str] = mapped_column(String(1000))
+    flags: Mapped[list[str]] = mapped_column(JSON, default=list)
+
+    dataset_version: Mapped[DatasetVersion] = relationship(back_populates="recordings")
+
+
+class Evaluation(Base):
+    """One algorithm version (image digest) on one dataset version, scored one way."""
+
+    __tablename__ = "evaluations"
+    __table_args__ = (Index("ix_evaluations_dv_status", "dataset_version_id", "status"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    algorithm_version_id: Mapped[int] = mapped_column(
+        ForeignKey("algorithm_versions.id", ondelete="CASCADE"), index=True
+    )
+    dataset_version_id: Mapped[int] = mapped_column(
+        ForeignKey("dataset_versions.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[EvaluationKind] = mapped_column(_enum(EvaluationKind), default=EvaluationKind.FULL)
+    status: Mapped[EvaluationStatus] = mapped_column(
+        _enum(EvaluationStatus), default=EvaluationStatus.QUEUED, index=True
+    )
+    image_digest: Mapped[str] = mapped_column(String(100))
+    # For re-scores: the evaluation whose stored detections are scored again.
+    source_evaluation_id: Mapped[int | None] = mapped_column(ForeignKey("evaluations.id"))
+    scorer_version: Mapped[str] = mapped_column(String(100), default="")
+    scoring_params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # True when scored with the SzCORE defaults: only those rank on the leaderboard.
+    official: Mapped[bool] = mapped_column(Boolean, default=True)
+    # May finished runs of other evaluations with the same (image digest, recording checksum,
+    # scorer version) be reused? False for a re-run, which forces fresh container runs.
+    reuse_runs: Mapped[bool] = mapped_column(Boolean, default=True, server_default="1")
+    # Results of hidden phases are shown to their owner only until an admin publishes them.
+    published: Mapped[bool] = mapped_column(Boolean, default=True)
+    queue: Mapped[str] = mapped_column(String(50), default="cpu")
+    recordings_total: Mapped[int] = mapped_column(Integer, default=0)
+    recordings_done: Mapped[int] = mapped_column(Integer, default=0)
+    # Submitter-safe summary of the failure, if any; the full story is in the runs' admin logs.
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    algorithm_version: Mapped[AlgorithmVersion] = relationship()
+    dataset_version: Mapped[DatasetVersion] = relationship()
+    runs: Mapped[list[RecordingRun]] = relationship(
+        back_populates="evaluation", order_by="RecordingRun.id"
+    )
+    result: Mapped[DatasetResult | None] = relationship(back_populates="evaluation")
+    subject_results: Mapped[list[SubjectResult]] = relationship(
+        back_populates="evaluation", order_by="SubjectResult.subject"
+    )
+
+
+class RecordingRun(Base):
+    """The algorithm on one recording: outcome, detections, counts and provenance.
+
+    At most one per (evaluation, recording), so a retried task can never duplicate a result.
+    Across evaluations a finished run is reused when (image digest, recording checksum,
+    scorer version) match: the key is indexed for that lookup.
+    """
+
+    __tablename__ = "recording_runs"
+    __table_args__ = (
+        UniqueConstraint("evaluation_id", "recording_id"),
+        Index(
+            "ix_recording_runs_reuse_key", "image_digest", "recording_checksum", "scorer_version"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    evaluation_id: Mapped[int] = mapped_column(
+        ForeignKey("evaluations.id", ondelete="CASCADE"), index=True
+    )
+    recording_id: Mapped[int] = mapped_column(ForeignKey("recordings.id", ondelete="CASCADE"))
+    image_digest: Mapped[str] = mapped_column(String(100))
+    recording_checksum: Mapped[str] = mapped_column(String(100))
+    scorer_version: Mapped[str] = mapped_column(String(100))
+    outcome: Mapped[RunOutcome | None] = mapped_column(_enum(RunOutcome))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    # Shown to the submitter: never a host path or anything from the hidden data.
+    submitter_message: Mapped[str] = mapped_column(Text, default="")
+    # Admins only: the bounded container log and the worker's own diagnostics.
+    admin_log: Mapped[str] = mapped_column(Text, default="")
+    # The algorithm's output TSV as produced (kept for re-scoring without a container run).
+    detections_tsv: Mapped[str | None] = mapped_column(Text)
+    # Was this row copied from an earlier run with the same reuse key?
+    reused_from_id: Mapped[int | None] = mapped_column(ForeignKey("recording_runs.id"))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+    event_tp: Mapped[int | None] = mapped_column(Integer)
+    event_fp: Mapped[int | None] = mapped_column(Integer)
+    event_fn: Mapped[int | None] = mapped_column(Integer)
+    event_ref_true: Mapped[int | None] = mapped_column(Integer)
+    sample_tp: Mapped[int | None] = mapped_column(Integer)
+    sample_fp: Mapped[int | None] = mapped_column(Integer)
+    sample_fn: Mapped[int | None] = mapped_column(Integer)
+    sample_ref_true: Mapped[int | None] = mapped_column(Integer)
+    num_samples: Mapped[int | None] = mapped_column(BigInteger)
+
+    # Provenance.
+    worker_host: Mapped[str] = mapped_column(String(200), default="")
+    gpu_model: Mapped[str | None] = mapped_column(String(200))
+    gpu_driver: Mapped[str | None] = mapped_column(String(100))
+    wall_time_s: Mapped[float | None] = mapped_column(Float)
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    evaluation: Mapped[Evaluation] = relationship(back_populates="runs")
+    recording: Mapped[Recording] = relationship()
+
+
+class _Metrics:
+    """Event and sample metrics, NaN stored as NULL."""
+
+    event_sensitivity: Mapped[float | None] = mapped_column(Float)
+    event_precision: Mapped[float | None] = mapped_column(Float)
+    event_f1: Mapped[float | None] = mapped_column(Float)
+    event_fp_rate: Mapped[float | None] = mapped_column(Float)
+    sample_sensitivity: Mapped[float | None] = mapped_column(Float)
+    sample_precision: Mapped[float | None] = mapped_column(Float)
+    sample_f1: Mapped[float | None] = mapped_column(Float)
+    sample_fp_rate: Mapped[float | None] = mapped_column(Float)
+
+
+class SubjectResult(_Metrics, Base):
+    __tablename__ = "subject_results"
+    __table_args__ = (UniqueConstraint("evaluation_id", "subject"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    evaluation_id: Mapped[int] = mapped_column(
+        ForeignKey("evaluations.id", ondelete="CASCADE"), index=True
+    )
+    subject: Mapped[str] = mapped_column(String(100))
+    recordings: Mapped[int] = mapped_column(Integer, default=0)
+    # Summed counts, so pooled figures and re-aggregation need no per-recording scan.
+    counts: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    evaluation: Mapped[Evaluation] = relationship(back_populates="subject_results")
+
+
+class DatasetResult(_Metrics, Base):
+    """The dataset-level figures: per-subject means (ranked on), their std, and pooled."""
+
+    __tablename__ = "dataset_results"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    evaluation_id: Mapped[int] = mapped_column(
+        ForeignKey("evaluations.id", ondelete="CASCADE"), unique=True
+    )
+    subjects: Mapped[int] = mapped_column(Integer, default=0)
+    recordings: Mapped[int] = mapped_column(Integer, default=0)
+    missing_hypotheses: Mapped[int] = mapped_column(Integer, default=0)
+    # The whole report: *_std, pooled metrics, bootstrap intervals, scorer parameters.
+    report: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    evaluation: Mapped[Evaluation] = relationship(back_populates="result")
+
+
+Index("ix_dataset_results_event_f1", DatasetResult.event_f1)
