@@ -106,7 +106,7 @@ def _pink_sos() -> np.ndarray:
     poles = -2 * np.pi * freqs
     zeros = -2 * np.pi * freqs * step
     z, p, k = signal.bilinear_zpk(zeros, poles, 1.0, FS)
-    return signal.zpk2sos(z, p, k)
+    return np.asarray(signal.zpk2sos(z, p, k))
 
 
 _PINK = _pink_sos()
