@@ -19,6 +19,7 @@ smuggle it out through an error message). :attr:`RunResult.admin_log` has everyt
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -313,6 +314,7 @@ def worker_host() -> str:
     return os.environ.get("SZBENCH_WORKER_HOST") or socket.gethostname()
 
 
+@functools.lru_cache(maxsize=16)
 def describe_gpus(device_ids: tuple[str, ...]) -> GpuInfo | None:
     """Model and driver of the given GPUs from ``nvidia-smi`` (ids only when it is absent)."""
     if not device_ids:
