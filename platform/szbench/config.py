@@ -38,12 +38,61 @@ class Settings(BaseSettings):
     runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
     runner_output_tmpfs: bool | None = None  # /output as a size-capped tmpfs; None: when root
     runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local
+    # --- Platform API (auth, uploads, leaderboards) ---
+    # Signs the web session cookie; empty means a random key kept in data_dir/secret_key.
+    secret_key: str = ""
+    # scrypt cost for password hashes (N, a power of two); stored with each hash.
+    password_scrypt_n: int = 2**14
+    # Lifetime of the bearer token that POST /api/v1/auth/login returns (seconds).
+    login_token_ttl_s: int = 7 * 86400
+    session_cookie_name: str = "szbench_session"
+    # Set true behind TLS so browsers send the session cookie over HTTPS only.
+    session_cookie_secure: bool = False
+    # Anyone may create a researcher account (off in centre mode).
+    allow_signup: bool = True
+    # Signed-out visitors may read public leaderboards, algorithms and datasets.
+    anonymous_read: bool = True
+    # Uploaded image tarballs and resumable upload sessions; empty means data_dir/uploads.
+    uploads_dir: Path | None = None
+    max_upload_bytes: int = 20 * 1024**3
+    # Unfinished upload sessions older than this are refused and may be deleted.
+    upload_session_ttl_s: int = 2 * 86400
+    # Accept images whose configured user is root (the worker still drops capabilities).
+    allow_root_images: bool = False
+    # Algorithm versions a user may submit per rolling 24 h across phases (empty: no limit).
+    submissions_per_day: int | None = None
+    # Leaderboard statistics (bootstrap CIs, rank stability) are cached this long (seconds).
+    leaderboard_cache_s: float = 60.0
+    bootstrap_resamples: int = 1000
+    bootstrap_seed: int = 0
+    confidence_level: float = 0.95
+
+    # --- Evaluation pipeline (docs/pipeline.md) -------------------------------------------
+    # Redis re-delivers a task whose worker vanished without acknowledging it after this
+    # long. It must exceed the longest run (runner timeout + image load + scoring), or a
+    # healthy long run is delivered twice (harmless thanks to idempotency, but wasteful).
+    queue_visibility_timeout_s: int = 7200
+    # Retries of infrastructure faults only (engine unreachable, database connection lost),
+    # with exponential backoff capped at task_retry_backoff_max_s.
+    task_max_retries: int = 8
+    task_retry_backoff_max_s: int = 600
+    # Tasks at a time in the embedded (in-process, SQLite-backed queue) worker.
+    embedded_concurrency: int = 1
+    # Slug of the public-sample dataset whose first recording smoke-tests each new algorithm
+    # version; empty or absent: versions are activated without a smoke test (logged).
+    smoke_test_dataset: str = "public-sample"
+    # Staged recordings and run outputs; default data_dir / "work".
+    pipeline_work_dir: Path | None = None
 
     @property
     def effective_database_url(self) -> str:
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'szbench.sqlite3'}"
+
+    @property
+    def effective_uploads_dir(self) -> Path:
+        return self.uploads_dir or self.data_dir / "uploads"
 
 
 @lru_cache
