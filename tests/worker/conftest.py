@@ -83,7 +83,10 @@ def docker_client() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def test_images(docker_client: object) -> dict[str, str]:
-    """Build every image under tests/worker/images once, offline, from the local base image."""
+    """Build every image under tests/worker/images once, offline, from the local base image.
+
+    Returns the image id of each, by directory name.
+    """
     from szbench_worker.docker_runner import build_image, inspect_image
     from szbench_worker.runner import ImageError
 
@@ -91,12 +94,13 @@ def test_images(docker_client: object) -> dict[str, str]:
         inspect_image(BASE_IMAGE, docker_client)  # type: ignore[arg-type]
     except ImageError:
         subprocess.run([str(REPO / "scripts" / "build-base-images.sh")], check=True)
-    tags = {}
+    images = {}
     for directory in sorted(p for p in IMAGES_DIR.iterdir() if (p / "Dockerfile").is_file()):
         tag = f"{TEST_IMAGE_PREFIX}{directory.name}:latest"
-        build_image(directory, tag, docker_client)  # type: ignore[arg-type]
-        tags[directory.name] = tag
-    return tags
+        # Tests run these by image id: a tag is shared with anything else building on this
+        # engine (another checkout's test session) and may move under a running session.
+        images[directory.name] = build_image(directory, tag, docker_client).digest  # type: ignore[arg-type]
+    return images
 
 
 @pytest.fixture
