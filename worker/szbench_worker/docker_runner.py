@@ -594,7 +594,11 @@ class DockerRunner:
             if tsv.is_file() and not tsv.is_symlink():
                 output_dir.mkdir(parents=True, exist_ok=True)
                 copied = output_dir / output_name
-                shutil.copyfile(tsv, copied)
+                try:
+                    shutil.copyfile(tsv, copied)
+                except OSError:  # e.g. mode 0600 for a foreign uid: the check below says so
+                    copied.unlink(missing_ok=True)
+                    copied = None
             check = check_output(
                 copied if copied is not None else tsv,
                 contract_name=output_name,

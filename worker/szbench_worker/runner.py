@@ -253,7 +253,9 @@ def check_output(
     from szbench_scoring import AnnotationError, read_annotations
 
     shown = f"{CONTAINER_OUTPUT_DIR}/{contract_name}"
-    if not tsv.is_file() or tsv.is_symlink():
+    if tsv.is_symlink() or (tsv.exists() and not tsv.is_file()):
+        return OutputCheck(Outcome.INVALID_OUTPUT, f"{shown} must be a regular file.")
+    if not tsv.is_file():
         return OutputCheck(Outcome.NO_OUTPUT, f"The algorithm wrote no {shown}.")
     try:
         annotations = read_annotations(tsv)
