@@ -124,7 +124,7 @@ def test_missing_layer_and_tampered_config(tmp_path: Path) -> None:
     path = tmp_path / "img.tar"
     docker_save(path)
     # Rewrite the archive: drop the layer file.
-    src = tarfile.open(path)
+    src = tarfile.open(path)  # noqa: SIM115 - read by both rewrites below, closed at the end
     out = tmp_path / "nolayer.tar"
     with tarfile.open(out, "w") as dst:
         for m in src.getmembers():
