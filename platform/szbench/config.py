@@ -23,6 +23,20 @@ class Settings(BaseSettings):
     # Celery broker; empty means the embedded mode (tasks run in-process, no Redis).
     broker_url: str = ""
 
+    # Container runner: the limits every algorithm run gets (see docs/algorithm-contract.md).
+    # The challenge's reference per 1 h recording is 10 cores, 40 GB, 1 GPU, 15 min.
+    runner_backend: str = "auto"  # auto | docker | local (trusted local process, demo only)
+    runner_memory_bytes: int = 8 * 1024**3  # RAM, and RAM+swap (no swap)
+    runner_cpus: float = 2.0
+    runner_pids: int = 512  # processes and threads inside the container
+    runner_timeout_s: float = 900.0  # wall clock per recording, then the container is killed
+    runner_tmpfs_bytes: int = 512 * 1024**2  # /tmp (counts against the memory limit)
+    runner_output_bytes: int = 16 * 1024**2  # everything the run writes to /output
+    runner_log_bytes: int = 1024**2  # container logs kept for admins (the tail)
+    runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
+    runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"
+    runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
+    runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local
     # --- Platform API (auth, uploads, leaderboards) ---
     # Signs the web session cookie; empty means a random key kept in data_dir/secret_key.
     secret_key: str = ""
@@ -51,6 +65,23 @@ class Settings(BaseSettings):
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0
     confidence_level: float = 0.95
+
+    # --- Evaluation pipeline (docs/pipeline.md) -------------------------------------------
+    # Redis re-delivers a task whose worker vanished without acknowledging it after this
+    # long. It must exceed the longest run (runner timeout + image load + scoring), or a
+    # healthy long run is delivered twice (harmless thanks to idempotency, but wasteful).
+    queue_visibility_timeout_s: int = 7200
+    # Retries of infrastructure faults only (engine unreachable, database connection lost),
+    # with exponential backoff capped at task_retry_backoff_max_s.
+    task_max_retries: int = 8
+    task_retry_backoff_max_s: int = 600
+    # Tasks at a time in the embedded (in-process, SQLite-backed queue) worker.
+    embedded_concurrency: int = 1
+    # Slug of the public-sample dataset whose first recording smoke-tests each new algorithm
+    # version; empty or absent: versions are activated without a smoke test (logged).
+    smoke_test_dataset: str = "public-sample"
+    # Staged recordings and run outputs; default data_dir / "work".
+    pipeline_work_dir: Path | None = None
 
     @property
     def effective_database_url(self) -> str:

@@ -306,6 +306,9 @@ class Evaluation(Base):
     scoring_params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # True when scored with the SzCORE defaults: only those rank on the leaderboard.
     official: Mapped[bool] = mapped_column(Boolean, default=True)
+    # May finished runs of other evaluations with the same (image digest, recording checksum,
+    # scorer version) be reused? False for a re-run, which forces fresh container runs.
+    reuse_runs: Mapped[bool] = mapped_column(Boolean, default=True, server_default="1")
     # Results of hidden phases are shown to their owner only until an admin publishes them.
     published: Mapped[bool] = mapped_column(Boolean, default=True)
     queue: Mapped[str] = mapped_column(String(50), default="cpu")

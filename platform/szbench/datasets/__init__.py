@@ -1,0 +1,1 @@
+"""Datasets: versions of prepared EEG datasets and their recordings."""

@@ -1,0 +1,1 @@
+"""Evaluations: an algorithm version run and scored on a dataset version."""

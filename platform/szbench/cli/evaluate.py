@@ -1,0 +1,327 @@
+"""``szbench evaluate``: run an algorithm on a local dataset end to end, in embedded mode.
+
+The same tasks as production (start, one task per recording, finalize) run through the
+embedded SQLite-backed queue and an in-process worker; results go to the local database
+under ``data_dir``, so running the same image on the same data again reuses every
+finished recording (and an interrupted evaluation picks up where it stopped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+console = Console(stderr=True)
+
+LOCAL_USER = "local@szbench.invalid"
+
+
+def dataset_content_key(root: Path) -> str:
+    """sha256 over every file's relative path and bytes (the prepared-dataset cache key)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        h.update(rel.encode() + b"\0")
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def prepared_dataset(directory: Path, data_dir: Path) -> tuple[Path, bool]:
+    """The prepared folder for ``directory``, and whether it was a raw BIDS tree.
+
+    A folder with ``manifest.json`` is already prepared. Otherwise it is prepared once into
+    ``data_dir/datasets/<content hash>`` (reused while the input's bytes stay the same).
+    """
+    if (directory / "manifest.json").is_file():
+        return directory, False
+    key = dataset_content_key(directory)
+    target = data_dir / "datasets" / key[:32]
+    if (target / "manifest.json").is_file():
+        console.print(f"Using the prepared copy of {directory} ({target}).")
+        return target, True
+    from szbench_worker.datasets import prepare_dataset
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".prepare-", dir=target.parent))
+    console.print(f"Preparing {directory} (standardising the EEG once; cached by content)...")
+    try:
+        prepare_dataset(directory, scratch)
+        scratch.rename(target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target, True
+
+
+def _runner_and_digest(
+    image: str | None, tar: Path | None, local_process: str | None
+) -> tuple[Any, str, str, str]:
+    """(runner, digest, reference to record, sandbox label)."""
+    from szbench.config import get_settings
+
+    settings = get_settings()
+    if local_process is not None:
+        from szbench_worker.local_runner import LocalProcessRunner
+
+        runner = LocalProcessRunner(local_process, cwd=Path.cwd())
+        return runner, runner.digest, local_process, "trusted local process (NOT sandboxed)"
+    from szbench_worker import docker_runner
+    from szbench_worker.runner import ImageError
+
+    if not docker_runner.engine_available():
+        console.print(
+            "[red]No Docker engine answers.[/red] Start one (scripts/test-services.sh), or run "
+            "the bundled baseline as a trusted local process:\n"
+            "  szbench evaluate --local-process 'python3 examples/baseline/detect.py' "
+            "--dataset DIR"
+        )
+        raise typer.Exit(2)
+    runner = docker_runner.DockerRunner.from_settings(settings)
+    try:
+        if tar is not None:
+            info = docker_runner.load_image_tarball(tar, runner.client)
+            return runner, info.digest, tar.name, "docker sandbox"
+        assert image is not None
+        try:
+            info = docker_runner.inspect_image(image, runner.client)
+        except ImageError:
+            info = docker_runner.pull_image(image, runner.client)
+    except ImageError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    return runner, info.digest, image, "docker sandbox"
+
+
+def _algorithm_version(session: Any, digest: str, reference: str) -> Any:
+    from sqlalchemy import select
+
+    from szbench.models import Algorithm, AlgorithmVersion, User, VersionStatus
+
+    user = session.scalars(select(User).where(User.email == LOCAL_USER)).first()
+    if user is None:
+        user = User(email=LOCAL_USER, name="Local user")
+        session.add(user)
+        session.flush()
+    algorithm = session.scalars(
+        select(Algorithm).where(Algorithm.owner_id == user.id, Algorithm.name == "local")
+    ).first()
+    if algorithm is None:
+        algorithm = Algorithm(owner_id=user.id, name="local", title="Local evaluations")
+        session.add(algorithm)
+        session.flush()
+    version = session.scalars(
+        select(AlgorithmVersion).where(
+            AlgorithmVersion.algorithm_id == algorithm.id, AlgorithmVersion.image_digest == digest
+        )
+    ).first()
+    if version is None:
+        version = AlgorithmVersion(
+            algorithm_id=algorithm.id,
+            version=digest.rsplit(":", 1)[-1][:16],
+            image_digest=digest,
+            image_reference=reference,
+            status=VersionStatus.ACTIVE,
+            status_message="Registered by szbench evaluate.",
+        )
+        session.add(version)
+        session.flush()
+    return user, version
+
+
+def _dataset_version(session: Any, prepared: Path) -> Any:
+    from sqlalchemy import select
+
+    from szbench.datasets.service import create_dataset, read_manifest, register_dataset_version
+    from szbench.errors import SzbenchError
+    from szbench.models import Dataset, DatasetVersion
+
+    try:
+        _, checksum = read_manifest(prepared)
+        slug = f"local-{checksum.rsplit(':', 1)[-1][:16]}"
+        dataset = session.scalars(select(Dataset).where(Dataset.slug == slug)).first()
+        if dataset is None:
+            dataset = create_dataset(session, slug=slug, title=f"Local dataset {prepared.name}")
+        versions = session.scalars(
+            select(DatasetVersion).where(DatasetVersion.dataset_id == dataset.id)
+        ).all()
+        for existing in versions:
+            if existing.path == str(prepared.resolve()) and existing.manifest_checksum == checksum:
+                return existing
+        return register_dataset_version(
+            session, dataset, version=str(len(versions) + 1), prepared_path=prepared
+        )
+    except SzbenchError as exc:
+        console.print(f"[red]{prepared}: {exc.detail}[/red]")
+        raise typer.Exit(2) from exc
+
+
+def _wait(evaluation_id: int, poll_s: float = 0.3) -> Any:
+    from szbench.db import session_scope
+    from szbench.models import Evaluation
+
+    with Progress(
+        TextColumn("[bold]Recordings"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("run", total=None, status="queued")
+        while True:
+            with session_scope() as session:
+                ev = session.get_one(Evaluation, evaluation_id)
+                status, done, total = ev.status, ev.recordings_done, ev.recordings_total
+            progress.update(task, completed=done, total=total or None, status=status.value)
+            if status.finished:
+                return status
+            time.sleep(poll_s)
+
+
+def _recordings(evaluation_id: int, strip_eeg_prefix: bool) -> list[dict[str, Any]]:
+    from sqlalchemy import select
+
+    from szbench.db import session_scope
+    from szbench.models import RecordingRun
+
+    rows = []
+    with session_scope() as session:
+        runs = session.scalars(
+            select(RecordingRun)
+            .where(RecordingRun.evaluation_id == evaluation_id)
+            .order_by(RecordingRun.id)
+        ).all()
+        for run in runs:
+            path = run.recording.eeg_path
+            if strip_eeg_prefix and path.startswith("eeg/"):
+                path = path[len("eeg/") :]
+            rows.append(
+                {
+                    "path": path,
+                    "subject": run.recording.subject,
+                    "outcome": run.outcome.value if run.outcome else None,
+                    "message": run.submitter_message,
+                    "reused": run.reused_from_id is not None,
+                    "event": {"tp": run.event_tp, "fp": run.event_fp, "fn": run.event_fn},
+                }
+            )
+    return rows
+
+
+def evaluate(
+    dataset: Path = typer.Option(
+        ...,
+        "--dataset",
+        exists=True,
+        file_okay=False,
+        help="A prepared dataset (with manifest.json) or a raw SzCORE BIDS tree.",
+    ),
+    image: str | None = typer.Option(None, "--image", help="Docker image on this engine."),
+    tar: Path | None = typer.Option(
+        None, "--tar", exists=True, dir_okay=False, help="`docker save` tarball (.tar/.tar.gz)."
+    ),
+    local_process: str | None = typer.Option(
+        None,
+        "--local-process",
+        help="Run this trusted command instead of a container (NOT sandboxed; for the "
+        "bundled baseline on machines without Docker).",
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write scores + recordings here."),
+    reuse: bool = typer.Option(
+        True, "--reuse/--no-reuse", help="Reuse finished runs of the same image and recording."
+    ),
+) -> None:
+    """Run an algorithm on every recording of a local dataset, score it, print the results."""
+    chosen = [x for x in (image, tar, local_process) if x is not None]
+    if len(chosen) != 1:
+        console.print("[red]Give exactly one of --image, --tar or --local-process.[/red]")
+        raise typer.Exit(2)
+    # The embedded mode: no Redis; the SQLite-backed queue and an in-process worker.
+    os.environ["SZBENCH_BROKER_URL"] = ""
+    from szbench import db, migrate
+    from szbench.config import get_settings
+
+    get_settings.cache_clear()
+    db.reset_engine()
+    settings = get_settings()
+    migrate.upgrade(settings.effective_database_url)
+    prepared, was_raw = prepared_dataset(dataset.resolve(), Path(settings.data_dir))
+    runner, digest, reference, sandbox = _runner_and_digest(image, tar, local_process)
+
+    from szbench.db import session_scope
+    from szbench.evaluations.service import create_evaluation
+    from szbench.models import DatasetResult, EvaluationStatus
+    from szbench_worker import pipeline
+    from szbench_worker.embedded import start_embedded_worker
+
+    pipeline.set_dependencies(pipeline.Dependencies(runner=runner, resolve_image=lambda v: digest))
+    worker = start_embedded_worker(upgrade_database=False)
+    try:
+        with session_scope() as session:
+            user, version = _algorithm_version(session, digest, reference)
+            dv = _dataset_version(session, prepared)
+            evaluation = create_evaluation(
+                session,
+                algorithm_version=version,
+                dataset_version=dv,
+                created_by=user,
+                reuse=reuse,
+            )
+            evaluation_id = evaluation.id
+        console.print(
+            f"Evaluation {evaluation_id}: {reference} ({digest[:19]}...) via {sandbox}, "
+            f"on {dataset}"
+        )
+        status = _wait(evaluation_id)
+    except KeyboardInterrupt:
+        console.print("Interrupted. Finished recordings are kept: the same command reuses them.")
+        raise typer.Exit(130) from None
+    finally:
+        worker.stop()
+        pipeline.set_dependencies(None)
+
+    from sqlalchemy import select
+
+    from szbench.models import Evaluation
+
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        message = ev.message
+        result = session.scalars(
+            select(DatasetResult).where(DatasetResult.evaluation_id == evaluation_id)
+        ).first()
+        report = dict(result.report) if result is not None else None
+    recordings = _recordings(evaluation_id, strip_eeg_prefix=was_raw)
+    if report is not None:
+        from szbench.cli.results_table import report_table
+
+        Console().print(report_table(report, title=f"SzCORE scores ({sandbox})"))
+    failed = [r for r in recordings if r["outcome"] != "ok"]
+    for r in failed:
+        console.print(f"[yellow]{r['path']}: {r['outcome']}: {r['message']}[/yellow]")
+    if message:
+        console.print(message)
+    if json_out is not None:
+        payload: dict[str, Any] = {}
+        if report is not None:
+            payload["sample_results"] = report["sample_results"]
+            payload["event_results"] = report["event_results"]
+        payload["recordings"] = recordings
+        json_out.write_text(json.dumps(payload, indent=2) + "\n")
+        console.print(f"Wrote {json_out}")
+    if status != EvaluationStatus.DONE:
+        console.print(f"[red]Evaluation {status.value}.[/red]")
+        raise typer.Exit(1)

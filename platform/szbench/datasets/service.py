@@ -1,0 +1,200 @@
+"""Dataset services: create a dataset, register a prepared version and its recordings.
+
+A *prepared* dataset is the folder ``szbench dataset prepare`` writes (docs/datasets.md):
+``manifest.json``, ``eeg/`` with standardised EDFs and ``annotations/`` with the reference
+TSVs. Registering a version reads only the manifest (the API host never parses EEG) and
+checks that every file it names exists inside the folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from szbench.errors import BadRequest, Conflict
+from szbench.models import Dataset, DatasetKind, DatasetVersion, Recording
+
+_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+
+#: Keys of ``Dataset.run_limits`` the worker understands (the rest is refused, by name).
+RUN_LIMIT_KEYS = frozenset(
+    {
+        "timeout_s",
+        "memory_bytes",
+        "cpus",
+        "pids",
+        "tmpfs_bytes",
+        "output_bytes",
+        "log_bytes",
+        "queue",
+    }
+)
+
+
+def create_dataset(
+    session: Session,
+    *,
+    slug: str,
+    title: str = "",
+    description: str = "",
+    kind: DatasetKind = DatasetKind.HELD_OUT,
+    run_limits: dict[str, Any] | None = None,
+) -> Dataset:
+    """Create a dataset (no versions yet). Raises Conflict when the slug is taken."""
+    if not _SLUG.fullmatch(slug):
+        raise BadRequest(f"slug: {slug!r} is not a valid slug (lower-case letters, digits, . _ -)")
+    limits = dict(run_limits or {})
+    unknown = sorted(set(limits) - RUN_LIMIT_KEYS)
+    if unknown:
+        raise BadRequest(
+            f"run_limits: unknown key(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(RUN_LIMIT_KEYS))}"
+        )
+    if "queue" in limits and limits["queue"] not in ("cpu", "gpu"):
+        raise BadRequest(f"run_limits.queue: must be 'cpu' or 'gpu', got {limits['queue']!r}")
+    for key, value in limits.items():
+        if key == "queue":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise BadRequest(f"run_limits.{key}: must be a positive number, got {value!r}")
+    if session.scalar(select(Dataset.id).where(Dataset.slug == slug)) is not None:
+        raise Conflict(f"a dataset with slug {slug!r} already exists")
+    dataset = Dataset(
+        slug=slug, title=title or slug, description=description, kind=kind, run_limits=limits
+    )
+    session.add(dataset)
+    session.flush()
+    return dataset
+
+
+def _relative_file(prepared: Path, value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"{field}: must be a non-empty relative path")
+    rel = PurePosixPath(value)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise BadRequest(f"{field}: {value!r} must be a path inside the dataset folder")
+    if not (prepared / rel).is_file():
+        raise BadRequest(f"{field}: {value!r} does not exist in the prepared dataset")
+    return str(rel)
+
+
+def _first(entry: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if name in entry:
+            return entry[name]
+    return None
+
+
+def read_manifest(prepared_path: Path) -> tuple[list[dict[str, Any]], str]:
+    """The recordings listed by ``prepared_path/manifest.json`` and the manifest's sha256.
+
+    Each returned dict has the :class:`~szbench.models.Recording` column names. Raises
+    BadRequest naming the manifest field that is missing or wrong.
+    """
+    manifest = prepared_path / "manifest.json"
+    if not manifest.is_file():
+        raise BadRequest(f"prepared_path: no manifest.json in {prepared_path.name!r}")
+    raw = manifest.read_bytes()
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"manifest.json: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    entries = data.get("recordings") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise BadRequest("manifest.json: 'recordings' must be a non-empty list")
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"manifest.json: recordings[{i}]"
+        if not isinstance(entry, dict):
+            raise BadRequest(f"{where}: must be an object")
+        key = _first(entry, "id", "key", "recording_id")
+        if not isinstance(key, str) or not key:
+            raise BadRequest(f"{where}.id: missing")
+        if key in seen:
+            raise BadRequest(f"{where}.id: {key!r} listed twice")
+        seen.add(key)
+        subject = entry.get("subject")
+        if not isinstance(subject, str) or not subject:
+            raise BadRequest(f"{where}.subject: missing")
+        checksum = entry.get("checksum")
+        if not isinstance(checksum, str) or not checksum:
+            raise BadRequest(f"{where}.checksum: missing")
+        duration = _first(entry, "duration_s", "duration")
+        if isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0:
+            raise BadRequest(f"{where}.duration_s: must be a positive number, got {duration!r}")
+        sfreq = _first(entry, "sfreq_hz", "sfreq") or 256.0
+        flags = entry.get("flags") or []
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise BadRequest(f"{where}.flags: must be a list of strings")
+        rows.append(
+            {
+                "key": key,
+                "subject": subject,
+                "session": str(entry.get("session") or ""),
+                "run": str(entry.get("run") or ""),
+                "duration_s": float(duration),
+                "sfreq_hz": float(sfreq),
+                "source_checksum": str(entry.get("source_checksum") or ""),
+                "checksum": checksum,
+                "eeg_path": _relative_file(
+                    prepared_path, _first(entry, "eeg", "eeg_path"), f"{where}.eeg"
+                ),
+                "annotations_path": _relative_file(
+                    prepared_path,
+                    _first(entry, "annotations", "annotations_path", "events"),
+                    f"{where}.annotations",
+                ),
+                "flags": flags,
+            }
+        )
+    return rows, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def register_dataset_version(
+    session: Session, dataset: Dataset, *, version: str, prepared_path: Path
+) -> DatasetVersion:
+    """Register a prepared folder as a new version of ``dataset``, with its recordings.
+
+    Raises BadRequest naming the manifest field at fault, Conflict when the version exists.
+    """
+    if not version or len(version) > 100:
+        raise BadRequest("version: must be 1 to 100 characters")
+    prepared_path = Path(prepared_path).resolve()
+    if not prepared_path.is_dir():
+        raise BadRequest(f"prepared_path: {prepared_path.name!r} is not a folder")
+    exists = session.scalar(
+        select(DatasetVersion.id).where(
+            DatasetVersion.dataset_id == dataset.id, DatasetVersion.version == version
+        )
+    )
+    if exists is not None:
+        raise Conflict(f"dataset {dataset.slug!r} already has a version {version!r}")
+    rows, manifest_checksum = read_manifest(prepared_path)
+    dv = DatasetVersion(
+        dataset=dataset,
+        version=version,
+        path=str(prepared_path),
+        manifest_checksum=manifest_checksum,
+        is_active=True,
+    )
+    session.add(dv)
+    session.flush()
+    session.add_all(Recording(dataset_version_id=dv.id, **row) for row in rows)
+    session.flush()
+    return dv
+
+
+def find_version_by_manifest(session: Session, manifest_checksum: str) -> DatasetVersion | None:
+    """An existing version registered from an identical manifest (the CLI's cache lookup)."""
+    return session.scalars(
+        select(DatasetVersion)
+        .where(DatasetVersion.manifest_checksum == manifest_checksum)
+        .order_by(DatasetVersion.id)
+    ).first()

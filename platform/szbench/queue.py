@@ -1,0 +1,196 @@
+"""The task queue as the web part sees it: task names, Celery configuration, enqueueing.
+
+The API enqueues tasks *by name* (``send_task``) and never imports the worker, so the API
+image carries neither the docker SDK nor MNE. The worker's Celery app
+(``szbench_worker.celery_app``) is built from the same :func:`celery_config`.
+
+Two brokers, the same tasks:
+
+- production: Redis (``SZBENCH_BROKER_URL=redis://...``);
+- embedded mode (``SZBENCH_BROKER_URL`` empty): kombu's SQLAlchemy transport on a SQLite
+  file under ``data_dir`` (``broker.sqlite3``), consumed by the embedded worker thread that
+  ``szbench serve`` and ``szbench evaluate`` start. Messages survive a restart of the
+  process, so an interrupted local evaluation resumes where it stopped.
+
+A task is sent only after the transaction it depends on has committed
+(:func:`enqueue_after_commit`): a worker can never pick up an id that does not exist yet,
+and a rolled-back request sends nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery
+from kombu import Exchange, Queue
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from szbench.config import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+TASK_START_EVALUATION = "szbench.evaluation.start"  # kwargs: evaluation_id
+TASK_RUN_RECORDING = "szbench.recording.run"  # kwargs: run_id
+TASK_FINALIZE = "szbench.evaluation.finalize"  # kwargs: evaluation_id
+TASK_SMOKE_TEST = "szbench.algorithm.smoke_test"  # kwargs: algorithm_version_id
+TASK_RESCORE = "szbench.evaluation.rescore"  # kwargs: evaluation_id
+
+QUEUE_CPU = "cpu"
+QUEUE_GPU = "gpu"
+QUEUES = (QUEUE_CPU, QUEUE_GPU)
+
+_PENDING_KEY = "szbench_pending_tasks"
+
+
+def embedded_broker_url(settings: Settings) -> str:
+    """The SQLite-backed broker of the embedded mode (a file next to the database)."""
+    return f"sqla+sqlite:///{settings.data_dir / 'broker.sqlite3'}"
+
+
+def is_embedded(settings: Settings | None = None) -> bool:
+    """True when no broker is configured: the embedded, single-machine mode."""
+    return not (settings or get_settings()).broker_url
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings shared by the API (sending) and the worker (consuming).
+
+    Reliability comes from four of them together: a message is acknowledged only after its
+    task returned (``task_acks_late``), it goes back to the queue when the process running
+    it dies (``task_reject_on_worker_lost``), a worker reserves one message at a time
+    (``worker_prefetch_multiplier=1``, so a long container run never holds others hostage),
+    and every task is idempotent, so a second delivery changes nothing.
+    """
+    embedded = is_embedded(settings)
+    if embedded:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        broker = embedded_broker_url(settings)
+        # The SQLAlchemy transport hands its options to create_engine(): SQLite waits for
+        # the lock instead of failing. (It polls an empty queue once a second; a busy queue
+        # is drained without waiting.)
+        transport_options: dict[str, Any] = {
+            "connect_args": {"timeout": 30, "check_same_thread": False},
+        }
+    else:
+        broker = settings.broker_url
+        transport_options = {
+            # Unacknowledged messages of a vanished worker come back after this long.
+            "visibility_timeout": settings.queue_visibility_timeout_s,
+        }
+    exchange = Exchange("szbench", type="direct")
+    return {
+        "broker_url": broker,
+        "broker_transport_options": transport_options,
+        "broker_connection_retry_on_startup": True,
+        # Results live in the database; Celery's result backend would be a second truth.
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        # A task that raises is still acknowledged: its failure is recorded in the
+        # database by the task's on_failure handler, re-delivering it would loop.
+        "task_acks_on_failure_or_timeout": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "task_queues": tuple(Queue(q, exchange, routing_key=q) for q in QUEUES),
+        "task_default_queue": QUEUE_CPU,
+        "task_default_exchange": "szbench",
+        "task_default_routing_key": QUEUE_CPU,
+        "task_create_missing_queues": False,
+        "worker_hijack_root_logger": False,
+        "worker_send_task_events": False,
+        "enable_utc": True,
+    }
+
+
+_client: Celery | None = None
+_client_lock = threading.Lock()
+_sender: Callable[[str, str, dict[str, Any]], None] | None = None
+
+
+def get_celery() -> Celery:
+    """The Celery client used to send tasks (built once from the current settings)."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            app = Celery("szbench-client", set_as_current=False)
+            app.conf.update(celery_config(get_settings()))
+            _client = app
+        return _client
+
+
+def reset_celery() -> None:
+    """Forget the client (after the settings changed: tests, embedded start-up)."""
+    global _client
+    with _client_lock:
+        if _client is not None:
+            _client.close()
+        _client = None
+
+
+def set_sender(sender: Callable[[str, str, dict[str, Any]], None] | None) -> None:
+    """Replace how tasks are sent: ``sender(task_name, queue, kwargs)``; ``None`` restores.
+
+    For unit tests of the services, which check *what* is enqueued without a broker.
+    """
+    global _sender
+    _sender = sender
+
+
+def send_task(task_name: str, *, queue: str = QUEUE_CPU, **kwargs: Any) -> None:
+    """Send a task now. Prefer :func:`enqueue_after_commit` inside a unit of work."""
+    if queue not in QUEUES:
+        raise ValueError(f"unknown queue {queue!r}; expected one of {', '.join(QUEUES)}")
+    if _sender is not None:
+        _sender(task_name, queue, kwargs)
+        return
+    get_celery().send_task(task_name, kwargs=kwargs, queue=queue, routing_key=queue)
+
+
+def _flush_pending(session: Session) -> None:
+    pending = session.info.pop(_PENDING_KEY, [])
+    for task_name, queue, kwargs in pending:
+        try:
+            send_task(task_name, queue=queue, **kwargs)
+        except Exception:
+            # The commit is done and cannot be undone here; the evaluation stays QUEUED
+            # and `szbench worker requeue` (docs/operations.md) sends it again.
+            log.exception("could not send %s %s after commit", task_name, kwargs)
+            raise
+
+
+def _drop_pending(session: Session) -> None:
+    session.info.pop(_PENDING_KEY, None)
+
+
+def enqueue_after_commit(
+    session: Session, task_name: str, *, queue: str = QUEUE_CPU, **kwargs: Any
+) -> None:
+    """Register a task to be sent once ``session`` commits; a rollback discards it.
+
+    Sending before the commit would let a fast worker look for rows that are not visible
+    yet; sending from inside the transaction and then rolling back would run a task for
+    nothing. Identical registrations in one unit of work are sent once.
+    """
+    if queue not in QUEUES:
+        raise ValueError(f"unknown queue {queue!r}; expected one of {', '.join(QUEUES)}")
+    pending: list[tuple[str, str, dict[str, Any]]] = session.info.setdefault(_PENDING_KEY, [])
+    entry = (task_name, queue, kwargs)
+    if entry not in pending:
+        pending.append(entry)
+    if not event.contains(session, "after_commit", _flush_pending):
+        event.listen(session, "after_commit", _flush_pending)
+        event.listen(session, "after_soft_rollback", _on_soft_rollback)
+
+
+def _on_soft_rollback(session: Session, previous_transaction: Any) -> None:
+    # Only the outermost transaction's rollback discards: a savepoint rolled back inside a
+    # unit of work that later commits still owes its tasks.
+    if previous_transaction.parent is None:
+        _drop_pending(session)

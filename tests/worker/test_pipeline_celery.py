@@ -1,0 +1,393 @@
+"""The Celery path for real: Redis broker, PostgreSQL, Docker, worker processes.
+
+The worker is a real ``celery worker`` process started by the test; containers run in the
+real engine. Covered: the hostile images' outcomes through the whole pipeline with the
+other results intact; a worker SIGKILLed while a container runs (after a restart the
+evaluation completes with every recording scored exactly once); a warm shutdown (SIGTERM)
+that finishes the run in progress.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import func, select
+
+from szbench import db, queue
+from szbench.config import get_settings
+from szbench.db import session_scope
+from szbench.evaluations import service as evaluations
+from szbench.models import (
+    Algorithm,
+    AlgorithmVersion,
+    DatasetResult,
+    Evaluation,
+    EvaluationStatus,
+    RecordingRun,
+    RunOutcome,
+    User,
+    VersionStatus,
+)
+
+from ._pipeline_factories import Rec, make_prepared_dataset, seed_world, truncate_all
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+REDIS_URL = os.environ.get("SZBENCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/12")
+MiB = 1024**2
+LIMITS = {
+    "timeout_s": 4,
+    "memory_bytes": 96 * MiB,
+    "cpus": 1,
+    "pids": 64,
+    "tmpfs_bytes": 16 * MiB,
+    "output_bytes": 1 * MiB,
+    "log_bytes": 64 * 1024,
+}
+
+SLOW_GOOD = """
+import os, time
+from pathlib import Path
+time.sleep(float(os.environ.get("SLOW_S", "2")))
+edf = Path("/data") / os.environ["INPUT"]
+h = edf.read_bytes()[:256]
+dur = int(h[236:244]) * float(h[244:252])
+(Path("/output") / os.environ["OUTPUT"]).write_text(
+    "onset\\tduration\\teventType\\tconfidence\\tchannels\\tdateTime\\trecordingDuration\\n"
+    f"100.0\\t30.0\\tsz\\tn/a\\tn/a\\t2020-01-01 00:00:00\\t{dur:.1f}\\n"
+)
+"""
+
+
+class Workers:
+    """Starts and stops real ``celery worker`` processes for one test."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, *, timeout_s: float = 60) -> subprocess.Popen[bytes]:
+        log = self.log_dir / f"{name}.log"
+        cmd = [sys.executable, "-m", "celery", "-A", "szbench_worker.celery_app", "worker"]
+        cmd += ["--pool", "solo", "--concurrency", "1", "-Q", "cpu", "-n", f"{name}@%h"]
+        cmd += ["--without-mingle", "--without-gossip", "--loglevel", "INFO"]
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=self.env,
+            stdout=open(log, "wb"),  # noqa: SIM115 (closed with the process)
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if "ready." in log.read_text(errors="replace"):
+                return proc
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"worker {name} did not start:\n{log.read_text()[-3000:]}")
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in self.log_dir.glob("*.log")
+        )
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def celery_env(
+    pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path, docker_client: Any
+) -> Iterator[tuple[Workers, str]]:
+    """Settings for this process and the workers: Redis, PostgreSQL, Docker, one host label."""
+    host = f"pipeline-test-{uuid.uuid4().hex[:8]}"
+    values = {
+        "SZBENCH_DATABASE_URL": pg_url,
+        "SZBENCH_BROKER_URL": REDIS_URL,
+        "SZBENCH_RUNNER_BACKEND": "docker",
+        "SZBENCH_RUNNER_WORK_DIR": str(tmp_path / "runs"),
+        "SZBENCH_PIPELINE_WORK_DIR": str(tmp_path / "work"),
+        "SZBENCH_WORKER_HOST": host,
+        # Short, so that a killed worker's task comes back within the test.
+        "SZBENCH_QUEUE_VISIBILITY_TIMEOUT_S": "8",
+        "SZBENCH_TASK_RETRY_BACKOFF_MAX_S": "2",
+    }
+    for key, value in values.items():
+        settings_env.setenv(key, value)
+    get_settings.cache_clear()
+    db.reset_engine()
+    queue.reset_celery()
+    broker = redis.Redis.from_url(REDIS_URL)
+    broker.flushdb()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(["platform", "worker", "scoring"])}
+    workers = Workers(env, tmp_path)
+    try:
+        yield workers, host
+    finally:
+        workers.stop_all()
+        queue.reset_celery()
+        broker.flushdb()
+        broker.close()
+        from szbench_worker.docker_runner import cleanup_orphans
+
+        cleanup_orphans(docker_client, host=host, everything=True)
+        with session_scope() as session:
+            truncate_all(session)
+
+
+def add_version(session: Any, tag: str, docker_client: Any) -> AlgorithmVersion:
+    from szbench_worker.docker_runner import inspect_image
+
+    user = session.scalars(select(User)).first()
+    algorithm = Algorithm(owner_id=user.id, name=tag.replace("/", "-").replace(":", "-"))
+    session.add(algorithm)
+    session.flush()
+    version = AlgorithmVersion(
+        algorithm_id=algorithm.id,
+        version="1",
+        image_reference=tag,
+        image_digest=inspect_image(tag, docker_client).digest,
+        status=VersionStatus.ACTIVE,
+    )
+    session.add(version)
+    session.flush()
+    return version
+
+
+def wait_until(
+    predicate: Callable[[], bool], timeout_s: float, what: str, workers: Workers
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}\n{workers.logs()}")
+
+
+def all_finished(ids: list[int]) -> Callable[[], bool]:
+    def check() -> bool:
+        with session_scope() as session:
+            statuses = session.scalars(select(Evaluation.status).where(Evaluation.id.in_(ids)))
+            return all(s.finished for s in statuses)
+
+    return check
+
+
+HOSTILE = {
+    "sleeper": (RunOutcome.TIMEOUT, "time limit"),
+    "memhog": (RunOutcome.OUT_OF_MEMORY, "memory limit"),
+    "crasher": (RunOutcome.CRASHED, "exited with code 3"),
+    "silent": (RunOutcome.NO_OUTPUT, "wrote no /output/"),
+    "malformed": (RunOutcome.INVALID_OUTPUT, "row 2"),
+    "network": (RunOutcome.OK, ""),
+    "escape": (RunOutcome.OK, ""),
+    "forkbomb": (RunOutcome.TIMEOUT, "time limit"),
+    "chatty": (RunOutcome.TIMEOUT, "time limit"),
+    "bigoutput": (RunOutcome.INVALID_OUTPUT, "/output"),
+}
+
+
+def test_hostile_images_through_the_pipeline_leave_other_results_intact(
+    celery_env: tuple[Workers, str], test_images: dict[str, str], docker_client: Any, tmp_path: Path
+) -> None:
+    workers, _host = celery_env
+    one = [Rec("sub-01", "run-00", 600, ((1, 2),))]
+    two = [Rec("sub-01", "run-00", 600, ((1, 2),)), Rec("sub-02", "run-00", 600, ((300, 20),))]
+    hostile_data = make_prepared_dataset(tmp_path / "one", one)
+    good_data = make_prepared_dataset(tmp_path / "two", two, seed=1)
+    with session_scope() as session:
+        good_world = seed_world(
+            session, good_data, two, slug="good", digest="sha256:" + "1" * 64, run_limits=LIMITS
+        )
+        hostile_world = seed_world(
+            session,
+            hostile_data,
+            one,
+            slug="hostile",
+            digest="sha256:" + "2" * 64,
+            run_limits=LIMITS,
+        )
+        good = add_version(session, test_images["good"], docker_client)
+        ids = {
+            "good-first": evaluations.create_evaluation(
+                session, algorithm_version=good, dataset_version=good_world.dataset_version
+            ).id
+        }
+        for name in HOSTILE:
+            version = add_version(session, test_images[name], docker_client)
+            ids[name] = evaluations.create_evaluation(
+                session, algorithm_version=version, dataset_version=hostile_world.dataset_version
+            ).id
+        ids["good-last"] = evaluations.create_evaluation(
+            session,
+            algorithm_version=good,
+            dataset_version=good_world.dataset_version,
+            reuse=False,
+        ).id
+    worker = workers.start("hostile")
+    wait_until(all_finished(list(ids.values())), 240, "every evaluation", workers)
+    assert worker.poll() is None, "the worker must survive every hostile image"
+    with session_scope() as session:
+        for name, (outcome, text) in HOSTILE.items():
+            ev = session.get_one(Evaluation, ids[name])
+            assert ev.status == EvaluationStatus.DONE, (name, ev.message)
+            (run,) = ev.runs
+            assert run.outcome == outcome, (name, run.submitter_message, run.admin_log[-500:])
+            assert text in run.submitter_message, (name, run.submitter_message)
+            assert str(tmp_path) not in run.submitter_message
+            assert run.worker_host == _host
+            assert ev.result is not None
+        for key in ("good-first", "good-last"):
+            ev = session.get_one(Evaluation, ids[key])
+            assert ev.status == EvaluationStatus.DONE
+            assert [r.outcome for r in ev.runs] == [RunOutcome.OK, RunOutcome.OK]
+            # sub-01's seizure (1-3 s) is found; sub-02's (300-320 s) is not.
+            assert [r.event_tp for r in ev.runs] == [1, 0]
+            assert ev.result is not None
+            assert ev.result.event_sensitivity == pytest.approx(0.5)
+            assert all(r.reused_from_id is None for r in ev.runs)
+
+
+@pytest.fixture
+def slow_image(test_images: dict[str, str], docker_client: Any, tmp_path: Path) -> str:
+    from szbench_worker.docker_runner import build_image
+
+    context = tmp_path / "slow-image"
+    context.mkdir()
+    (context / "run.py").write_text(SLOW_GOOD)
+    (context / "Dockerfile").write_text(
+        'FROM szbench/python-numpy:bookworm\nCOPY run.py /run.py\nCMD ["python3", "/run.py"]\n'
+    )
+    tag = "szbench-test/pipeline-slow:latest"
+    build_image(context, tag, docker_client)
+    return tag
+
+
+def our_containers(docker_client: Any, host: str) -> list[Any]:
+    return docker_client.containers.list(
+        all=True, filters={"label": f"org.szbench.worker-host={host}"}
+    )
+
+
+def test_worker_killed_mid_evaluation_completes_after_restart_exactly_once(
+    celery_env: tuple[Workers, str], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    workers, host = celery_env
+    recs = [Rec(f"sub-0{i}", "run-00", 600, ((100, 20),)) for i in range(1, 5)]
+    data = make_prepared_dataset(tmp_path / "data", recs)
+    with session_scope() as session:
+        world = seed_world(session, data, recs, run_limits={**LIMITS, "timeout_s": 60})
+        version = add_version(session, slow_image, docker_client)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=version, dataset_version=world.dataset_version
+        ).id
+    first = workers.start("first")
+
+    def container_running() -> bool:
+        return any(c.status == "running" for c in our_containers(docker_client, host))
+
+    wait_until(container_running, 60, "a running container", workers)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.RUNNING
+        assert ev.recordings_done < 4
+        interrupted = session.scalars(
+            select(RecordingRun.id).where(
+                RecordingRun.evaluation_id == evaluation_id,
+                RecordingRun.started_at.is_not(None),
+                RecordingRun.finished_at.is_(None),
+            )
+        ).all()
+    assert len(interrupted) == 1
+    # The killed worker's container is still there until a worker on this host starts.
+    assert our_containers(docker_client, host)
+
+    workers.start("second")
+    wait_until(all_finished([evaluation_id]), 120, "the evaluation", workers)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.DONE, ev.message
+        assert (ev.recordings_done, ev.recordings_total) == (4, 4)
+        runs = ev.runs
+        assert len(runs) == 4
+        assert all(r.outcome == RunOutcome.OK and r.finished_at is not None for r in runs)
+        assert all(r.event_tp == 1 for r in runs)
+        by_id = {r.id: r for r in runs}
+        assert by_id[interrupted[0]].attempts == 2
+        assert sum(r.attempts for r in runs) == 5
+        assert (
+            session.scalar(
+                select(func.count(DatasetResult.id)).where(
+                    DatasetResult.evaluation_id == evaluation_id
+                )
+            )
+            == 1
+        )
+        assert ev.result is not None
+        assert ev.result.event_sensitivity == pytest.approx(1.0)
+    assert not [c for c in our_containers(docker_client, host) if c.status == "running"]
+
+
+def test_warm_shutdown_finishes_the_run_in_progress(
+    celery_env: tuple[Workers, str], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    workers, host = celery_env
+    recs = [Rec(f"sub-0{i}", "run-00", 600, ((100, 20),)) for i in range(1, 4)]
+    data = make_prepared_dataset(tmp_path / "data", recs)
+    with session_scope() as session:
+        world = seed_world(session, data, recs, run_limits={**LIMITS, "timeout_s": 60})
+        version = add_version(session, slow_image, docker_client)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=version, dataset_version=world.dataset_version
+        ).id
+    first = workers.start("warm")
+    wait_until(
+        lambda: any(c.status == "running" for c in our_containers(docker_client, host)),
+        60,
+        "a running container",
+        workers,
+    )
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(60) == 0
+    with session_scope() as session:
+        runs = session.scalars(
+            select(RecordingRun).where(RecordingRun.evaluation_id == evaluation_id)
+        ).all()
+        started = [r for r in runs if r.started_at is not None]
+        # The run in progress was finished and stored, not abandoned.
+        assert started
+        assert all(r.finished_at is not None for r in started)
+        assert all(r.attempts == 1 for r in runs)
+    assert our_containers(docker_client, host) == []
+    workers.start("after")
+    wait_until(all_finished([evaluation_id]), 60, "the evaluation", workers)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.DONE
+        assert all(r.attempts == 1 for r in ev.runs)

@@ -1,0 +1,192 @@
+"""The embedded mode for real: SQLite database, SQLite-backed queue, in-process worker.
+
+No Redis here: the same task messages go through kombu's SQLAlchemy transport and the
+same task code consumes them. The ``szbench evaluate`` command is tested end to end with
+the trusted local-process runner (a tiny detector script); the Docker path is tested in
+test_pipeline_docker.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from szbench import db, migrate, queue
+from szbench.cli.main import app
+from szbench.config import get_settings
+from szbench.db import session_scope
+from szbench.evaluations import service as evaluations
+from szbench.models import Evaluation, EvaluationStatus, RunOutcome
+from szbench_worker import pipeline
+from szbench_worker.embedded import start_embedded_worker
+from szbench_worker.runner import FakeRun, FakeRunner, Outcome
+
+from ._pipeline_factories import Rec, events_tsv, make_prepared_dataset, seed_world
+
+RECS = [
+    Rec("sub-01", "run-00", 600, ((100, 40),)),
+    Rec("sub-02", "run-00", 600, ()),
+    Rec("sub-02", "run-01", 600, ((30, 20),)),
+]
+
+DETECTOR = """
+import os, sys
+from pathlib import Path
+inp, out = os.environ["INPUT"], os.environ["OUTPUT"]
+if "sub-02_ses-01_task-szMonitoring_run-01" in inp:
+    sys.exit(7)
+raw = Path(inp).read_bytes()
+n = int(raw[236:244]); d = float(raw[244:252])
+dur = n * d
+Path(out).write_text(
+    "onset\\tduration\\teventType\\tconfidence\\tchannels\\tdateTime\\trecordingDuration\\n"
+    f"105.0\\t20.0\\tsz\\tn/a\\tn/a\\t2020-01-01 00:00:00\\t{dur:.1f}\\n"
+)
+"""
+
+
+@pytest.fixture
+def embedded(settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """Embedded settings: SQLite under a temporary data dir, no broker URL."""
+    get_settings.cache_clear()
+    db.reset_engine()
+    queue.reset_celery()
+    settings = get_settings()
+    assert queue.is_embedded(settings)
+    migrate.upgrade(settings.effective_database_url)
+    yield Path(settings.data_dir)
+    queue.reset_celery()
+    pipeline.set_dependencies(None)
+
+
+def wait_finished(evaluation_id: int, timeout_s: float = 60) -> Evaluation:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with session_scope() as session:
+            ev = session.get_one(Evaluation, evaluation_id)
+            if ev.status.finished:
+                return ev
+        time.sleep(0.1)
+    raise AssertionError(f"evaluation {evaluation_id} did not finish in {timeout_s} s")
+
+
+def test_embedded_worker_runs_the_tasks_through_the_sqlite_queue(
+    embedded: Path, tmp_path: Path
+) -> None:
+    runner = FakeRunner(
+        script=lambda rec: (
+            FakeRun(outcome=Outcome.TIMEOUT)
+            if "sub-02_ses-01_task-szMonitoring_run-00" in rec.name
+            else FakeRun(tsv=events_tsv(600, [(100, 10)]))
+        )
+    )
+    pipeline.set_dependencies(
+        pipeline.Dependencies(runner=runner, resolve_image=lambda v: v.image_digest)
+    )
+    prepared = make_prepared_dataset(tmp_path / "prepared", RECS)
+    with session_scope() as session:
+        world = seed_world(session, prepared, RECS)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=world.version, dataset_version=world.dataset_version
+        ).id
+    # The start message is persisted in the SQLite broker before any worker runs.
+    broker = sqlite3.connect(embedded / "broker.sqlite3")
+    try:
+        (pending,) = broker.execute("SELECT count(*) FROM kombu_message WHERE visible").fetchone()
+    finally:
+        broker.close()
+    assert pending == 1
+    worker = start_embedded_worker(upgrade_database=False)
+    try:
+        ev = wait_finished(evaluation_id)
+    finally:
+        worker.stop()
+    assert not worker.alive
+    assert ev.status == EvaluationStatus.DONE
+    assert len(runner.calls) == 3
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        outcomes = sorted(r.outcome.value for r in ev.runs if r.outcome)
+        assert outcomes == ["ok", "ok", "timeout"]
+        assert ev.result is not None
+        assert ev.result.report["event_results"]["sensitivity"] is not None
+
+
+def test_cli_evaluate_local_process_end_to_end(embedded: Path, tmp_path: Path) -> None:
+    prepared = make_prepared_dataset(tmp_path / "prepared", RECS)
+    detector = tmp_path / "detector.py"
+    detector.write_text(DETECTOR)
+    out = tmp_path / "scores.json"
+    command = f"{sys.executable} {detector}"
+    cli = CliRunner()
+    result = cli.invoke(
+        app,
+        ["evaluate", "--local-process", command, "--dataset", str(prepared), "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "NOT sandboxed" in result.output
+    assert "Sensitivity" in result.output
+    payload = json.loads(out.read_text())
+    assert set(payload) == {"sample_results", "event_results", "recordings"}
+    assert "f1_std" in payload["event_results"]
+    recs = {r["path"]: r for r in payload["recordings"]}
+    assert len(recs) == 3
+    crashed = recs["eeg/sub-02/ses-01/eeg/sub-02_ses-01_task-szMonitoring_run-01_eeg.edf"]
+    assert crashed["outcome"] == "crashed"
+    assert "7" in crashed["message"]
+    assert str(tmp_path) not in json.dumps(payload["recordings"])
+    hit = recs["eeg/sub-01/ses-01/eeg/sub-01_ses-01_task-szMonitoring_run-00_eeg.edf"]
+    assert hit["outcome"] == "ok"
+    assert hit["event"] == {"tp": 1, "fp": 0, "fn": 0}
+    # sub-01: 1/1; sub-02: 0/1 (the crash counts as no detections) -> mean 0.5.
+    assert payload["event_results"]["sensitivity"] == pytest.approx(0.5)
+
+    # The same command again reuses every finished run: no process is started.
+    detector.write_text("raise SystemExit('must not run')")
+    again = cli.invoke(
+        app,
+        ["evaluate", "--local-process", command, "--dataset", str(prepared)],
+    )
+    # The detector's text changed, so its digest changed: a *different* algorithm, run anew.
+    assert again.exit_code == 0, again.output
+    with session_scope() as session:
+        evs = session.query(Evaluation).order_by(Evaluation.id).all()
+        assert len(evs) == 2
+        assert evs[0].image_digest != evs[1].image_digest
+        assert all(r.outcome == RunOutcome.CRASHED for r in evs[1].runs)
+
+
+def test_cli_evaluate_same_command_twice_reuses_results(embedded: Path, tmp_path: Path) -> None:
+    prepared = make_prepared_dataset(tmp_path / "prepared", RECS)
+    detector = tmp_path / "detector.py"
+    detector.write_text(DETECTOR)
+    marker = tmp_path / "calls"
+    detector.write_text(DETECTOR + f"\nwith open({str(marker)!r}, 'a') as f: f.write('x')\n")
+    args = ["evaluate", "--local-process", f"{sys.executable} {detector}"]
+    args += ["--dataset", str(prepared)]
+    cli = CliRunner()
+    assert cli.invoke(app, args).exit_code == 0
+    calls_first = marker.read_text() if marker.exists() else ""
+    second = cli.invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert (marker.read_text() if marker.exists() else "") == calls_first
+    with session_scope() as session:
+        last = session.query(Evaluation).order_by(Evaluation.id.desc()).first()
+        assert last is not None
+        assert all(r.reused_from_id is not None for r in last.runs)
+
+
+def test_cli_evaluate_rejects_two_sources(embedded: Path, tmp_path: Path) -> None:
+    prepared = make_prepared_dataset(tmp_path / "prepared", RECS)
+    result = CliRunner().invoke(
+        app, ["evaluate", "--image", "x", "--local-process", "y", "--dataset", str(prepared)]
+    )
+    assert result.exit_code == 2
+    assert "exactly one" in result.output

@@ -1,0 +1,106 @@
+"""The worker's Celery app and the one decorator that defines every task.
+
+Start a worker (docs/pipeline.md, docs/operations.md)::
+
+    celery -A szbench_worker.celery_app worker -Q cpu --concurrency 2
+    SZBENCH_RUNNER_GPUS=0,1 celery -A szbench_worker.celery_app worker -Q gpu --concurrency 2
+
+The configuration is :func:`szbench.queue.celery_config`, the same the API sends with.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import kombu.exceptions
+import sqlalchemy.exc
+from celery import Celery, Task, signals
+
+from szbench import db
+from szbench.config import get_settings
+from szbench.queue import QUEUE_CPU, celery_config
+from szbench_worker.runner import RunnerError
+
+log = logging.getLogger(__name__)
+
+#: Faults of the platform, not of the submitter: retried with exponential backoff.
+#: (ImageError, a subclass of RunnerError, never escapes the pipeline: it is handled there.)
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
+    RunnerError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    kombu.exceptions.OperationalError,
+    ConnectionError,
+)
+
+app = Celery("szbench")
+app.conf.update(celery_config(get_settings()))
+
+
+class PipelineTask(Task):  # type: ignore[misc]
+    """Records a task that failed for good, so that no evaluation waits forever."""
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        from szbench_worker.pipeline import record_task_failure
+
+        try:
+            record_task_failure(self.name, dict(kwargs or {}), exc)
+        except Exception:
+            log.exception("could not record the failure of %s %s", self.name, kwargs)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def project_task(name: str, *, queue: str = QUEUE_CPU) -> Callable[[F], Any]:
+    """Define a pipeline task: late acks, rejected when its worker is lost, its queue,
+    retries with backoff for infrastructure faults only, keyword-only arguments."""
+    settings = get_settings()
+
+    def decorator(fn: F) -> Any:
+        return app.task(
+            name=name,
+            base=PipelineTask,
+            queue=queue,
+            acks_late=True,
+            reject_on_worker_lost=True,
+            autoretry_for=INFRASTRUCTURE_ERRORS,
+            retry_backoff=True,
+            retry_backoff_max=settings.task_retry_backoff_max_s,
+            retry_jitter=True,
+            max_retries=settings.task_max_retries,
+            typing=True,
+        )(fn)
+
+    return decorator
+
+
+@signals.worker_process_init.connect
+def _fresh_connections_after_fork(**_: Any) -> None:
+    # A forked pool process must not share the parent's database connections.
+    db.reset_engine()
+
+
+@signals.worker_ready.connect
+def _remove_orphans(**_: Any) -> None:
+    # Containers of a worker that was killed (SIGKILL, OOM, power loss) are still there:
+    # remove them before taking new work. Their unacknowledged tasks come back by themselves.
+    settings = get_settings()
+    if settings.runner_backend == "local":
+        return
+    try:
+        from szbench_worker import docker_runner
+
+        if docker_runner.engine_available():
+            work = settings.runner_work_dir or settings.data_dir / "runs"
+            docker_runner.cleanup_orphans(work_dir=work)
+    except Exception:
+        log.exception("orphan cleanup failed")
+
+
+# Register the tasks (they import `app` from here).
+from szbench_worker import tasks  # noqa: E402, F401

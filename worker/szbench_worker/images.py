@@ -1,0 +1,72 @@
+"""Getting an algorithm version's image onto this worker, and the reference to run it by.
+
+Uploaded tarballs are loaded from the uploads volume (``SZBENCH_UPLOADS_DIR`` when the
+platform defines it, else ``data_dir/uploads``); image references are used when present
+on the engine and pulled by digest otherwise. The result is the image id (``sha256:...``),
+checked against the digest recorded for the version: the digest is part of every result's
+idempotency key, so an image that changed under its name must not run.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from szbench.config import Settings
+from szbench.models import AlgorithmVersion
+from szbench_worker.runner import ImageError, Runner
+
+
+def uploads_dir(settings: Settings) -> Path:
+    """Where uploaded image tarballs are kept (relative ``tarball_path`` values resolve here)."""
+    configured = getattr(settings, "uploads_dir", None)
+    return Path(configured) if configured else Path(settings.data_dir) / "uploads"
+
+
+def resolve_docker_image(version: AlgorithmVersion, *, client: Any, settings: Settings) -> str:
+    """Make ``version``'s image present on the engine; return its id (``sha256:...``).
+
+    Raises
+    ------
+    ImageError
+        The image cannot be had, or its digest differs from the recorded one. The message
+        is safe for the submitter (base names only).
+    """
+    from szbench_worker.docker_runner import inspect_image, load_image_tarball, pull_image
+
+    recorded = version.image_digest
+    if recorded:
+        try:
+            return inspect_image(recorded, client).digest
+        except ImageError:
+            pass  # not on this worker yet: load or pull it below
+    if version.tarball_path:
+        info = load_image_tarball(uploads_dir(settings) / version.tarball_path, client)
+    elif version.image_reference:
+        try:
+            info = inspect_image(version.image_reference, client)
+        except ImageError:
+            info = pull_image(version.image_reference, client)
+    else:
+        raise ImageError("the algorithm version has neither an image tarball nor a reference")
+    if recorded and info.digest != recorded:
+        raise ImageError(f"the image's digest {info.digest} differs from the recorded {recorded}")
+    return info.digest
+
+
+def _recorded_reference(version: AlgorithmVersion) -> str:
+    reference = version.image_digest or version.image_reference
+    if not reference:
+        raise ImageError("the algorithm version has no image")
+    return reference
+
+
+def resolver_for(runner: Runner, settings: Settings) -> Callable[[AlgorithmVersion], str]:
+    """The image resolver that fits ``runner`` (Docker: load/pull; others: the digest)."""
+    from szbench_worker.docker_runner import DockerRunner
+
+    if isinstance(runner, DockerRunner):
+        return functools.partial(resolve_docker_image, client=runner.client, settings=settings)
+    return _recorded_reference
