@@ -27,7 +27,9 @@ def test_healthz(client: TestClient) -> None:
 
 
 def test_readyz_postgres_and_redis(settings_env: pytest.MonkeyPatch, pg_url: str) -> None:
-    client = _client(settings_env, SZBENCH_DATABASE_URL=pg_url, SZBENCH_BROKER_URL="redis://127.0.0.1:6379/15")
+    client = _client(
+        settings_env, SZBENCH_DATABASE_URL=pg_url, SZBENCH_BROKER_URL="redis://127.0.0.1:6379/15"
+    )
     r = client.get("/readyz")
     assert r.status_code == 200, r.text
     assert r.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
@@ -60,7 +62,13 @@ def test_metrics_read_from_the_database(settings_env: pytest.MonkeyPatch, tmp_pa
         done = f.evaluation(s, version, dv)
         running = f.evaluation(s, version, dv, status=EvaluationStatus.RUNNING, queue="gpu")
         for i, outcome in enumerate([RunOutcome.OK, RunOutcome.OK, RunOutcome.TIMEOUT]):
-            f.run(s, done, f.recording(s, dv, subject=f"{i}"), outcome=outcome, wall_time_s=30.0 * (i + 1))
+            f.run(
+                s,
+                done,
+                f.recording(s, dv, subject=f"{i}"),
+                outcome=outcome,
+                wall_time_s=30.0 * (i + 1),
+            )
         f.run(s, running, f.recording(s, dv), outcome=None, wall_time_s=None,
               started_at=datetime.now(UTC), gpu_model="H100", worker_host="gpu-host-1")  # fmt: skip
         f.run(s, running, f.recording(s, dv), outcome=None, wall_time_s=None)
@@ -74,7 +82,7 @@ def test_metrics_read_from_the_database(settings_env: pytest.MonkeyPatch, tmp_pa
     assert 'szbench_gpus_in_use{host="gpu-host-1"} 1.0' in text
     assert 'szbench_evaluations{status="running"} 1.0' in text
     assert 'szbench_run_duration_seconds_bucket{le="60.0"} 2.0' in text
-    assert 'szbench_run_duration_seconds_count 3.0' in text
+    assert "szbench_run_duration_seconds_count 3.0" in text
     assert "szbench_metrics_db_up 1.0" in text
     # Requests are labelled by route template, not by raw path.
     assert 'route="/api/v1/algorithms",status="200"' in text
@@ -83,7 +91,9 @@ def test_metrics_read_from_the_database(settings_env: pytest.MonkeyPatch, tmp_pa
 
 
 def test_metrics_survive_a_dead_database(settings_env: pytest.MonkeyPatch) -> None:
-    client = _client(settings_env, SZBENCH_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/x")
+    client = _client(
+        settings_env, SZBENCH_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/x"
+    )
     r = client.get("/metrics")
     assert r.status_code == 200
     assert "szbench_metrics_db_up 0.0" in r.text
@@ -101,7 +111,9 @@ def test_error_envelope_everywhere(client: TestClient, db_session) -> None:
     assert r.json()["error"] == "ValidationError"
     assert "query.limit" in r.json()["detail"]
     h = f.headers(db_session, f.user(db_session, Role.ADMIN))
-    r = client.post("/api/v1/phases", headers={**h, "Content-Type": "application/json"}, content=b"{not json")
+    r = client.post(
+        "/api/v1/phases", headers={**h, "Content-Type": "application/json"}, content=b"{not json"
+    )
     assert r.status_code == 422
     assert r.json()["error"] == "ValidationError"
     r = client.post("/api/v1/phases", headers=h, json={"slug": "Bad Slug!"})

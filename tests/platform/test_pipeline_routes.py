@@ -46,11 +46,15 @@ def _prepared(root: Path, keys: list[tuple[str, str]]) -> Path:
     return root
 
 
-def test_submission_requests_a_real_smoke_test(client: TestClient, db_session: Session, sent: list) -> None:
+def test_submission_requests_a_real_smoke_test(
+    client: TestClient, db_session: Session, sent: list
+) -> None:
     owner = f.user(db_session)
     algo = f.algorithm(db_session, owner)
     body = {"version": "1", "image_reference": "reg:5000/a@sha256:" + "e" * 64, "wants_gpu": True}
-    r = client.post(f"/api/v1/algorithms/{algo.id}/versions", headers=f.headers(db_session, owner), json=body)
+    r = client.post(
+        f"/api/v1/algorithms/{algo.id}/versions", headers=f.headers(db_session, owner), json=body
+    )
     assert r.status_code == 201, r.text
     assert sent == [(queue.TASK_SMOKE_TEST, "gpu", {"algorithm_version_id": r.json()["id"]})]
 
@@ -62,12 +66,16 @@ def test_dataset_registration_dry_run_then_continuous_benchmark(
     owner = f.user(db_session)
     active = f.version(db_session, f.algorithm(db_session, owner), status=VersionStatus.ACTIVE)
     f.version(db_session, f.algorithm(db_session, owner), status=VersionStatus.REJECTED)
-    r = client.post("/api/v1/datasets", headers=admin, json={"slug": "tuh-heldout", "kind": "held_out"})
+    r = client.post(
+        "/api/v1/datasets", headers=admin, json={"slug": "tuh-heldout", "kind": "held_out"}
+    )
     assert r.status_code == 201, r.text
     assert r.json()["versions"] == []
     prepared = _prepared(tmp_path / "prep", [("sub-01_run-00", "01"), ("sub-02_run-00", "02")])
     body = {"version": "2025.1", "prepared_path": str(prepared)}
-    r = client.post("/api/v1/datasets/tuh-heldout/versions", headers=admin, json=body, params={"dry_run": True})
+    r = client.post(
+        "/api/v1/datasets/tuh-heldout/versions", headers=admin, json=body, params={"dry_run": True}
+    )
     assert r.status_code == 201, r.text
     dry = r.json()
     assert dry["dry_run"] is True
@@ -75,17 +83,29 @@ def test_dataset_registration_dry_run_then_continuous_benchmark(
     assert [p["algorithm_version_id"] for p in dry["benchmark"]] == [active.id]
     assert dry["dataset_version_id"] is None
     # Nothing was stored and nothing was sent.
-    assert db_session.scalar(select(func.count(DatasetVersion.id)).where(DatasetVersion.version == "2025.1")) == 0
+    assert (
+        db_session.scalar(
+            select(func.count(DatasetVersion.id)).where(DatasetVersion.version == "2025.1")
+        )
+        == 0
+    )
     assert sent == []
     r = client.post("/api/v1/datasets/tuh-heldout/versions", headers=admin, json=body)
     assert r.status_code == 201, r.text
     real = r.json()
     assert len(real["evaluation_ids"]) == 1
-    assert sent == [(queue.TASK_START_EVALUATION, "cpu", {"evaluation_id": real["evaluation_ids"][0]})]
+    assert sent == [
+        (queue.TASK_START_EVALUATION, "cpu", {"evaluation_id": real["evaluation_ids"][0]})
+    ]
     # The plan is now empty, and registering the same version again is a conflict.
-    plan = client.get("/api/v1/datasets/tuh-heldout/versions/2025.1/benchmark-plan", headers=admin).json()
+    plan = client.get(
+        "/api/v1/datasets/tuh-heldout/versions/2025.1/benchmark-plan", headers=admin
+    ).json()
     assert plan == []
-    assert client.post("/api/v1/datasets/tuh-heldout/versions", headers=admin, json=body).status_code == 409
+    assert (
+        client.post("/api/v1/datasets/tuh-heldout/versions", headers=admin, json=body).status_code
+        == 409
+    )
     # A bad manifest is named.
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "manifest.json").write_text("{")
@@ -98,14 +118,20 @@ def test_dataset_registration_dry_run_then_continuous_benchmark(
     assert "manifest.json" in r.json()["detail"]
 
 
-def test_evaluation_create_cancel_rerun_rescore(client: TestClient, db_session: Session, sent: list) -> None:
+def test_evaluation_create_cancel_rerun_rescore(
+    client: TestClient, db_session: Session, sent: list
+) -> None:
     owner = f.user(db_session)
     h = f.headers(db_session, owner)
     version = f.version(db_session, f.algorithm(db_session, owner), status=VersionStatus.ACTIVE)
     ds = f.dataset(db_session, DatasetKind.HELD_OUT, slug="eval-ds")
     dv = f.dataset_version(db_session, ds, version="1")
     f.recording(db_session, dv)
-    r = client.post("/api/v1/evaluations", headers=h, json={"algorithm_version_id": version.id, "dataset": "eval-ds"})
+    r = client.post(
+        "/api/v1/evaluations",
+        headers=h,
+        json={"algorithm_version_id": version.id, "dataset": "eval-ds"},
+    )
     assert r.status_code == 201, r.text
     created = r.json()
     assert created["status"] == "queued"
@@ -122,10 +148,16 @@ def test_evaluation_create_cancel_rerun_rescore(client: TestClient, db_session: 
     assert r.json()["id"] != created["id"]
     # Re-score a finished evaluation with other parameters: not official.
     done = f.evaluation(db_session, version, dv)
-    r = client.post(f"/api/v1/evaluations/{done.id}/rescore", headers=h, json={"scoring_params": {"nonsense": 1}})
+    r = client.post(
+        f"/api/v1/evaluations/{done.id}/rescore",
+        headers=h,
+        json={"scoring_params": {"nonsense": 1}},
+    )
     assert r.status_code == 400
     assert "nonsense" in r.json()["detail"]
-    r = client.post(f"/api/v1/evaluations/{done.id}/rescore", headers=h, json={"scoring_params": {}})
+    r = client.post(
+        f"/api/v1/evaluations/{done.id}/rescore", headers=h, json={"scoring_params": {}}
+    )
     assert r.status_code == 201, r.text
     assert r.json()["kind"] == "rescore"
     assert r.json()["official"] is True
@@ -133,6 +165,10 @@ def test_evaluation_create_cancel_rerun_rescore(client: TestClient, db_session: 
     other = f.headers(db_session, f.user(db_session))
     assert client.post(f"/api/v1/evaluations/{done.id}/rerun", headers=other).status_code == 403
     # Unknown dataset / version are named.
-    r = client.post("/api/v1/evaluations", headers=h, json={"algorithm_version_id": version.id, "dataset": "nope"})
+    r = client.post(
+        "/api/v1/evaluations",
+        headers=h,
+        json={"algorithm_version_id": version.id, "dataset": "nope"},
+    )
     assert r.status_code == 404
     assert db_session.get(Evaluation, done.id) is not None
