@@ -372,3 +372,22 @@ def test_dataset_detail_hides_admin_fields(
         "/api/v1/datasets/chb-heldout", headers=f.headers(db_session, world.admin)
     ).json()
     assert admin["run_limits"] == {}
+
+
+def test_leaderboard_statistics(client: TestClient, world: World) -> None:
+    pytest.importorskip("szbench_scoring.stats", reason="lands with the scoring branch")
+    board = client.get("/api/v1/leaderboards/chb-heldout").json()
+    assert board["statistics"]["status"] == "ok"
+    beta, alpha = board["items"]
+    ci = alpha["ci"]["event_f1"]
+    assert ci["low"] <= alpha["event_f1"] <= ci["high"]
+    assert ci["low"] >= 0.5 - 1e-9
+    assert ci["high"] <= 0.7 + 1e-9
+    assert set(alpha["ci"]) == {"event_f1", "event_sensitivity", "event_precision", "event_fp_rate"}
+    # Same F1 per subject, beta wins every subject on sensitivity: rank 1 on all 3.
+    assert beta["rank_stability"]["histogram"] == [3, 0]
+    assert beta["rank_stability"]["best_share"] == 1.0
+    assert alpha["rank_stability"]["median"] == 2.0
+    # Cached: the same set of entries gives the same (seeded) figures.
+    again = client.get("/api/v1/leaderboards/chb-heldout").json()
+    assert again["items"][1]["ci"] == alpha["ci"]
