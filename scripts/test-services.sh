@@ -31,15 +31,24 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
     for _ in $(seq 30); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.5; done
 fi
 
-# Docker engine from Debian's docker.io, plus debootstrap for the base images.
-apt_install docker.io debootstrap
+# Docker engine from Debian's docker.io, debootstrap for the base images, and Debian's
+# docker-registry (the tests start their own on loopback to pull images by digest).
+# dockerd runs with --userns-remap=default (container root is an unprivileged host uid, as
+# docs/algorithm-contract.md recommends for worker hosts); SZBENCH_DOCKER_USERNS=0 turns it off.
+# An engine that is already running is used as it is: the runner works either way.
+apt_install docker.io debootstrap docker-registry
 if ! docker info >/dev/null 2>&1; then
+    dockerd_args=()
+    if [ "${SZBENCH_DOCKER_USERNS:-1}" != 0 ]; then dockerd_args+=(--userns-remap=default); fi
     mkdir -p /var/log
-    $SUDO nohup dockerd >/var/log/szbench-dockerd.log 2>&1 &
+    $SUDO nohup dockerd "${dockerd_args[@]}" >/var/log/szbench-dockerd.log 2>&1 &
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
     docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/szbench-dockerd.log" >&2; exit 1; }
 fi
-
-if [ -x scripts/build-base-images.sh ]; then
-    ./scripts/build-base-images.sh
+if docker info --format '{{.SecurityOptions}}' 2>/dev/null | grep -q userns; then
+    echo "docker engine: user namespaces remapped"
+else
+    echo "docker engine: no user-namespace remapping"
 fi
+
+./scripts/build-base-images.sh

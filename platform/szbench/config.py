@@ -23,11 +23,48 @@ class Settings(BaseSettings):
     # Celery broker; empty means the embedded mode (tasks run in-process, no Redis).
     broker_url: str = ""
 
-    @property
-    def effective_database_url(self) -> str:
-        if self.database_url:
-            return self.database_url
-        return f"sqlite:///{self.data_dir / 'szbench.sqlite3'}"
+    # Container runner: the limits every algorithm run gets (see docs/algorithm-contract.md).
+    # The challenge's reference per 1 h recording is 10 cores, 40 GB, 1 GPU, 15 min.
+    runner_backend: str = "auto"  # auto | docker | local (trusted local process, demo only)
+    runner_memory_bytes: int = 8 * 1024**3  # RAM, and RAM+swap (no swap)
+    runner_cpus: float = 2.0
+    runner_pids: int = 512  # processes and threads inside the container
+    runner_timeout_s: float = 900.0  # wall clock per recording, then the container is killed
+    runner_tmpfs_bytes: int = 512 * 1024**2  # /tmp (counts against the memory limit)
+    runner_output_bytes: int = 16 * 1024**2  # everything the run writes to /output
+    runner_log_bytes: int = 1024**2  # container logs kept for admins (the tail)
+    runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
+    runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"
+    runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
+    runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local
+    # --- Platform API (auth, uploads, leaderboards) ---
+    # Signs the web session cookie; empty means a random key kept in data_dir/secret_key.
+    secret_key: str = ""
+    # scrypt cost for password hashes (N, a power of two); stored with each hash.
+    password_scrypt_n: int = 2**14
+    # Lifetime of the bearer token that POST /api/v1/auth/login returns (seconds).
+    login_token_ttl_s: int = 7 * 86400
+    session_cookie_name: str = "szbench_session"
+    # Set true behind TLS so browsers send the session cookie over HTTPS only.
+    session_cookie_secure: bool = False
+    # Anyone may create a researcher account (off in centre mode).
+    allow_signup: bool = True
+    # Signed-out visitors may read public leaderboards, algorithms and datasets.
+    anonymous_read: bool = True
+    # Uploaded image tarballs and resumable upload sessions; empty means data_dir/uploads.
+    uploads_dir: Path | None = None
+    max_upload_bytes: int = 20 * 1024**3
+    # Unfinished upload sessions older than this are refused and may be deleted.
+    upload_session_ttl_s: int = 2 * 86400
+    # Accept images whose configured user is root (the worker still drops capabilities).
+    allow_root_images: bool = False
+    # Algorithm versions a user may submit per rolling 24 h across phases (empty: no limit).
+    submissions_per_day: int | None = None
+    # Leaderboard statistics (bootstrap CIs, rank stability) are cached this long (seconds).
+    leaderboard_cache_s: float = 60.0
+    bootstrap_resamples: int = 1000
+    bootstrap_seed: int = 0
+    confidence_level: float = 0.95
 
     # --- Evaluation pipeline (docs/pipeline.md) -------------------------------------------
     # Redis re-delivers a task whose worker vanished without acknowledging it after this
@@ -45,6 +82,16 @@ class Settings(BaseSettings):
     smoke_test_dataset: str = "public-sample"
     # Staged recordings and run outputs; default data_dir / "work".
     pipeline_work_dir: Path | None = None
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'szbench.sqlite3'}"
+
+    @property
+    def effective_uploads_dir(self) -> Path:
+        return self.uploads_dir or self.data_dir / "uploads"
 
 
 @lru_cache

@@ -53,3 +53,9 @@ class PayloadTooLarge(SzbenchError):
 
 class QuotaExceeded(SzbenchError):
     status_code = 429
+
+
+class ServiceUnavailable(SzbenchError):
+    """A part the request needs is not there (no database, no broker, module not installed)."""
+
+    status_code = 503

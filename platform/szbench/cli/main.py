@@ -36,12 +36,15 @@ def main(
 
 
 # Command groups register themselves below (one import per module).
-from szbench.cli import db  # noqa: E402
+from szbench.cli import dataset as _dataset  # noqa: E402
+from szbench.cli import db as _db  # noqa: E402
+from szbench.cli import evaluate as _evaluate  # noqa: E402
+from szbench.cli import synth as _synth  # noqa: E402
 
-app.add_typer(db.app, name="db")
-from szbench.cli import evaluate  # noqa: E402
-
-app.command(name="evaluate")(evaluate.evaluate)
+app.add_typer(_dataset.app, name="dataset")
+app.add_typer(_db.app, name="db")
+app.command(name="evaluate")(_evaluate.evaluate)
+app.command("synth")(_synth.synth)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

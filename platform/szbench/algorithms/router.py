@@ -1,0 +1,111 @@
+"""``/api/v1/algorithms``: algorithms, their versions and submissions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from szbench.algorithms import service
+from szbench.algorithms.schemas import (
+    AlgorithmCreate,
+    AlgorithmDetail,
+    AlgorithmOut,
+    AlgorithmUpdate,
+    VersionCreate,
+    VersionOut,
+)
+from szbench.api.deps import SessionDep
+from szbench.api.errors import ERROR_RESPONSES
+from szbench.api.pagination import Page, PageDep
+from szbench.auth.dependencies import Anyone, SignedIn, Submitter
+
+router = APIRouter(prefix="/algorithms", tags=["algorithms"], responses=ERROR_RESPONSES)
+
+
+@router.get("", response_model=Page[AlgorithmOut])
+def list_algorithms(
+    session: SessionDep,
+    caller: Anyone,
+    page: PageDep,
+    mine: Annotated[bool, Query(description="Only the caller's own algorithms.")] = False,
+) -> Page[AlgorithmOut]:
+    """Algorithms the caller may see (public ones and their own)."""
+    rows, total = service.list_algorithms(
+        session, viewer=caller.user, mine=mine, limit=page.limit, offset=page.offset
+    )
+    return Page(
+        items=[AlgorithmOut.model_validate(a) for a in rows],
+        total=total,
+        limit=page.limit,
+        offset=page.offset,
+    )
+
+
+@router.post("", response_model=AlgorithmOut, status_code=status.HTTP_201_CREATED)
+def create_algorithm(body: AlgorithmCreate, session: SessionDep, caller: Submitter) -> AlgorithmOut:
+    """Create an algorithm (then submit versions of it)."""
+    assert caller.user is not None
+    algorithm = service.create_algorithm(session, owner=caller.user, **body.model_dump())
+    return AlgorithmOut.model_validate(algorithm)
+
+
+@router.get("/{algorithm_id}", response_model=AlgorithmDetail)
+def get_algorithm(algorithm_id: int, session: SessionDep, caller: Anyone) -> AlgorithmDetail:
+    """One algorithm with its versions."""
+    return AlgorithmDetail.model_validate(
+        service.get_algorithm(session, algorithm_id, viewer=caller.user)
+    )
+
+
+@router.patch("/{algorithm_id}", response_model=AlgorithmOut)
+def update_algorithm(
+    algorithm_id: int, body: AlgorithmUpdate, session: SessionDep, caller: SignedIn
+) -> AlgorithmOut:
+    """Change an algorithm's description or visibility (owner or admin)."""
+    assert caller.user is not None
+    algorithm = service.get_managed_algorithm(session, algorithm_id, user=caller.user)
+    return AlgorithmOut.model_validate(
+        service.update_algorithm(session, algorithm, **body.model_dump())
+    )
+
+
+@router.get("/{algorithm_id}/versions", response_model=Page[VersionOut])
+def list_versions(
+    algorithm_id: int, session: SessionDep, caller: Anyone, page: PageDep
+) -> Page[VersionOut]:
+    """An algorithm's versions, oldest first."""
+    algorithm = service.get_algorithm(session, algorithm_id, viewer=caller.user)
+    versions = algorithm.versions
+    return Page(
+        items=[
+            VersionOut.model_validate(v) for v in versions[page.offset : page.offset + page.limit]
+        ],
+        total=len(versions),
+        limit=page.limit,
+        offset=page.offset,
+    )
+
+
+@router.post(
+    "/{algorithm_id}/versions", response_model=VersionOut, status_code=status.HTTP_201_CREATED
+)
+def submit_version(
+    algorithm_id: int, body: VersionCreate, session: SessionDep, caller: Submitter
+) -> VersionOut:
+    """Submit a version (a finished upload or a pinned image reference); starts its smoke test."""
+    assert caller.user is not None
+    algorithm = service.get_managed_algorithm(session, algorithm_id, user=caller.user)
+    row = service.submit_version(
+        session, algorithm=algorithm, user=caller.user, **body.model_dump()
+    )
+    return VersionOut.model_validate(row)
+
+
+@router.get("/{algorithm_id}/versions/{version_id}", response_model=VersionOut)
+def get_version(
+    algorithm_id: int, version_id: int, session: SessionDep, caller: Anyone
+) -> VersionOut:
+    """One version: image digest, status and the smoke test's message."""
+    algorithm = service.get_algorithm(session, algorithm_id, viewer=caller.user)
+    return VersionOut.model_validate(service.get_version(session, algorithm, version_id))

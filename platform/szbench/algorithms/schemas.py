@@ -1,0 +1,76 @@
+"""Bodies of the algorithm routes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from szbench.models import VersionStatus, Visibility
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,99}$"
+
+
+class AlgorithmCreate(BaseModel):
+    name: str = Field(pattern=NAME_PATTERN, description="Short name, unique per owner.")
+    title: str = Field(default="", max_length=200)
+    authors: str = Field(default="", max_length=500)
+    licence: str = Field(default="", max_length=100)
+    description: str = Field(default="", max_length=20000)
+    visibility: Visibility = Visibility.PUBLIC
+
+
+class AlgorithmUpdate(BaseModel):
+    title: str | None = Field(default=None, max_length=200)
+    authors: str | None = Field(default=None, max_length=500)
+    licence: str | None = Field(default=None, max_length=100)
+    description: str | None = Field(default=None, max_length=20000)
+    visibility: Visibility | None = None
+
+
+class VersionCreate(BaseModel):
+    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$", examples=["1.0.0"])
+    upload_id: str | None = Field(
+        default=None, max_length=64, description="A complete upload session."
+    )
+    image_reference: str | None = Field(
+        default=None,
+        max_length=500,
+        description="Instead of an upload: 'registry/name[:tag]@sha256:<64 hex>'.",
+    )
+    phase: str | None = Field(default=None, max_length=100, description="Phase slug.")
+    wants_gpu: bool = False
+
+
+class VersionOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    algorithm_id: int
+    version: str
+    phase_id: int | None
+    image_digest: str | None
+    image_reference: str | None
+    tarball_bytes: int | None
+    status: VersionStatus
+    status_message: str
+    wants_gpu: bool
+    created_at: datetime
+
+
+class AlgorithmOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    owner_id: int
+    name: str
+    title: str
+    authors: str
+    licence: str
+    description: str
+    visibility: Visibility
+    created_at: datetime
+
+
+class AlgorithmDetail(AlgorithmOut):
+    versions: list[VersionOut]

@@ -1,0 +1,234 @@
+"""Algorithms and their versions: creation, image checks, quotas, smoke-test request."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from szbench import pipeline
+from szbench.algorithms.image_check import check_image_archive
+from szbench.auth import policy
+from szbench.config import get_settings
+from szbench.errors import BadRequest, Conflict, Forbidden, NotFound, QuotaExceeded
+from szbench.models import (
+    Algorithm,
+    AlgorithmVersion,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    Phase,
+    RunOutcome,
+    User,
+    Visibility,
+)
+from szbench.uploads import service as uploads
+
+# name[:port]/path[:tag]@sha256:<hex>: a reference pinned to content, so a re-run runs
+# the same bytes. Tag-only references are refused (see docs/api.md).
+_REFERENCE = re.compile(
+    r"^(?P<name>[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*(?::[0-9]+)?"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"@(?P<digest>sha256:[a-f0-9]{64})$"
+)
+
+
+def parse_image_reference(reference: str) -> str:
+    """The ``sha256:...`` digest pinned in ``reference``, else :class:`BadRequest`."""
+    match = _REFERENCE.match(reference.strip())
+    if not match:
+        raise BadRequest(
+            f"image_reference: {reference!r} must look like 'registry/name[:tag]@sha256:<64 hex>'"
+            " (a digest pins the exact image)"
+        )
+    return match["digest"]
+
+
+def create_algorithm(
+    session: Session,
+    *,
+    owner: User,
+    name: str,
+    title: str = "",
+    authors: str = "",
+    licence: str = "",
+    description: str = "",
+    visibility: Visibility = Visibility.PUBLIC,
+) -> Algorithm:
+    exists = session.scalar(
+        select(Algorithm.id).where(Algorithm.owner_id == owner.id, Algorithm.name == name)
+    )
+    if exists is not None:
+        raise Conflict(f"name: you already have an algorithm called {name!r}")
+    algorithm = Algorithm(
+        owner_id=owner.id,
+        name=name,
+        title=title or name,
+        authors=authors,
+        licence=licence,
+        description=description,
+        visibility=visibility,
+    )
+    session.add(algorithm)
+    session.flush()
+    return algorithm
+
+
+def get_algorithm(session: Session, algorithm_id: int, *, viewer: User | None) -> Algorithm:
+    algorithm = session.get(Algorithm, algorithm_id, options=[selectinload(Algorithm.versions)])
+    # A private algorithm is "not found" for others, so its existence does not leak.
+    if algorithm is None or not policy.can_view_algorithm(viewer, algorithm):
+        raise NotFound(f"algorithm {algorithm_id} does not exist")
+    return algorithm
+
+
+def get_managed_algorithm(session: Session, algorithm_id: int, *, user: User) -> Algorithm:
+    algorithm = get_algorithm(session, algorithm_id, viewer=user)
+    if not policy.can_manage_algorithm(user, algorithm):
+        raise Forbidden(f"algorithm {algorithm_id} belongs to another user")
+    return algorithm
+
+
+def list_algorithms(
+    session: Session, *, viewer: User | None, mine: bool, limit: int, offset: int
+) -> tuple[list[Algorithm], int]:
+    where = [policy.visible_algorithms(viewer)]
+    if mine:
+        if viewer is None:
+            return [], 0
+        where.append(Algorithm.owner_id == viewer.id)
+    total = session.scalar(select(func.count(Algorithm.id)).where(*where)) or 0
+    rows = session.scalars(
+        select(Algorithm).where(*where).order_by(Algorithm.id).limit(limit).offset(offset)
+    ).all()
+    return list(rows), total
+
+
+def update_algorithm(session: Session, algorithm: Algorithm, **changes: object) -> Algorithm:
+    for key, value in changes.items():
+        if value is not None:
+            setattr(algorithm, key, value)
+    session.flush()
+    return algorithm
+
+
+def _infrastructure_failed(session: Session, version: AlgorithmVersion) -> bool:
+    """True when the version's smoke test failed only through infrastructure faults."""
+    smoke = session.scalars(
+        select(Evaluation)
+        .where(
+            Evaluation.algorithm_version_id == version.id,
+            Evaluation.kind == EvaluationKind.SMOKE_TEST,
+        )
+        .order_by(Evaluation.id.desc())
+        .options(selectinload(Evaluation.runs))
+    ).first()
+    if smoke is None or smoke.status != EvaluationStatus.FAILED:
+        return False
+    outcomes = {run.outcome for run in smoke.runs if run.outcome is not None}
+    return outcomes == {RunOutcome.INFRASTRUCTURE_ERROR}
+
+
+def _counted(session: Session, versions: list[AlgorithmVersion]) -> int:
+    return sum(1 for v in versions if not _infrastructure_failed(session, v))
+
+
+def check_quota(session: Session, *, user: User, phase: Phase | None) -> None:
+    """Raise :class:`QuotaExceeded` when ``user`` may not submit another version now.
+
+    Versions whose smoke test failed only through infrastructure faults do not count.
+    """
+    if policy.is_admin(user):
+        return
+    mine = select(AlgorithmVersion).join(Algorithm).where(Algorithm.owner_id == user.id)
+    if phase is not None and phase.submission_quota is not None:
+        used = _counted(
+            session, list(session.scalars(mine.where(AlgorithmVersion.phase_id == phase.id)))
+        )
+        if used >= phase.submission_quota:
+            raise QuotaExceeded(
+                f"phase {phase.slug!r}: you have used all {phase.submission_quota} submissions"
+            )
+    per_day = get_settings().submissions_per_day
+    if per_day is not None:
+        since = datetime.now(UTC) - timedelta(days=1)
+        used = _counted(
+            session, list(session.scalars(mine.where(AlgorithmVersion.created_at >= since)))
+        )
+        if used >= per_day:
+            raise QuotaExceeded(f"you have used all {per_day} submissions of the last 24 hours")
+
+
+def _phase(session: Session, slug: str | None) -> Phase | None:
+    if slug is None:
+        return None
+    phase = session.scalar(select(Phase).where(Phase.slug == slug))
+    if phase is None:
+        raise NotFound(f"phase: no phase called {slug!r}")
+    if not phase.is_open:
+        raise Conflict(f"phase: {slug!r} is closed for submissions")
+    return phase
+
+
+def submit_version(
+    session: Session,
+    *,
+    algorithm: Algorithm,
+    user: User,
+    version: str,
+    upload_id: str | None = None,
+    image_reference: str | None = None,
+    phase: str | None = None,
+    wants_gpu: bool = False,
+) -> AlgorithmVersion:
+    """Create a version from a finished upload or a pinned image reference, then request
+    its smoke test (enqueued after the commit)."""
+    if not policy.can_manage_algorithm(user, algorithm):
+        raise Forbidden(f"algorithm {algorithm.id} belongs to another user")
+    # Before anything is moved or written: a server without the pipeline answers 503.
+    evaluations = pipeline.evaluation_service()
+    if (upload_id is None) == (image_reference is None):
+        raise BadRequest("give exactly one of upload_id and image_reference")
+    taken = session.scalar(
+        select(AlgorithmVersion.id).where(
+            AlgorithmVersion.algorithm_id == algorithm.id, AlgorithmVersion.version == version
+        )
+    )
+    if taken is not None:
+        raise Conflict(f"version: {algorithm.name} already has a version {version!r}")
+    phase_row = _phase(session, phase)
+    check_quota(session, user=user, phase=phase_row)
+
+    row = AlgorithmVersion(
+        algorithm_id=algorithm.id,
+        version=version,
+        phase_id=phase_row.id if phase_row else None,
+        wants_gpu=wants_gpu,
+        created_by_id=user.id,
+    )
+    if upload_id is not None:
+        upload = uploads.get_upload(user, upload_id)
+        archive = uploads.completed_file(upload)
+        info = check_image_archive(archive, allow_root=get_settings().allow_root_images)
+        row.image_digest = info.digest
+        row.tarball_bytes = upload.size_bytes
+        row.tarball_path = str(uploads.store_image(archive, digest=info.digest, gzip=info.gzip))
+        uploads.delete_upload(upload)
+    else:
+        assert image_reference is not None
+        row.image_digest = parse_image_reference(image_reference)
+        row.image_reference = image_reference.strip()
+    session.add(row)
+    session.flush()
+    evaluations.request_smoke_test(session, row)
+    return row
+
+
+def get_version(session: Session, algorithm: Algorithm, version_id: int) -> AlgorithmVersion:
+    row = session.get(AlgorithmVersion, version_id)
+    if row is None or row.algorithm_id != algorithm.id:
+        raise NotFound(f"algorithm {algorithm.id} has no version {version_id}")
+    return row

@@ -1,0 +1,42 @@
+"""CSV and JSON downloads of tables (leaderboards, per-subject, per-recording results)."""
+
+from __future__ import annotations
+
+import csv
+import enum
+import io
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from fastapi import Response
+
+DOWNLOAD_FORMATS = ("csv", "json")
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return "" if value is None else value
+
+
+def table_response(
+    rows: Iterable[Mapping[str, Any]], *, columns: list[str], filename: str, fmt: str
+) -> Response:
+    """``rows`` as a CSV (flat cells, JSON for nested ones) or a JSON list attachment."""
+    rows = list(rows)
+    disposition = {"Content-Disposition": f'attachment; filename="{filename}.{fmt}"'}
+    if fmt == "json":
+        body = json.dumps([{c: r.get(c) for c in columns} for r in rows], default=_cell, indent=1)
+        return Response(body, media_type="application/json", headers=disposition)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in columns])
+    return Response(buffer.getvalue(), media_type="text/csv; charset=utf-8", headers=disposition)

@@ -1,0 +1,112 @@
+"""One envelope for every error: ``{"error": "<Name>", "detail": "..."}``.
+
+Services raise :mod:`szbench.errors`; validation errors (422), unknown routes (404) and
+wrong methods (405) are rendered the same way, and anything unexpected becomes a logged
+500 whose detail gives nothing away.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from szbench.errors import SzbenchError
+
+log = logging.getLogger(__name__)
+
+_HTTP_NAMES = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    411: "LengthRequired",
+    413: "PayloadTooLarge",
+    415: "UnsupportedMediaType",
+    416: "RangeNotSatisfiable",
+    422: "ValidationError",
+    429: "QuotaExceeded",
+    503: "ServiceUnavailable",
+}
+
+
+class ErrorBody(BaseModel):
+    """The error envelope (documented on every route)."""
+
+    error: str
+    detail: str
+
+
+def envelope(status: int, name: str, detail: str, headers: dict[str, str] | None = None) -> Any:
+    return JSONResponse({"error": name, "detail": detail}, status_code=status, headers=headers)
+
+
+def _location(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(p) for p in loc) or "request"
+
+
+def describe_validation_errors(errors: list[dict[str, Any]]) -> str:
+    """``query.limit: Input should be less than or equal to 500; body.version: Field required``."""
+    parts = [f"{_location(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors[:10]]
+    if len(errors) > 10:
+        parts.append(f"... and {len(errors) - 10} more")
+    return "; ".join(parts)
+
+
+async def _szbench_error(_request: Request, exc: Exception) -> Any:
+    assert isinstance(exc, SzbenchError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    return envelope(exc.status_code, exc.name, exc.detail, headers)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> Any:
+    assert isinstance(exc, RequestValidationError)
+    return envelope(422, "ValidationError", describe_validation_errors(list(exc.errors())))
+
+
+async def _http_error(request: Request, exc: Exception) -> Any:
+    assert isinstance(exc, StarletteHTTPException)
+    name = _HTTP_NAMES.get(exc.status_code, "HTTPError")
+    detail = exc.detail if isinstance(exc.detail, str) else name
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no such route: {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        detail = f"method {request.method} is not allowed on {request.url.path}"
+    return envelope(exc.status_code, name, detail, getattr(exc, "headers", None))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Any:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return envelope(500, "InternalError", "an unexpected error occurred; it has been logged")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(SzbenchError, _szbench_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+# Documented on every route so that the OpenAPI schema (and schemathesis) knows the envelope.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": name}
+    for code, name in {
+        400: "Bad request",
+        401: "Not signed in",
+        403: "Not allowed",
+        404: "Not found",
+        409: "Conflict",
+        413: "Payload too large",
+        422: "Invalid input",
+        429: "Quota exceeded",
+        503: "Service unavailable",
+    }.items()
+}

@@ -1,0 +1,81 @@
+"""The FastAPI application: ``create_app()`` for tests and embedding, ``app`` for uvicorn.
+
+``uvicorn szbench.app:app`` (or ``szbench serve``) serves the REST API under ``/api/v1``,
+the probes ``/healthz`` and ``/readyz``, and ``/metrics``. The web UI registers its page
+routers on the same app through :data:`EXTRA_ROUTERS` hooks (see :func:`create_app`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import APIRouter, FastAPI
+from prometheus_client import CollectorRegistry
+
+from szbench import __version__
+from szbench.algorithms.router import router as algorithms_router
+from szbench.api.errors import install_error_handlers
+from szbench.auth.router import router as auth_router
+from szbench.datasets.router import router as datasets_router
+from szbench.evaluations.router import router as evaluations_router
+from szbench.leaderboards.router import router as leaderboards_router
+from szbench.ops.middleware import RequestMetrics
+from szbench.ops.router import router as ops_router
+from szbench.ops.service import DatabaseCollector
+from szbench.phases.router import router as phases_router
+from szbench.results.router import router as results_router
+from szbench.uploads.router import router as uploads_router
+from szbench.users.router import router as users_router
+
+API_PREFIX = "/api/v1"
+
+API_ROUTERS: tuple[APIRouter, ...] = (
+    auth_router,
+    users_router,
+    uploads_router,
+    algorithms_router,
+    phases_router,
+    datasets_router,
+    evaluations_router,
+    results_router,
+    leaderboards_router,
+)
+
+# Callables that add more routes (the web UI's pages) to a fresh app; appended by those
+# modules at import time or passed to create_app().
+EXTRA_ROUTERS: list[Callable[[FastAPI], None]] = []
+
+DESCRIPTION = """\
+Open benchmarking of EEG seizure-detection algorithms with SzCORE scoring.
+
+Authenticate with `Authorization: Bearer <token>` (from `POST /api/v1/auth/login` or
+`POST /api/v1/tokens`). Every error is `{"error": "<Name>", "detail": "..."}`; every list
+takes `limit` and `offset` and returns `total`. See docs/api.md.
+"""
+
+
+def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastAPI:
+    """A new application with its own metrics registry (so tests can build many)."""
+    app = FastAPI(
+        title="szbench",
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    for router in API_ROUTERS:
+        app.include_router(router, prefix=API_PREFIX)
+    app.include_router(ops_router)
+    for hook in [*EXTRA_ROUTERS, *(extra or [])]:
+        hook(app)
+
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(DatabaseCollector())
+    app.state.metrics_registry = registry
+    app.add_middleware(RequestMetrics, registry=registry)
+    return app
+
+
+app = create_app()

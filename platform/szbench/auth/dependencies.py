@@ -1,0 +1,119 @@
+"""Who is calling, and may they call this route?
+
+Every route declares one of :data:`Anyone`, :data:`SignedIn`, :data:`Submitter` or
+:data:`AdminOnly`. Each resolves the caller from ``Authorization: Bearer <token>`` or the
+web session cookie, then checks the role and the token's scope (``read`` for GET/HEAD,
+``write`` for changes, ``admin`` on admin routes). Ownership and visibility of the objects a
+route touches are checked by the services through :mod:`szbench.auth.policy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import Depends, Request
+
+from szbench.api.deps import SessionDep
+from szbench.auth import service
+from szbench.auth.cookies import read_session_cookie
+from szbench.config import get_settings
+from szbench.errors import Forbidden, Unauthorized
+from szbench.models import ApiToken, Role, User
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: a user and the token they came with, or nobody (anonymous)."""
+
+    user: User | None
+    token: ApiToken | None = None
+    via_cookie: bool = False
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        return frozenset(self.token.scopes) if self.token else frozenset()
+
+    @property
+    def is_admin(self) -> bool:
+        return self.user is not None and self.user.role == Role.ADMIN
+
+
+def get_principal(request: Request, session: SessionDep) -> Principal:
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, credential = header.partition(" ")
+        if scheme.lower() != "bearer" or not credential.strip():
+            raise Unauthorized("Authorization header: expected 'Bearer <token>'")
+        token = service.resolve_token(session, credential.strip())
+        if token is None:
+            raise Unauthorized("the token is invalid, expired or revoked")
+        principal = Principal(user=token.user, token=token)
+    else:
+        secret = read_session_cookie(request)
+        token = service.resolve_token(session, secret) if secret else None
+        # A stale cookie must not break public pages: it just means "signed out".
+        principal = (
+            Principal(user=token.user, token=token, via_cookie=True) if token else Principal(None)
+        )
+    request.state.user_id = principal.user.id if principal.user else None
+    return principal
+
+
+def _check_origin(request: Request) -> None:
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Forbidden("cross-site request refused (Origin does not match Host)")
+
+
+def _check_scope(request: Request, principal: Principal, *, admin: bool = False) -> None:
+    needed = "read" if request.method in _SAFE_METHODS else "write"
+    if needed not in principal.scopes:
+        raise Forbidden(f"this token lacks the {needed!r} scope")
+    if admin and "admin" not in principal.scopes:
+        raise Forbidden("this token lacks the 'admin' scope")
+    if principal.via_cookie and request.method not in _SAFE_METHODS:
+        _check_origin(request)
+
+
+def anyone(request: Request, principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    """Signed in or not (anonymous reads can be switched off with SZBENCH_ANONYMOUS_READ)."""
+    if principal.user is None:
+        if not get_settings().anonymous_read:
+            raise Unauthorized("sign in to read this")
+        return principal
+    _check_scope(request, principal)
+    return principal
+
+
+def signed_in(
+    request: Request, principal: Annotated[Principal, Depends(get_principal)]
+) -> Principal:
+    if principal.user is None:
+        raise Unauthorized("sign in first (bearer token or session cookie)")
+    _check_scope(request, principal)
+    return principal
+
+
+def submitter(request: Request, principal: Annotated[Principal, Depends(signed_in)]) -> Principal:
+    assert principal.user is not None
+    if principal.user.role not in (Role.ADMIN, Role.RESEARCHER):
+        raise Forbidden(f"a {principal.user.role.value} account cannot submit algorithms")
+    return principal
+
+
+def admin_only(request: Request, principal: Annotated[Principal, Depends(signed_in)]) -> Principal:
+    assert principal.user is not None
+    if principal.user.role != Role.ADMIN:
+        raise Forbidden("admins only")
+    _check_scope(request, principal, admin=True)
+    return principal
+
+
+Anyone = Annotated[Principal, Depends(anyone)]
+SignedIn = Annotated[Principal, Depends(signed_in)]
+Submitter = Annotated[Principal, Depends(submitter)]
+AdminOnly = Annotated[Principal, Depends(admin_only)]

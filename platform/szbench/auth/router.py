@@ -1,0 +1,98 @@
+"""``/api/v1/auth`` and ``/api/v1/tokens``: sign in, sign up, who am I, API tokens."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fastapi import APIRouter, Request, Response, status
+
+from szbench.api.deps import SessionDep
+from szbench.api.errors import ERROR_RESPONSES
+from szbench.api.pagination import Page, PageDep
+from szbench.auth import service
+from szbench.auth.cookies import clear_session_cookie
+from szbench.auth.dependencies import Anyone, SignedIn
+from szbench.auth.schemas import (
+    LoginIn,
+    LoginOut,
+    SignupIn,
+    TokenCreated,
+    TokenIn,
+    TokenOut,
+    UserOut,
+)
+from szbench.config import get_settings
+from szbench.errors import Forbidden
+from szbench.models import Role
+
+router = APIRouter(tags=["auth"], responses=ERROR_RESPONSES)
+
+
+@router.post("/auth/login", response_model=LoginOut)
+def login(body: LoginIn, session: SessionDep, _caller: Anyone) -> LoginOut:
+    """Exchange email and password for a bearer token (expires after the login lifetime)."""
+    token, secret = service.login(session, email=body.email, password=body.password)
+    return LoginOut(
+        token=secret, expires_at=token.expires_at, user=UserOut.model_validate(token.user)
+    )
+
+
+@router.post("/auth/logout", status_code=status.HTTP_204_NO_CONTENT)
+def logout(request: Request, session: SessionDep, caller: SignedIn) -> Response:
+    """Revoke the token this request came with and clear the session cookie."""
+    assert caller.token is not None
+    service.revoke_token(session, caller.token)
+    response = Response(status_code=status.HTTP_204_NO_CONTENT)
+    clear_session_cookie(response)
+    return response
+
+
+@router.post("/auth/signup", response_model=UserOut, status_code=status.HTTP_201_CREATED)
+def signup(body: SignupIn, session: SessionDep, _caller: Anyone) -> UserOut:
+    """Create a researcher account (when sign-up is open)."""
+    if not get_settings().allow_signup:
+        raise Forbidden("sign-up is closed on this server; ask an admin for an account")
+    user = service.create_user(
+        session, email=body.email, password=body.password, name=body.name, role=Role.RESEARCHER
+    )
+    return UserOut.model_validate(user)
+
+
+@router.get("/auth/me", response_model=UserOut)
+def me(caller: SignedIn) -> UserOut:
+    """The signed-in user."""
+    return UserOut.model_validate(caller.user)
+
+
+@router.get("/tokens", response_model=Page[TokenOut])
+def list_tokens(session: SessionDep, caller: SignedIn, page: PageDep) -> Page[TokenOut]:
+    """The caller's API tokens (never their secrets)."""
+    assert caller.user is not None
+    rows, total = service.list_tokens(session, caller.user, limit=page.limit, offset=page.offset)
+    return Page(
+        items=[TokenOut.model_validate(t) for t in rows],
+        total=total,
+        limit=page.limit,
+        offset=page.offset,
+    )
+
+
+@router.post("/tokens", response_model=TokenCreated, status_code=status.HTTP_201_CREATED)
+def create_token(body: TokenIn, session: SessionDep, caller: SignedIn) -> TokenCreated:
+    """Create an API token; its secret is in this response only."""
+    assert caller.user is not None
+    expires_at = (
+        datetime.now(UTC) + timedelta(days=body.expires_in_days) if body.expires_in_days else None
+    )
+    token, secret = service.create_token(
+        session, caller.user, name=body.name, scopes=body.scopes, expires_at=expires_at
+    )
+    return TokenCreated(**TokenOut.model_validate(token).model_dump(), token=secret)
+
+
+@router.delete("/tokens/{token_id}", response_model=TokenOut)
+def revoke_token(token_id: int, session: SessionDep, caller: SignedIn) -> TokenOut:
+    """Revoke one of the caller's tokens (admins: anyone's)."""
+    assert caller.user is not None
+    token = service.get_token(session, token_id, viewer=caller.user)
+    return TokenOut.model_validate(service.revoke_token(session, token))

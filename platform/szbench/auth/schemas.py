@@ -1,0 +1,66 @@
+"""Request and response bodies of the auth and token routes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from szbench.models import Role
+
+
+class UserOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    email: str
+    name: str
+    role: Role
+    is_active: bool
+    created_at: datetime
+
+
+class LoginIn(BaseModel):
+    email: str = Field(max_length=320)
+    password: str = Field(max_length=1000)
+
+
+class SignupIn(BaseModel):
+    email: str = Field(max_length=320)
+    password: str = Field(min_length=8, max_length=1000)
+    name: str = Field(default="", max_length=200)
+
+
+class TokenOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    prefix: str = Field(description="First characters of the secret, to tell tokens apart.")
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="The secret. Shown only in this response; store it now.")
+    token_type: str = "bearer"  # noqa: S105 - the OAuth token type, not a secret
+
+
+class LoginOut(BaseModel):
+    token: str
+    token_type: str = "bearer"  # noqa: S105 - the OAuth token type, not a secret
+    expires_at: datetime | None
+    user: UserOut
+
+
+class TokenIn(BaseModel):
+    name: str = Field(default="", max_length=200)
+    scopes: list[str] | None = Field(
+        default=None,
+        max_length=3,
+        description="Subset of read, write, admin; default: all the role allows.",
+    )
+    expires_in_days: int | None = Field(default=None, ge=1, le=3650)

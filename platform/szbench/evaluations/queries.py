@@ -1,0 +1,249 @@
+"""Read side of evaluations: lists, progress, provenance (writes are the pipeline's)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session, joinedload
+
+from szbench.auth import policy
+from szbench.errors import Forbidden, NotFound
+from szbench.evaluations.schemas import EvaluationDetail, EvaluationOut, Progress, Provenance
+from szbench.models import (
+    Algorithm,
+    AlgorithmVersion,
+    Dataset,
+    DatasetVersion,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    RecordingRun,
+    User,
+)
+
+_LOAD = (
+    joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
+    joinedload(Evaluation.dataset_version).joinedload(DatasetVersion.dataset),
+)
+
+
+def _joined() -> Select[tuple[Evaluation]]:
+    return (
+        select(Evaluation)
+        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+        .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+        .join(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
+        .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
+    )
+
+
+def get_evaluation(session: Session, evaluation_id: int, *, viewer: User | None) -> Evaluation:
+    evaluation = session.get(Evaluation, evaluation_id, options=_LOAD)
+    if evaluation is None or not policy.can_view_evaluation(viewer, evaluation):
+        raise NotFound(f"evaluation {evaluation_id} does not exist")
+    return evaluation
+
+
+def get_managed_evaluation(session: Session, evaluation_id: int, *, user: User) -> Evaluation:
+    evaluation = get_evaluation(session, evaluation_id, viewer=user)
+    if not policy.can_manage_algorithm(user, evaluation.algorithm_version.algorithm):
+        raise Forbidden(f"evaluation {evaluation_id} belongs to another user's algorithm")
+    return evaluation
+
+
+@dataclass(frozen=True)
+class EvaluationFilter:
+    algorithm_id: int | None = None
+    algorithm_version_id: int | None = None
+    dataset: str | None = None
+    dataset_version: str | None = None
+    status: EvaluationStatus | None = None
+    kind: EvaluationKind | None = None
+    mine: bool = False
+
+
+def list_evaluations(
+    session: Session, *, viewer: User | None, where: EvaluationFilter, limit: int, offset: int
+) -> tuple[list[Evaluation], int]:
+    clauses = [policy.visible_evaluations(viewer)]
+    if where.algorithm_id is not None:
+        clauses.append(Algorithm.id == where.algorithm_id)
+    if where.algorithm_version_id is not None:
+        clauses.append(AlgorithmVersion.id == where.algorithm_version_id)
+    if where.dataset is not None:
+        clauses.append(Dataset.slug == where.dataset)
+    if where.dataset_version is not None:
+        clauses.append(DatasetVersion.version == where.dataset_version)
+    if where.status is not None:
+        clauses.append(Evaluation.status == where.status)
+    if where.kind is not None:
+        clauses.append(Evaluation.kind == where.kind)
+    if where.mine:
+        if viewer is None:
+            return [], 0
+        clauses.append(Algorithm.owner_id == viewer.id)
+    query = _joined().where(*clauses)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(
+        query.options(*_LOAD).order_by(Evaluation.id.desc()).limit(limit).offset(offset)
+    ).all()
+    return list(rows), total
+
+
+def outcome_counts(session: Session, evaluation_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+    ids = list(evaluation_ids)
+    counts: dict[int, dict[str, int]] = {i: {} for i in ids}
+    if not ids:
+        return counts
+    rows = session.execute(
+        select(RecordingRun.evaluation_id, RecordingRun.outcome, func.count(RecordingRun.id))
+        .where(RecordingRun.evaluation_id.in_(ids), RecordingRun.outcome.is_not(None))
+        .group_by(RecordingRun.evaluation_id, RecordingRun.outcome)
+    ).all()
+    for evaluation_id, outcome, n in rows:
+        counts[evaluation_id][outcome.value] = n
+    return counts
+
+
+def progress(session: Session, evaluation: Evaluation) -> Progress:
+    return Progress(
+        status=evaluation.status,
+        recordings_done=evaluation.recordings_done,
+        recordings_total=evaluation.recordings_total,
+        outcomes=outcome_counts(session, [evaluation.id])[evaluation.id],
+    )
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    worker_hosts: list[str]
+    gpu_models: list[str]
+    gpu_drivers: list[str]
+    wall_time_s: float | None
+    peak_memory_bytes: int | None
+
+
+def run_summaries(session: Session, evaluation_ids: Iterable[int]) -> dict[int, RunSummary]:
+    """Hosts, GPUs, summed wall time and peak memory of each evaluation's runs (2 queries)."""
+    ids = list(evaluation_ids)
+    hosts: dict[int, set[str]] = {i: set() for i in ids}
+    gpus: dict[int, set[str]] = {i: set() for i in ids}
+    drivers: dict[int, set[str]] = {i: set() for i in ids}
+    totals: dict[int, tuple[float | None, int | None]] = {}
+    if ids:
+        for evaluation_id, host, gpu, driver in session.execute(
+            select(
+                RecordingRun.evaluation_id,
+                RecordingRun.worker_host,
+                RecordingRun.gpu_model,
+                RecordingRun.gpu_driver,
+            )
+            .where(RecordingRun.evaluation_id.in_(ids))
+            .distinct()
+        ):
+            if host:
+                hosts[evaluation_id].add(host)
+            if gpu:
+                gpus[evaluation_id].add(gpu)
+            if driver:
+                drivers[evaluation_id].add(driver)
+        for evaluation_id, wall, peak in session.execute(
+            select(
+                RecordingRun.evaluation_id,
+                func.sum(RecordingRun.wall_time_s),
+                func.max(RecordingRun.peak_memory_bytes),
+            )
+            .where(RecordingRun.evaluation_id.in_(ids))
+            .group_by(RecordingRun.evaluation_id)
+        ):
+            totals[evaluation_id] = (wall, peak)
+    return {
+        i: RunSummary(
+            worker_hosts=sorted(hosts[i]),
+            gpu_models=sorted(gpus[i]),
+            gpu_drivers=sorted(drivers[i]),
+            wall_time_s=totals.get(i, (None, None))[0],
+            peak_memory_bytes=totals.get(i, (None, None))[1],
+        )
+        for i in ids
+    }
+
+
+def make_provenance(
+    summary: RunSummary,
+    *,
+    image_digest: str,
+    dataset: str,
+    dataset_version: str,
+    scorer_version: str,
+    scoring_params: dict[str, Any] | None,
+    official: bool,
+) -> Provenance:
+    return Provenance(
+        image_digest=image_digest,
+        dataset=dataset,
+        dataset_version=dataset_version,
+        scorer_version=scorer_version,
+        scoring_params=scoring_params or {},
+        official=official,
+        worker_hosts=summary.worker_hosts,
+        gpu_models=summary.gpu_models,
+        gpu_drivers=summary.gpu_drivers,
+        wall_time_s=summary.wall_time_s,
+        peak_memory_bytes=summary.peak_memory_bytes,
+    )
+
+
+def provenances(session: Session, evaluations: list[Evaluation]) -> dict[int, Provenance]:
+    """Provenance of each evaluation, with its runs' hosts, GPUs, time and memory."""
+    summaries = run_summaries(session, [e.id for e in evaluations])
+    return {
+        e.id: make_provenance(
+            summaries[e.id],
+            image_digest=e.image_digest,
+            dataset=e.dataset_version.dataset.slug,
+            dataset_version=e.dataset_version.version,
+            scorer_version=e.scorer_version,
+            scoring_params=e.scoring_params,
+            official=e.official,
+        )
+        for e in evaluations
+    }
+
+
+def to_out(evaluation: Evaluation) -> EvaluationOut:
+    version = evaluation.algorithm_version
+    dv = evaluation.dataset_version
+    return EvaluationOut(
+        id=evaluation.id,
+        kind=evaluation.kind,
+        status=evaluation.status,
+        algorithm_id=version.algorithm_id,
+        algorithm=version.algorithm.name,
+        algorithm_version_id=version.id,
+        algorithm_version=version.version,
+        dataset=dv.dataset.slug,
+        dataset_version=dv.version,
+        dataset_version_id=dv.id,
+        official=evaluation.official,
+        published=evaluation.published,
+        queue=evaluation.queue,
+        message=evaluation.message,
+        recordings_done=evaluation.recordings_done,
+        recordings_total=evaluation.recordings_total,
+        source_evaluation_id=evaluation.source_evaluation_id,
+        created_at=evaluation.created_at,
+        started_at=evaluation.started_at,
+        finished_at=evaluation.finished_at,
+    )
+
+
+def to_detail(session: Session, evaluation: Evaluation) -> EvaluationDetail:
+    return EvaluationDetail(
+        **to_out(evaluation).model_dump(),
+        progress=progress(session, evaluation),
+        provenance=provenances(session, [evaluation])[evaluation.id],
+    )

@@ -1,0 +1,144 @@
+"""``/api/v1/evaluations``: list, follow, create, cancel, re-run, re-score, publish."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from szbench import pipeline
+from szbench.algorithms import service as algorithms
+from szbench.api.deps import SessionDep
+from szbench.api.errors import ERROR_RESPONSES
+from szbench.api.pagination import Page, PageDep
+from szbench.auth.dependencies import AdminOnly, Anyone, Submitter
+from szbench.datasets import queries as datasets
+from szbench.errors import NotFound
+from szbench.evaluations import queries
+from szbench.evaluations.schemas import (
+    EvaluationCreate,
+    EvaluationDetail,
+    EvaluationOut,
+    Progress,
+    PublishedOut,
+    RescoreIn,
+)
+from szbench.models import AlgorithmVersion, EvaluationKind, EvaluationStatus
+from szbench.phases import service as phases
+
+router = APIRouter(prefix="/evaluations", tags=["evaluations"], responses=ERROR_RESPONSES)
+
+
+@router.get("", response_model=Page[EvaluationOut])
+def list_evaluations(
+    session: SessionDep,
+    caller: Anyone,
+    page: PageDep,
+    algorithm_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+    algorithm_version_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+    dataset: Annotated[str | None, Query(max_length=100)] = None,
+    dataset_version: Annotated[str | None, Query(max_length=100)] = None,
+    status_: Annotated[EvaluationStatus | None, Query(alias="status")] = None,
+    kind: EvaluationKind | None = None,
+    mine: Annotated[
+        bool, Query(description="Only evaluations of the caller's algorithms.")
+    ] = False,
+) -> Page[EvaluationOut]:
+    """Evaluations the caller may see, newest first."""
+    where = queries.EvaluationFilter(
+        algorithm_id=algorithm_id,
+        algorithm_version_id=algorithm_version_id,
+        dataset=dataset,
+        dataset_version=dataset_version,
+        status=status_,
+        kind=kind,
+        mine=mine,
+    )
+    rows, total = queries.list_evaluations(
+        session, viewer=caller.user, where=where, limit=page.limit, offset=page.offset
+    )
+    return Page(
+        items=[queries.to_out(e) for e in rows], total=total, limit=page.limit, offset=page.offset
+    )
+
+
+@router.post("", response_model=EvaluationDetail, status_code=status.HTTP_201_CREATED)
+def create_evaluation(
+    body: EvaluationCreate, session: SessionDep, caller: Submitter
+) -> EvaluationDetail:
+    """Evaluate one of the caller's algorithm versions on a dataset version."""
+    assert caller.user is not None
+    version = session.get(AlgorithmVersion, body.algorithm_version_id)
+    if version is None:
+        raise NotFound(f"algorithm_version_id: version {body.algorithm_version_id} does not exist")
+    algorithms.get_managed_algorithm(session, version.algorithm_id, user=caller.user)
+    dv = datasets.get_version(session, datasets.get_dataset(session, body.dataset), body.version)
+    evaluation = pipeline.evaluation_service().create_evaluation(
+        session, algorithm_version=version, dataset_version=dv, created_by=caller.user
+    )
+    return queries.to_detail(session, evaluation)
+
+
+@router.get("/{evaluation_id}", response_model=EvaluationDetail)
+def get_evaluation(evaluation_id: int, session: SessionDep, caller: Anyone) -> EvaluationDetail:
+    """One evaluation with its progress and provenance."""
+    return queries.to_detail(
+        session, queries.get_evaluation(session, evaluation_id, viewer=caller.user)
+    )
+
+
+@router.get("/{evaluation_id}/progress", response_model=Progress)
+def get_progress(evaluation_id: int, session: SessionDep, caller: Anyone) -> Progress:
+    """Recordings done of total and finished runs by outcome (cheap enough to poll)."""
+    return queries.progress(
+        session, queries.get_evaluation(session, evaluation_id, viewer=caller.user)
+    )
+
+
+@router.post("/{evaluation_id}/cancel", response_model=EvaluationDetail)
+def cancel_evaluation(
+    evaluation_id: int, session: SessionDep, caller: Submitter
+) -> EvaluationDetail:
+    """Cancel a queued or running evaluation (owner or admin)."""
+    assert caller.user is not None
+    evaluation = queries.get_managed_evaluation(session, evaluation_id, user=caller.user)
+    evaluation = pipeline.evaluation_service().cancel_evaluation(session, evaluation)
+    return queries.to_detail(session, evaluation)
+
+
+@router.post(
+    "/{evaluation_id}/rerun", response_model=EvaluationDetail, status_code=status.HTTP_201_CREATED
+)
+def rerun_evaluation(
+    evaluation_id: int, session: SessionDep, caller: Submitter
+) -> EvaluationDetail:
+    """Run the same image digest again with fresh container runs (a new evaluation)."""
+    assert caller.user is not None
+    evaluation = queries.get_managed_evaluation(session, evaluation_id, user=caller.user)
+    new = pipeline.evaluation_service().rerun_evaluation(
+        session, evaluation, created_by=caller.user
+    )
+    return queries.to_detail(session, new)
+
+
+@router.post(
+    "/{evaluation_id}/rescore", response_model=EvaluationDetail, status_code=status.HTTP_201_CREATED
+)
+def rescore_evaluation(
+    evaluation_id: int, body: RescoreIn, session: SessionDep, caller: Submitter
+) -> EvaluationDetail:
+    """Score the stored detections again with other scorer parameters (no container run)."""
+    assert caller.user is not None
+    evaluation = queries.get_managed_evaluation(session, evaluation_id, user=caller.user)
+    new = pipeline.evaluation_service().rescore_evaluation(
+        session, evaluation, scoring_params=body.scoring_params, created_by=caller.user
+    )
+    return queries.to_detail(session, new)
+
+
+@router.post("/{evaluation_id}/publish", response_model=PublishedOut)
+def publish_evaluation(evaluation_id: int, session: SessionDep, admin: AdminOnly) -> PublishedOut:
+    """Publish a hidden evaluation's results to everyone (admins)."""
+    evaluation = queries.get_evaluation(session, evaluation_id, viewer=admin.user)
+    phases.publish_evaluation(session, evaluation)
+    return PublishedOut(id=evaluation.id, published=evaluation.published)

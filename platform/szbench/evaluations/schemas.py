@@ -1,0 +1,149 @@
+"""Bodies of the evaluation and result routes, provenance included."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from szbench.models import EvaluationKind, EvaluationStatus, RunOutcome
+
+
+class Provenance(BaseModel):
+    """Where a result comes from: enough to reproduce it."""
+
+    image_digest: str
+    dataset: str
+    dataset_version: str
+    scorer_version: str
+    scoring_params: dict[str, Any]
+    official: bool
+    worker_hosts: list[str] = Field(default_factory=list)
+    gpu_models: list[str] = Field(default_factory=list)
+    gpu_drivers: list[str] = Field(default_factory=list)
+    wall_time_s: float | None = Field(default=None, description="Sum over the runs.")
+    peak_memory_bytes: int | None = Field(default=None, description="Largest over the runs.")
+
+
+class RunProvenance(BaseModel):
+    image_digest: str
+    recording_checksum: str
+    scorer_version: str
+    worker_host: str
+    gpu_model: str | None
+    gpu_driver: str | None
+    wall_time_s: float | None
+    peak_memory_bytes: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    reused_from_id: int | None
+
+
+class Progress(BaseModel):
+    status: EvaluationStatus
+    recordings_done: int
+    recordings_total: int
+    outcomes: dict[str, int] = Field(description="Finished runs by outcome.")
+
+
+class EvaluationOut(BaseModel):
+    id: int
+    kind: EvaluationKind
+    status: EvaluationStatus
+    algorithm_id: int
+    algorithm: str
+    algorithm_version_id: int
+    algorithm_version: str
+    dataset: str
+    dataset_version: str
+    dataset_version_id: int
+    official: bool
+    published: bool
+    queue: str
+    message: str
+    recordings_done: int
+    recordings_total: int
+    source_evaluation_id: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class EvaluationDetail(EvaluationOut):
+    progress: Progress
+    provenance: Provenance
+
+
+class EvaluationCreate(BaseModel):
+    algorithm_version_id: int = Field(ge=1, le=2**62)
+    dataset: str = Field(max_length=100, description="Dataset slug.")
+    version: str | None = Field(default=None, max_length=100, description="Default: newest active.")
+
+
+class RescoreIn(BaseModel):
+    scoring_params: dict[str, Any] = Field(
+        description="Scorer parameters (see the scorer's ScoringParams); defaults are official."
+    )
+
+
+class Metrics(BaseModel):
+    event_sensitivity: float | None
+    event_precision: float | None
+    event_f1: float | None
+    event_fp_rate: float | None
+    sample_sensitivity: float | None
+    sample_precision: float | None
+    sample_f1: float | None
+    sample_fp_rate: float | None
+
+
+class DatasetResultOut(Metrics):
+    evaluation_id: int
+    subjects: int
+    recordings: int
+    missing_hypotheses: int
+    report: dict[str, Any]
+    provenance: Provenance
+
+
+class SubjectResultOut(Metrics):
+    subject: str
+    recordings: int
+    counts: dict[str, Any]
+
+
+class SubjectResultsPage(BaseModel):
+    items: list[SubjectResultOut]
+    total: int
+    limit: int
+    offset: int
+    provenance: Provenance
+
+
+class RunOut(BaseModel):
+    id: int
+    recording_id: int
+    recording: str
+    subject: str
+    outcome: RunOutcome | None
+    exit_code: int | None
+    submitter_message: str
+    admin_log: str | None = Field(default=None, description="Admins only.")
+    attempts: int
+    event_tp: int | None
+    event_fp: int | None
+    event_fn: int | None
+    event_ref_true: int | None
+    sample_tp: int | None
+    sample_fp: int | None
+    sample_fn: int | None
+    sample_ref_true: int | None
+    num_samples: int | None
+    has_detections: bool
+    provenance: RunProvenance
+
+
+class PublishedOut(BaseModel):
+    id: int
+    published: bool

@@ -1,0 +1,91 @@
+"""``/api/v1/leaderboards``: ranked, sortable, with confidence intervals; CSV/JSON."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
+
+from szbench.api.deps import SessionDep
+from szbench.api.downloads import table_response
+from szbench.api.errors import ERROR_RESPONSES
+from szbench.api.pagination import PageDep
+from szbench.auth.dependencies import Anyone
+from szbench.leaderboards import service
+from szbench.leaderboards.schemas import Leaderboard, LeaderboardIndexRow
+
+router = APIRouter(prefix="/leaderboards", tags=["leaderboards"], responses=ERROR_RESPONSES)
+
+Version = Annotated[
+    str | None, Query(max_length=100, description="Dataset version; default newest active.")
+]
+Sort = Annotated[
+    str, Query(max_length=50, description="rank, a metric name, algorithm, subjects or recordings.")
+]
+Order = Annotated[Literal["asc", "desc"] | None, Query(description="Default: best first.")]
+Versions = Annotated[
+    Literal["latest", "all"],
+    Query(description="Each algorithm's latest version, or every version."),
+]
+
+
+@router.get("", response_model=list[LeaderboardIndexRow])
+def list_leaderboards(session: SessionDep, caller: Anyone) -> list[LeaderboardIndexRow]:
+    """Dataset versions that have ranked results, with their entry counts."""
+    return service.index(session, viewer=caller.user)
+
+
+@router.get("/{slug}", response_model=Leaderboard)
+def get_leaderboard(
+    slug: str,
+    session: SessionDep,
+    caller: Anyone,
+    page: PageDep,
+    version: Version = None,
+    sort: Sort = "rank",
+    order: Order = None,
+    versions: Versions = "latest",
+) -> Leaderboard:
+    """A dataset version's leaderboard: SzCORE rank, metrics, bootstrap CIs, rank stability."""
+    return service.leaderboard(
+        session,
+        slug=slug,
+        version=version,
+        viewer=caller.user,
+        sort=sort,
+        order=order,
+        versions=versions,
+        limit=page.limit,
+        offset=page.offset,
+    )
+
+
+@router.get(
+    "/{slug}/download",
+    response_class=Response,
+    responses={200: {"content": {"text/csv": {}, "application/json": {}}}},
+)
+def download_leaderboard(
+    slug: str,
+    session: SessionDep,
+    caller: Anyone,
+    version: Version = None,
+    sort: Sort = "rank",
+    order: Order = None,
+    versions: Versions = "latest",
+    format: Annotated[Literal["csv", "json"], Query(description="Download format.")] = "csv",
+) -> Response:
+    """The whole leaderboard as CSV or JSON."""
+    board = service.leaderboard(
+        session,
+        slug=slug,
+        version=version,
+        viewer=caller.user,
+        sort=sort,
+        order=order,
+        versions=versions,
+        limit=None,
+    )
+    rows, columns = service.download_rows(board)
+    name = f"leaderboard-{board.dataset}-{board.dataset_version}"
+    return table_response(rows, columns=columns, filename=name, fmt=format)

@@ -1,0 +1,351 @@
+"""Leaderboards: official, finished, visible results on one dataset version, ranked the
+SzCORE way (per-subject-averaged event F1, then event sensitivity), with statistics."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from szbench.auth import policy
+from szbench.config import get_settings
+from szbench.datasets import queries as datasets
+from szbench.errors import BadRequest
+from szbench.evaluations.queries import make_provenance, run_summaries
+from szbench.leaderboards import statistics
+from szbench.leaderboards.schemas import (
+    Interval,
+    Leaderboard,
+    LeaderboardEntry,
+    LeaderboardIndexRow,
+    RankStability,
+    StatisticsInfo,
+)
+from szbench.models import (
+    Algorithm,
+    AlgorithmVersion,
+    Dataset,
+    DatasetResult,
+    DatasetVersion,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    User,
+)
+from szbench.results.queries import METRICS
+
+RANKING_RULE = "event_f1 (per-subject mean) desc, then event_sensitivity desc (SzCORE)"
+SORT_KEYS = ("rank", *METRICS, "algorithm", "subjects", "recordings")
+# Lower is better for these; every other metric is higher-is-better.
+_LOWER_IS_BETTER = {"event_fp_rate", "sample_fp_rate"}
+VersionsMode = Literal["latest", "all"]
+
+
+@dataclass
+class Row:
+    evaluation_id: int
+    algorithm_version_id: int
+    algorithm_version: str
+    algorithm_id: int
+    algorithm: str
+    title: str
+    owner_id: int
+    owner: str
+    published: bool
+    image_digest: str
+    scorer_version: str
+    scoring_params: dict[str, Any]
+    finished_at: datetime | None
+    subjects: int
+    recordings: int
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    rank: int = 0
+
+
+def _desc_key(value: float | None) -> float:
+    """Sort key putting high values first and NaN/None last."""
+    return math.inf if value is None or math.isnan(value) else -value
+
+
+def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row]:
+    query = (
+        select(
+            Evaluation.id,
+            Evaluation.algorithm_version_id,
+            AlgorithmVersion.version,
+            Algorithm.id,
+            Algorithm.name,
+            Algorithm.title,
+            Algorithm.owner_id,
+            User.name,
+            Evaluation.published,
+            Evaluation.image_digest,
+            Evaluation.scorer_version,
+            Evaluation.scoring_params,
+            Evaluation.finished_at,
+            DatasetResult.subjects,
+            DatasetResult.recordings,
+            *(getattr(DatasetResult, m) for m in METRICS),
+        )
+        .join(DatasetResult, DatasetResult.evaluation_id == Evaluation.id)
+        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+        .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+        .join(User, Algorithm.owner_id == User.id)
+        .where(
+            Evaluation.dataset_version_id == dv.id,
+            Evaluation.status == EvaluationStatus.DONE,
+            Evaluation.official.is_(True),
+            Evaluation.kind != EvaluationKind.SMOKE_TEST,
+            policy.visible_evaluations(viewer),
+        )
+        .order_by(Evaluation.id.desc())
+    )
+    rows = []
+    for record in session.execute(query):
+        (eid, avid, aver, aid, aname, atitle, owner_id, owner, published, digest, scorer,
+         params, finished, subjects, recordings, *values) = record  # fmt: skip
+        rows.append(
+            Row(
+                evaluation_id=eid,
+                algorithm_version_id=avid,
+                algorithm_version=aver,
+                algorithm_id=aid,
+                algorithm=aname,
+                title=atitle,
+                owner_id=owner_id,
+                owner=owner,
+                published=published,
+                image_digest=digest,
+                scorer_version=scorer,
+                scoring_params=params or {},
+                finished_at=finished,
+                subjects=subjects,
+                recordings=recordings,
+                metrics=dict(zip(METRICS, values, strict=True)),
+            )
+        )
+    return rows
+
+
+def ranked_rows(
+    session: Session, dv: DatasetVersion, *, viewer: User | None, versions: VersionsMode
+) -> list[Row]:
+    """Entries in SzCORE rank order; ties on both keys share a rank (1, 2, 2, 4)."""
+    newest_per_version: dict[int, Row] = {}
+    for row in _rows(session, dv, viewer):  # newest evaluation first
+        newest_per_version.setdefault(row.algorithm_version_id, row)
+    rows = list(newest_per_version.values())
+    if versions == "latest":
+        latest: dict[int, Row] = {}
+        for row in sorted(rows, key=lambda r: -r.algorithm_version_id):
+            latest.setdefault(row.algorithm_id, row)
+        rows = list(latest.values())
+
+    def key(r: Row) -> tuple[float, float, int]:
+        return (
+            _desc_key(r.metrics["event_f1"]),
+            _desc_key(r.metrics["event_sensitivity"]),
+            r.evaluation_id,
+        )
+
+    rows.sort(key=key)
+    previous: tuple[float, float] | None = None
+    for position, row in enumerate(rows, start=1):
+        current = key(row)[:2]
+        row.rank = rows[position - 2].rank if current == previous else position
+        previous = current
+    return rows
+
+
+def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], str]:
+    if sort not in SORT_KEYS:
+        raise BadRequest(f"sort: {sort!r} is not one of {', '.join(SORT_KEYS)}")
+    if sort == "rank":
+        natural = "asc"
+        ordered = list(rows)
+    elif sort == "algorithm":
+        natural = "asc"
+        ordered = sorted(rows, key=lambda r: (r.algorithm, r.algorithm_version))
+    elif sort in ("subjects", "recordings"):
+        natural = "desc"
+        ordered = sorted(rows, key=lambda r: (-getattr(r, sort), r.rank))
+    else:
+        natural = "asc" if sort in _LOWER_IS_BETTER else "desc"
+        # Best first, None/NaN last in both directions.
+        sign = 1 if natural == "desc" else -1
+        ordered = sorted(
+            rows,
+            key=lambda r: (
+                _desc_key(None if r.metrics[sort] is None else sign * r.metrics[sort]),
+                r.rank,
+            ),
+        )
+    order = order or natural
+    if order not in ("asc", "desc"):
+        raise BadRequest(f"order: {order!r} is not asc or desc")
+    if order != natural:
+        present = [r for r in ordered if _present(r, sort)]
+        missing = [r for r in ordered if not _present(r, sort)]
+        ordered = present[::-1] + missing
+    return ordered, order
+
+
+def _present(row: Row, sort: str) -> bool:
+    if sort in row.metrics:
+        value = row.metrics[sort]
+        return value is not None and not math.isnan(value)
+    return True
+
+
+def _clean(value: float | None) -> float | None:
+    return (
+        None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
+    )
+
+
+def leaderboard(
+    session: Session,
+    *,
+    slug: str,
+    version: str | None,
+    viewer: User | None,
+    sort: str = "rank",
+    order: str | None = None,
+    versions: VersionsMode = "latest",
+    limit: int | None = 50,
+    offset: int = 0,
+    with_statistics: bool = True,
+) -> Leaderboard:
+    dataset = datasets.get_dataset(session, slug)
+    dv = datasets.get_version(session, dataset, version)
+    rows = ranked_rows(session, dv, viewer=viewer, versions=versions)
+    ordered, order = _sorted(rows, sort, order)
+    window = ordered[offset:] if limit is None else ordered[offset : offset + limit]
+
+    settings = get_settings()
+    if with_statistics and rows:
+        stats = statistics.board_statistics(session, [r.evaluation_id for r in rows])
+    else:
+        stats = statistics.BoardStats(status="not computed", by_evaluation={})
+    summaries = run_summaries(session, [r.evaluation_id for r in window])
+    items = []
+    for row in window:
+        entry_stats = stats.by_evaluation.get(row.evaluation_id)
+        items.append(
+            LeaderboardEntry(
+                rank=row.rank,
+                evaluation_id=row.evaluation_id,
+                algorithm_id=row.algorithm_id,
+                algorithm=row.algorithm,
+                title=row.title,
+                owner=row.owner,
+                algorithm_version_id=row.algorithm_version_id,
+                algorithm_version=row.algorithm_version,
+                published=row.published,
+                mine=viewer is not None and row.owner_id == viewer.id,
+                subjects=row.subjects,
+                recordings=row.recordings,
+                ci=(
+                    {
+                        m: Interval(low=_clean(lo), high=_clean(hi))
+                        for m, (lo, hi) in entry_stats.ci.items()
+                    }
+                    if entry_stats
+                    else None
+                ),
+                rank_stability=(
+                    RankStability(
+                        median=entry_stats.rank_median,
+                        low=entry_stats.rank_low,
+                        high=entry_stats.rank_high,
+                        best_share=entry_stats.best_share,
+                        histogram=entry_stats.histogram,
+                    )
+                    if entry_stats
+                    else None
+                ),
+                provenance=make_provenance(
+                    summaries[row.evaluation_id],
+                    image_digest=row.image_digest,
+                    dataset=dataset.slug,
+                    dataset_version=dv.version,
+                    scorer_version=row.scorer_version,
+                    scoring_params=row.scoring_params,
+                    official=True,
+                ),
+                **{m: _clean(v) for m, v in row.metrics.items()},
+            )
+        )
+    return Leaderboard(
+        dataset=dataset.slug,
+        dataset_version=dv.version,
+        kind=dataset.kind,
+        ranking=RANKING_RULE,
+        sort=sort,
+        order=order,
+        statistics=StatisticsInfo(
+            status=stats.status,
+            confidence_level=settings.confidence_level,
+            resamples=settings.bootstrap_resamples,
+        ),
+        items=items,
+        total=len(rows),
+        limit=len(window) if limit is None else limit,
+        offset=offset,
+    )
+
+
+def index(session: Session, *, viewer: User | None) -> list[LeaderboardIndexRow]:
+    """Every dataset version with at least one visible official result, and how many."""
+    counts = session.execute(
+        select(
+            Dataset.slug,
+            Dataset.title,
+            Dataset.kind,
+            DatasetVersion.version,
+            func.count(func.distinct(Evaluation.algorithm_version_id)),
+        )
+        .join(DatasetVersion, DatasetVersion.dataset_id == Dataset.id)
+        .join(Evaluation, Evaluation.dataset_version_id == DatasetVersion.id)
+        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+        .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+        .where(
+            Evaluation.status == EvaluationStatus.DONE,
+            Evaluation.official.is_(True),
+            Evaluation.kind != EvaluationKind.SMOKE_TEST,
+            policy.visible_evaluations(viewer),
+        )
+        .group_by(
+            Dataset.slug, Dataset.title, Dataset.kind, DatasetVersion.version, DatasetVersion.id
+        )
+        .order_by(Dataset.slug, DatasetVersion.id)
+    ).all()
+    return [
+        LeaderboardIndexRow(dataset=s, title=t, kind=k, dataset_version=v, entries=n)
+        for s, t, k, v, n in counts
+    ]
+
+
+def download_rows(board: Leaderboard) -> tuple[list[dict[str, Any]], list[str]]:
+    columns = [
+        "rank", "algorithm", "algorithm_version", "owner", "published", "subjects", "recordings",
+        *METRICS,
+        *(f"{m}_ci_{b}" for m in statistics.CI_METRICS for b in ("low", "high")),
+        "rank_median", "image_digest", "scorer_version", "evaluation_id",
+    ]  # fmt: skip
+    rows = []
+    for e in board.items:
+        row: dict[str, Any] = e.model_dump(exclude={"ci", "rank_stability", "provenance"})
+        for m in statistics.CI_METRICS:
+            interval = (e.ci or {}).get(m)
+            row[f"{m}_ci_low"] = interval.low if interval else None
+            row[f"{m}_ci_high"] = interval.high if interval else None
+        row["rank_median"] = e.rank_stability.median if e.rank_stability else None
+        row["image_digest"] = e.provenance.image_digest
+        row["scorer_version"] = e.provenance.scorer_version
+        rows.append(row)
+    return rows, columns

@@ -1,0 +1,192 @@
+"""Results of an evaluation: dataset level, per subject, per recording; and side by side."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, joinedload
+
+from szbench.auth import policy
+from szbench.errors import Forbidden, NotFound
+from szbench.evaluations.queries import provenances
+from szbench.evaluations.schemas import DatasetResultOut, RunOut, RunProvenance, SubjectResultOut
+from szbench.models import (
+    Algorithm,
+    AlgorithmVersion,
+    DatasetResult,
+    DatasetVersion,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    Recording,
+    RecordingRun,
+    RunOutcome,
+    SubjectResult,
+    User,
+)
+
+METRICS = (
+    "event_sensitivity",
+    "event_precision",
+    "event_f1",
+    "event_fp_rate",
+    "sample_sensitivity",
+    "sample_precision",
+    "sample_f1",
+    "sample_fp_rate",
+)
+
+
+def metrics_of(row: DatasetResult | SubjectResult) -> dict[str, float | None]:
+    return {m: getattr(row, m) for m in METRICS}
+
+
+def dataset_result(session: Session, evaluation: Evaluation) -> DatasetResultOut:
+    result = session.scalar(
+        select(DatasetResult).where(DatasetResult.evaluation_id == evaluation.id)
+    )
+    if result is None:
+        raise NotFound(
+            f"evaluation {evaluation.id} has no result yet (status {evaluation.status.value})"
+        )
+    return DatasetResultOut(
+        evaluation_id=evaluation.id,
+        subjects=result.subjects,
+        recordings=result.recordings,
+        missing_hypotheses=result.missing_hypotheses,
+        report=result.report or {},
+        provenance=provenances(session, [evaluation])[evaluation.id],
+        **metrics_of(result),
+    )
+
+
+def subject_results(
+    session: Session, evaluation: Evaluation, *, limit: int | None, offset: int = 0
+) -> tuple[list[SubjectResultOut], int]:
+    where = SubjectResult.evaluation_id == evaluation.id
+    total = session.scalar(select(func.count(SubjectResult.id)).where(where)) or 0
+    query = select(SubjectResult).where(where).order_by(SubjectResult.subject).offset(offset)
+    if limit is not None:
+        query = query.limit(limit)
+    rows = [
+        SubjectResultOut(
+            subject=r.subject, recordings=r.recordings, counts=r.counts or {}, **metrics_of(r)
+        )
+        for r in session.scalars(query)
+    ]
+    return rows, total
+
+
+def recording_runs(
+    session: Session,
+    evaluation: Evaluation,
+    *,
+    viewer: User | None,
+    outcome: RunOutcome | None = None,
+    subject: str | None = None,
+    limit: int | None,
+    offset: int = 0,
+) -> tuple[list[RunOut], int]:
+    clauses = [RecordingRun.evaluation_id == evaluation.id]
+    if outcome is not None:
+        clauses.append(RecordingRun.outcome == outcome)
+    if subject is not None:
+        clauses.append(Recording.subject == subject)
+    base = select(RecordingRun).join(Recording, RecordingRun.recording_id == Recording.id)
+    total = session.scalar(select(func.count()).select_from(base.where(*clauses).subquery())) or 0
+    query = (
+        base.where(*clauses)
+        .options(joinedload(RecordingRun.recording))
+        .order_by(Recording.key)
+        .offset(offset)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    admin = policy.is_admin(viewer)
+    items = []
+    for run in session.scalars(query):
+        items.append(
+            RunOut(
+                id=run.id,
+                recording_id=run.recording_id,
+                recording=run.recording.key,
+                subject=run.recording.subject,
+                outcome=run.outcome,
+                exit_code=run.exit_code,
+                submitter_message=run.submitter_message,
+                admin_log=run.admin_log if admin else None,
+                attempts=run.attempts,
+                event_tp=run.event_tp,
+                event_fp=run.event_fp,
+                event_fn=run.event_fn,
+                event_ref_true=run.event_ref_true,
+                sample_tp=run.sample_tp,
+                sample_fp=run.sample_fp,
+                sample_fn=run.sample_fn,
+                sample_ref_true=run.sample_ref_true,
+                num_samples=run.num_samples,
+                has_detections=run.detections_tsv is not None,
+                provenance=RunProvenance(
+                    image_digest=run.image_digest,
+                    recording_checksum=run.recording_checksum,
+                    scorer_version=run.scorer_version,
+                    worker_host=run.worker_host,
+                    gpu_model=run.gpu_model,
+                    gpu_driver=run.gpu_driver,
+                    wall_time_s=run.wall_time_s,
+                    peak_memory_bytes=run.peak_memory_bytes,
+                    started_at=run.started_at,
+                    finished_at=run.finished_at,
+                    reused_from_id=run.reused_from_id,
+                ),
+            )
+        )
+    return items, total
+
+
+def detections(
+    session: Session, evaluation: Evaluation, run_id: int, *, viewer: User | None
+) -> str:
+    run = session.get(RecordingRun, run_id)
+    if run is None or run.evaluation_id != evaluation.id:
+        raise NotFound(f"evaluation {evaluation.id} has no run {run_id}")
+    if not policy.can_read_detections(viewer, evaluation):
+        raise Forbidden(
+            "detections on held-out data are kept for admins (they could carry the data out)"
+        )
+    if run.detections_tsv is None:
+        raise NotFound(f"run {run_id} stored no detections (outcome {run.outcome})")
+    return run.detections_tsv
+
+
+def algorithm_results(
+    session: Session, algorithm: Algorithm, *, viewer: User | None, official_only: bool
+) -> list[Evaluation]:
+    """The newest finished evaluation of each version on each dataset version."""
+    clauses = [
+        AlgorithmVersion.algorithm_id == algorithm.id,
+        Evaluation.status == EvaluationStatus.DONE,
+        Evaluation.kind != EvaluationKind.SMOKE_TEST,
+        policy.visible_evaluations(viewer),
+    ]
+    if official_only:
+        clauses.append(Evaluation.official.is_(True))
+    newest = (
+        select(func.max(Evaluation.id))
+        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+        .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+        .where(*clauses)
+        .group_by(
+            Evaluation.algorithm_version_id, Evaluation.dataset_version_id, Evaluation.official
+        )
+    )
+    rows = session.scalars(
+        select(Evaluation)
+        .where(Evaluation.id.in_(newest))
+        .options(
+            joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
+            joinedload(Evaluation.dataset_version).joinedload(DatasetVersion.dataset),
+            joinedload(Evaluation.result),
+        )
+        .order_by(Evaluation.dataset_version_id, Evaluation.algorithm_version_id)
+    ).unique()
+    return list(rows)

@@ -1,0 +1,28 @@
+"""Bodies of the cross-dataset result routes."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from szbench.evaluations.schemas import Metrics, Provenance
+
+
+class AlgorithmResultRow(Metrics):
+    evaluation_id: int
+    dataset: str
+    dataset_version: str
+    algorithm_version: str
+    official: bool
+    published: bool
+    subjects: int
+    recordings: int
+    provenance: Provenance
+
+
+class AlgorithmResults(BaseModel):
+    algorithm_id: int
+    algorithm: str
+    items: list[AlgorithmResultRow]
+    total: int
+    limit: int
+    offset: int

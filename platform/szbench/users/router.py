@@ -1,0 +1,56 @@
+"""``/api/v1/users``: user administration (admins only)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from szbench.api.deps import SessionDep
+from szbench.api.errors import ERROR_RESPONSES
+from szbench.api.pagination import Page, PageDep
+from szbench.auth import service
+from szbench.auth.dependencies import AdminOnly
+from szbench.users.schemas import UserCreate, UserOut, UserUpdate
+
+router = APIRouter(prefix="/users", tags=["users"], responses=ERROR_RESPONSES)
+
+
+@router.get("", response_model=Page[UserOut])
+def list_users(session: SessionDep, _admin: AdminOnly, page: PageDep) -> Page[UserOut]:
+    """All users, oldest first."""
+    users, total = service.list_users(session, limit=page.limit, offset=page.offset)
+    return Page(
+        items=[UserOut.model_validate(u) for u in users],
+        total=total,
+        limit=page.limit,
+        offset=page.offset,
+    )
+
+
+@router.post("", response_model=UserOut, status_code=status.HTTP_201_CREATED)
+def create_user(body: UserCreate, session: SessionDep, _admin: AdminOnly) -> UserOut:
+    """Create a user with any role."""
+    user = service.create_user(
+        session, email=body.email, password=body.password, name=body.name, role=body.role
+    )
+    return UserOut.model_validate(user)
+
+
+@router.get("/{user_id}", response_model=UserOut)
+def get_user(user_id: int, session: SessionDep, _admin: AdminOnly) -> UserOut:
+    """One user."""
+    return UserOut.model_validate(service.get_user(session, user_id))
+
+
+@router.patch("/{user_id}", response_model=UserOut)
+def update_user(user_id: int, body: UserUpdate, session: SessionDep, _admin: AdminOnly) -> UserOut:
+    """Change a user's name, role, password or active flag."""
+    user = service.get_user(session, user_id)
+    service.update_user(
+        session,
+        user,
+        name=body.name,
+        role=body.role,
+        is_active=body.is_active,
+        password=body.password,
+    )
+    return UserOut.model_validate(user)

@@ -1,0 +1,507 @@
+"""The Docker runner against a real Docker engine, with hostile algorithm images.
+
+Every image under tests/worker/images is built once per session from the local base image
+(no registry). Limits are small so the whole file stays well under a minute or two.
+These tests fail, never skip, when no engine is running: CI starts one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from szbench_scoring import read_annotations
+from szbench_worker.docker_runner import (
+    LABEL_HOST,
+    LABEL_OWNER,
+    LABEL_RUNNER,
+    DockerRunner,
+    build_image,
+    cleanup_orphans,
+    inspect_image,
+    load_image_tarball,
+    owner_token,
+    pull_image,
+)
+from szbench_worker.runner import ImageError, Limits, Outcome, RunResult
+from tests.worker.conftest import IMAGES_DIR, REPO, write_edf
+
+pytestmark = pytest.mark.docker
+
+MiB = 1024**2
+LIMITS = Limits(
+    memory_bytes=96 * MiB,
+    cpus=1.0,
+    pids=64,
+    timeout_s=3.0,
+    tmpfs_bytes=16 * MiB,
+    output_bytes=1 * MiB,
+    log_bytes=64 * 1024,
+)
+
+
+@pytest.fixture
+def work_dir(tmp_path: Path) -> Path:
+    return tmp_path / "work"
+
+
+@pytest.fixture
+def runner(docker_client: object, work_dir: Path) -> DockerRunner:
+    return DockerRunner(docker_client, work_dir=work_dir, host="test-host")  # type: ignore[arg-type]
+
+
+def our_containers(client: object, runner: DockerRunner) -> list[object]:
+    return client.containers.list(  # type: ignore[attr-defined, no-any-return]
+        all=True, filters={"label": f"{LABEL_OWNER}={runner.owner}"}
+    )
+
+
+def assert_clean(client: object, runner: DockerRunner) -> None:
+    """No container left, no staging directory left, no tmpfs left mounted."""
+    assert our_containers(client, runner) == []
+    assert list(runner.work_dir.iterdir()) == []
+    assert str(runner.work_dir) not in Path("/proc/mounts").read_text()
+
+
+def assert_submitter_safe(result: RunResult, *hidden: Path) -> None:
+    for path in hidden:
+        assert str(path) not in result.submitter_message
+    assert "/tmp/" not in result.submitter_message
+    assert "/var/lib/docker" not in result.submitter_message
+    # The container's logs are for admins only.
+    assert "--- container log" not in result.submitter_message
+
+
+# --- each hostile image ends in the right outcome ----------------------------------------
+
+CASES = [
+    # image, outcome, exit code, text expected in the submitter message, in the admin log
+    ("good", Outcome.OK, 0, "ok", "wrote 1 detection"),
+    ("sleeper", Outcome.TIMEOUT, None, "time limit of 3 s", "sleeping"),
+    ("memhog", Outcome.OUT_OF_MEMORY, None, "memory limit of 96 MiB", "holding 16 MiB"),
+    ("crasher", Outcome.CRASHED, 3, "exited with code 3", "model weights not found"),
+    ("silent", Outcome.NO_OUTPUT, 0, "wrote no /output/sub-01_ses-01_task-szMonitoring", "nothing"),
+    ("malformed", Outcome.INVALID_OUTPUT, 0, "_events.tsv row 2: onset", "malformed"),
+    ("wrongduration", Outcome.INVALID_OUTPUT, 0, "does not match the recording's duration", ""),
+    ("bigoutput", Outcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
+    ("network", Outcome.OK, 0, "ok", "no network"),
+    ("escape", Outcome.OK, 0, "ok", "Read-only file system"),
+    ("forkbomb", Outcome.TIMEOUT, None, "time limit", "fork refused"),
+    ("chatty", Outcome.TIMEOUT, None, "time limit", "xxxxxxxx"),
+]
+
+
+@pytest.mark.parametrize(("name", "outcome", "exit_code", "says", "logged"), CASES)
+def test_hostile_image_ends_in_the_right_outcome(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+    name: str,
+    outcome: Outcome,
+    exit_code: int | None,
+    says: str,
+    logged: str,
+) -> None:
+    before = recording.read_bytes()
+    out = tmp_path / "results"
+    result = runner.run(image=test_images[name], recording=recording, output_dir=out, limits=LIMITS)
+
+    assert result.outcome is outcome, result.admin_log[-2000:]
+    if exit_code is not None:
+        assert result.exit_code == exit_code
+    assert says in result.submitter_message
+    assert logged in result.admin_log
+    assert result.image_digest == inspect_image(test_images[name], docker_client).digest  # type: ignore[arg-type]
+    assert result.image_digest.startswith("sha256:")
+    assert result.worker_host == "test-host"
+    assert result.gpu is None
+    assert len(result.admin_log) <= LIMITS.log_bytes + 8192
+    assert_submitter_safe(result, tmp_path, runner.work_dir, recording.parent)
+    if outcome is Outcome.OK:
+        assert result.output_tsv == out / "sub-01_ses-01_task-szMonitoring_run-00_events.tsv"
+        assert result.annotations is not None
+        assert read_annotations(result.output_tsv).recording_duration_s == 30.0
+    else:
+        assert result.output_tsv is None
+        assert result.annotations is None
+        assert not out.exists() or list(out.iterdir()) == []
+    # Nothing the container did reached the dataset.
+    assert recording.read_bytes() == before
+    assert sorted(p.name for p in recording.parent.iterdir()) == [
+        "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf",
+        "sub-01_ses-01_task-szMonitoring_run-01_eeg.edf",
+    ]
+    assert_clean(docker_client, runner)
+
+
+def test_good_image_sees_only_its_recording_and_scores(
+    test_images: dict[str, str], runner: DockerRunner, recording: Path, tmp_path: Path
+) -> None:
+    result = runner.run(
+        image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
+    )
+    assert result.outcome is Outcome.OK
+    assert "data: ['sub-01_ses-01_task-szMonitoring_run-00_eeg.edf']" in result.admin_log
+    assert result.annotations is not None
+    assert result.annotations.events.tolist() == [[1.0, 3.0]]
+    assert result.duration_s > 0
+    assert result.sandbox == "docker"
+
+
+def test_the_network_flag_is_what_closes_the_network(
+    test_images: dict[str, str], runner: DockerRunner, recording: Path, tmp_path: Path
+) -> None:
+    """The network image passes above; with a network it must notice and fail."""
+    open_net = Limits(**{**LIMITS.__dict__, "network": True})
+    result = runner.run(
+        image=test_images["network"], recording=recording, output_dir=tmp_path, limits=open_net
+    )
+    assert result.outcome is Outcome.CRASHED
+    assert "NETWORK LEAK" in result.admin_log
+
+
+@pytest.mark.parametrize("user", ["65534:65534", "1000"])
+def test_configured_user_can_write_its_output(
+    test_images: dict[str, str], runner: DockerRunner, recording: Path, tmp_path: Path, user: str
+) -> None:
+    limits = Limits(**{**LIMITS.__dict__, "user": user})
+    result = runner.run(
+        image=test_images["good"], recording=recording, output_dir=tmp_path, limits=limits
+    )
+    assert result.outcome is Outcome.OK, result.admin_log
+
+
+def test_without_output_tmpfs_the_watchdog_and_size_check_hold(
+    docker_client: object,
+    test_images: dict[str, str],
+    work_dir: Path,
+    recording: Path,
+    tmp_path: Path,
+) -> None:
+    """The fallback for workers that may not mount: a plain /output directory."""
+    plain = DockerRunner(docker_client, work_dir=work_dir, output_tmpfs=False)  # type: ignore[arg-type]
+    big = plain.run(
+        image=test_images["bigoutput"], recording=recording, output_dir=tmp_path, limits=LIMITS
+    )
+    assert big.outcome is Outcome.INVALID_OUTPUT
+    assert "more than 1 MiB" in big.submitter_message
+    for user in (None, "65534"):
+        limits = Limits(**{**LIMITS.__dict__, "user": user})
+        good = plain.run(
+            image=test_images["good"], recording=recording, output_dir=tmp_path, limits=limits
+        )
+        assert good.outcome is Outcome.OK, good.admin_log
+    assert_clean(docker_client, plain)
+
+
+def test_mixed_sequence_keeps_every_result(
+    docker_client: object, test_images: dict[str, str], runner: DockerRunner, tmp_path: Path
+) -> None:
+    """Hostile runs between good ones: the worker carries on, good results stay intact."""
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    plan = [
+        "good",
+        "memhog",
+        "good",
+        "crasher",
+        "forkbomb",
+        "malformed",
+        "good",
+        "bigoutput",
+        "good",
+    ]
+    recordings = [
+        write_edf(dataset / f"sub-{i:02d}_eeg.edf", duration_s=20 + i, seed=i)
+        for i in range(len(plan))
+    ]
+    out = tmp_path / "out"
+    results = [
+        runner.run(image=test_images[name], recording=rec, output_dir=out, limits=LIMITS)
+        for name, rec in zip(plan, recordings, strict=True)
+    ]
+    expected = {
+        "good": Outcome.OK,
+        "memhog": Outcome.OUT_OF_MEMORY,
+        "crasher": Outcome.CRASHED,
+        "forkbomb": Outcome.TIMEOUT,
+        "malformed": Outcome.INVALID_OUTPUT,
+        "bigoutput": Outcome.INVALID_OUTPUT,
+    }
+    assert [r.outcome for r in results] == [expected[n] for n in plan]
+    good = [(r, rec) for r, rec, n in zip(results, recordings, plan, strict=True) if n == "good"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        rec.name.replace("_eeg.edf", "_events.tsv") for _, rec in good
+    )
+    for result, rec in good:
+        assert result.output_tsv is not None
+        assert read_annotations(result.output_tsv).recording_duration_s == 20 + recordings.index(
+            rec
+        )
+    assert_clean(docker_client, runner)
+
+
+def test_worked_example_from_the_contract_docs(
+    docker_client: object, runner: DockerRunner, tmp_path: Path, test_images: dict[str, str]
+) -> None:
+    """docs/algorithm-contract.md's example, built and run from the page itself."""
+    doc = (REPO / "docs" / "algorithm-contract.md").read_text()
+    files = re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", doc, flags=re.S)
+    assert [name for name, _ in files] == ["detect.py", "Dockerfile"]
+    context = tmp_path / "example"
+    context.mkdir()
+    for name, text in files:
+        (context / name).write_text(text)
+    build_image(context, "szbench-test/doc-example:latest", docker_client)  # type: ignore[arg-type]
+
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    rec = write_edf(dataset / "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf", duration_s=600)
+    burst = np.sign(np.sin(2 * np.pi * 20 * np.arange(256) / 256)) * 20000
+    with open(rec, "r+b") as f:  # 30 s of fast high-amplitude activity from 300 s
+        for second in range(300, 330):
+            f.seek(256 * 20 + second * 19 * 256 * 2)
+            f.write(np.tile(burst, 19).astype("<i2").tobytes())
+    limits = Limits(**{**LIMITS.__dict__, "memory_bytes": 512 * MiB, "timeout_s": 60})
+    result = runner.run(
+        image="szbench-test/doc-example:latest",
+        recording=rec,
+        output_dir=tmp_path / "o",
+        limits=limits,
+    )
+    assert result.outcome is Outcome.OK, result.admin_log
+    assert result.annotations is not None
+    assert result.annotations.events.tolist() == [[300.0, 330.0]]
+    assert result.annotations.recording_duration_s == 600.0
+
+
+# --- images: tarballs and pulls by digest ------------------------------------------------
+
+
+def test_load_image_from_docker_save_tarballs(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+) -> None:
+    """An image that exists nowhere on the engine any more comes back from its tarball."""
+    client = docker_client
+    context = tmp_path / "context"
+    shutil.copytree(IMAGES_DIR / "good", context)
+    (context / "nonce").write_text(str(time.time_ns()))  # a layer no other image has
+    with open(context / "Dockerfile", "a") as f:
+        f.write("COPY nonce /app/nonce\n")
+    uploaded, _ = client.images.build(  # type: ignore[attr-defined]
+        path=str(context), tag="szbench-test/uploaded:v1", rm=True
+    )
+    tar = tmp_path / "algo.tar"
+    with open(tar, "wb") as f:
+        for chunk in uploaded.save(named="szbench-test/uploaded:v1"):
+            f.write(chunk)
+    with open(tar, "rb") as src, gzip.open(tmp_path / "algo.tar.gz", "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst)
+
+    for path in (tar, tmp_path / "algo.tar.gz"):
+        client.images.remove(uploaded.id, force=True)  # type: ignore[attr-defined]
+        with pytest.raises(ImageError):
+            inspect_image(uploaded.id, client)  # type: ignore[arg-type]
+        info = load_image_tarball(path, client)  # type: ignore[arg-type]
+        assert info.digest == uploaded.id
+        assert info.tags == ("szbench-test/uploaded:v1",)
+    result = runner.run(
+        image=info.digest, recording=recording, output_dir=tmp_path / "o", limits=LIMITS
+    )
+    assert result.outcome is Outcome.OK
+    assert result.image_digest == uploaded.id
+    client.images.remove(uploaded.id, force=True)  # type: ignore[attr-defined]
+
+
+def test_bad_tarball_is_a_clear_image_error(docker_client: object, tmp_path: Path) -> None:
+    bogus = tmp_path / "secret-folder" / "algo.tar"
+    bogus.parent.mkdir()
+    bogus.write_bytes(b"this is not a tar archive" * 100)
+    with pytest.raises(ImageError) as err:
+        load_image_tarball(bogus, docker_client)  # type: ignore[arg-type]
+    assert "algo.tar" in str(err.value)
+    assert "secret-folder" not in str(err.value)
+
+
+def test_missing_image_is_an_image_error(
+    runner: DockerRunner, recording: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(ImageError, match="not present"):
+        runner.run(
+            image="szbench-test/does-not-exist:1",
+            recording=recording,
+            output_dir=tmp_path,
+            limits=LIMITS,
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> object:
+    """A real registry (Debian's docker-registry) on loopback, storage under tmp_path."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.fail("docker-registry is not installed; scripts/test-services.sh installs it")
+    port = _free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            version: 0.1
+            log: {{level: warn}}
+            storage: {{filesystem: {{rootdirectory: {tmp_path / "registry-data"}}}}}
+            http: {{addr: "127.0.0.1:{port}"}}
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_pull_by_digest_from_a_registry(
+    docker_client: object,
+    test_images: dict[str, str],
+    registry: str,
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+) -> None:
+    client = docker_client
+    good = client.images.get(test_images["good"])  # type: ignore[attr-defined]
+    repo = f"{registry}/szbench/good"
+    good.tag(repo, "v1")
+    for line in client.images.push(repo, tag="v1", stream=True, decode=True):  # type: ignore[attr-defined]
+        assert "error" not in line, line
+    digest = next(
+        d for d in client.images.get(f"{repo}:v1").attrs["RepoDigests"] if d.startswith(repo)
+    )  # type: ignore[attr-defined]
+    client.images.remove(f"{repo}:v1")  # type: ignore[attr-defined]
+    for d in client.images.get(good.id).attrs.get("RepoDigests") or []:  # type: ignore[attr-defined]
+        if d.startswith(repo):
+            client.images.remove(d)  # type: ignore[attr-defined]
+
+    info = pull_image(digest, client)  # type: ignore[arg-type]
+    assert info.digest == good.id
+    assert digest in info.repo_digests
+    result = runner.run(image=digest, recording=recording, output_dir=tmp_path / "o", limits=LIMITS)
+    assert result.outcome is Outcome.OK
+    assert result.image_digest == good.id
+    client.images.remove(digest)  # type: ignore[attr-defined]
+
+    with pytest.raises(ImageError, match="by digest"):
+        pull_image(f"{repo}:v1", client)  # type: ignore[arg-type]
+    with pytest.raises(ImageError, match="pull failed"):
+        pull_image(f"{repo}@sha256:{'0' * 64}", client)  # type: ignore[arg-type]
+
+
+# --- orphans of a killed worker ----------------------------------------------------------
+
+WORKER_SCRIPT = """
+import sys
+from pathlib import Path
+from szbench_worker.docker_runner import DockerRunner
+from szbench_worker.runner import Limits
+runner = DockerRunner(work_dir=Path(sys.argv[1]), host="test-host")
+print(runner.owner, flush=True)
+runner.run(image=sys.argv[2], recording=Path(sys.argv[3]), output_dir=Path(sys.argv[4]),
+           limits=Limits(memory_bytes=64 * 1024**2, timeout_s=120))
+"""
+
+
+def test_cleanup_orphans_after_a_killed_worker(
+    docker_client: object,
+    test_images: dict[str, str],
+    work_dir: Path,
+    recording: Path,
+    tmp_path: Path,
+) -> None:
+    """SIGKILL a worker mid-run: its container and staging stay; the startup sweep removes them."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("platform", "worker", "scoring")),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            WORKER_SCRIPT,
+            str(work_dir),
+            test_images["sleeper"],
+            str(recording),
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    token = proc.stdout.readline().strip()
+    label = {"label": f"{LABEL_OWNER}={token}"}
+    for _ in range(200):
+        running = docker_client.containers.list(filters=label)  # type: ignore[attr-defined]
+        if running:
+            break
+        time.sleep(0.1)
+    assert running, "the worker never started its container"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert docker_client.containers.list(all=True, filters=label)  # type: ignore[attr-defined]
+    assert any(p.name.startswith(f"run-{token}-") for p in work_dir.iterdir())
+
+    # A live worker's container is never touched by another worker's sweep.
+    live = docker_client.containers.create(  # type: ignore[attr-defined]
+        test_images["sleeper"],
+        labels={LABEL_RUNNER: "1", LABEL_HOST: "test-host", LABEL_OWNER: owner_token()},
+        network_mode="none",
+    )
+    try:
+        assert cleanup_orphans(docker_client, work_dir=work_dir, host="test-host") == 1  # type: ignore[arg-type]
+        assert docker_client.containers.list(all=True, filters=label) == []  # type: ignore[attr-defined]
+        assert list(work_dir.iterdir()) == []
+        assert str(work_dir) not in Path("/proc/mounts").read_text()
+        live.reload()
+        assert cleanup_orphans(docker_client, host="other-host") == 0  # type: ignore[arg-type]
+        assert cleanup_orphans(docker_client, host="test-host", everything=True) == 1  # type: ignore[arg-type]
+    finally:
+        live.remove(force=True) if _exists(live) else None
+
+
+def _exists(container: object) -> bool:
+    try:
+        container.reload()  # type: ignore[attr-defined]
+    except Exception:
+        return False
+    return True

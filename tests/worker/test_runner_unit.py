@@ -1,0 +1,331 @@
+"""Unit tests of the runner's pure parts: limits, the container configuration, GPU device
+requests, output validation, the fake and the trusted local-process runner. No engine needed
+(the Docker runner itself is tested for real in test_docker_runner.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from szbench.config import Settings
+from szbench_worker.docker_runner import (
+    _numeric_uid,
+    _owner_alive,
+    container_config,
+    device_requests,
+    owner_token,
+)
+from szbench_worker.local_runner import LocalProcessRunner
+from szbench_worker.runner import (
+    MAX_SUBMITTER_DETAIL,
+    FakeRun,
+    FakeRunner,
+    Limits,
+    Outcome,
+    bckg_tsv,
+    bounded,
+    check_output,
+    edf_duration_s,
+    gpus_from_settings,
+    make_runner,
+    output_name_for,
+)
+from tests.worker.conftest import write_edf
+
+MiB = 1024**2
+HEADER = "onset\tduration\teventType\tconfidence\tchannels\tdateTime\trecordingDuration\n"
+
+
+# --- limits -------------------------------------------------------------------------------
+
+
+def test_limits_from_settings() -> None:
+    settings = Settings(
+        runner_memory_bytes=3 * 1024**3,
+        runner_cpus=1.5,
+        runner_pids=99,
+        runner_timeout_s=60,
+        runner_tmpfs_bytes=8 * MiB,
+        runner_output_bytes=2 * MiB,
+        runner_log_bytes=4096,
+        runner_user="1000:1000",
+        runner_gpus=" 0, GPU-abc ,",
+    )
+    limits = Limits.from_settings(settings)
+    assert limits == Limits(
+        memory_bytes=3 * 1024**3,
+        cpus=1.5,
+        pids=99,
+        timeout_s=60,
+        tmpfs_bytes=8 * MiB,
+        output_bytes=2 * MiB,
+        log_bytes=4096,
+        user="1000:1000",
+    )
+    assert limits.network is False
+    assert gpus_from_settings(settings) == ("0", "GPU-abc")
+    assert Limits.from_settings(Settings(runner_user="")).user is None
+    assert gpus_from_settings(Settings()) == ()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("memory_bytes", 0, "memory_bytes must be a positive integer"),
+        ("memory_bytes", 1024, "at least 6 MiB"),
+        ("pids", -1, "pids must be a positive integer"),
+        ("timeout_s", float("nan"), "timeout_s must be a positive number"),
+        ("cpus", 0, "cpus must be a positive number"),
+        ("user", "root; rm -rf /", "Limits.user must look like"),
+    ],
+)
+def test_bad_limits_name_the_field(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Limits(**{field: value})  # type: ignore[arg-type]
+
+
+# --- the container's configuration --------------------------------------------------------
+
+
+def _config(limits: Limits, gpus: tuple[str, ...] = ()) -> dict[str, object]:
+    return container_config(
+        image_id="sha256:" + "a" * 64,
+        data_dir=Path("/work/run-1/data"),
+        output_dir=Path("/work/run-1/output"),
+        input_name="rec_eeg.edf",
+        output_name="rec_events.tsv",
+        limits=limits,
+        gpus=gpus,
+        labels={"org.szbench.runner": "1"},
+    )
+
+
+def test_container_config_is_the_sandbox() -> None:
+    limits = Limits(
+        memory_bytes=512 * MiB, cpus=2.5, pids=77, tmpfs_bytes=32 * MiB, log_bytes=12345
+    )
+    cfg = _config(limits)
+    assert cfg["image"] == "sha256:" + "a" * 64
+    assert cfg["environment"] == {"INPUT": "rec_eeg.edf", "OUTPUT": "rec_events.tsv"}
+    assert cfg["network_mode"] == "none"
+    assert cfg["read_only"] is True
+    assert cfg["cap_drop"] == ["ALL"]
+    assert cfg["security_opt"] == ["no-new-privileges"]
+    assert cfg["pids_limit"] == 77
+    assert cfg["mem_limit"] == cfg["memswap_limit"] == 512 * MiB
+    assert cfg["nano_cpus"] == 2_500_000_000
+    assert cfg["user"] == ""
+    assert cfg["tmpfs"] == {"/tmp": f"rw,nosuid,nodev,size={32 * MiB},mode=1777"}
+    assert cfg["device_requests"] == []
+    assert cfg["labels"] == {"org.szbench.runner": "1"}
+    mounts = {m["Target"]: m for m in cfg["mounts"]}  # type: ignore[attr-defined]
+    assert set(mounts) == {"/data", "/output"}
+    assert mounts["/data"]["Source"] == "/work/run-1/data"
+    assert mounts["/data"]["ReadOnly"] is True
+    assert mounts["/data"]["Type"] == "bind"
+    assert mounts["/output"]["Source"] == "/work/run-1/output"
+    assert mounts["/output"]["ReadOnly"] is False
+    log_config = cfg["log_config"]
+    assert log_config["Type"] == "json-file"  # type: ignore[index]
+    assert log_config["Config"]["max-size"] == "12345"  # type: ignore[index]
+    assert log_config["Config"]["max-file"] == "1"  # type: ignore[index]
+
+
+def test_container_config_user_and_network_flag() -> None:
+    cfg = _config(Limits(user="65534:65534", network=True))
+    assert cfg["user"] == "65534:65534"
+    assert cfg["network_mode"] == "bridge"
+
+
+def test_gpu_device_request_is_exactly_the_assigned_devices() -> None:
+    assert device_requests(()) == []
+    (request,) = device_requests(("1",))
+    assert request["DeviceIDs"] == ["1"]
+    assert request["Capabilities"] == [["gpu"]]
+    # Never "all GPUs": a count of -1 would hand over every device on the host.
+    assert request.get("Count") in (None, 0)
+    assert request["Driver"] in (None, "")
+    (two,) = device_requests(("GPU-aaaa", "GPU-bbbb"))
+    assert two["DeviceIDs"] == ["GPU-aaaa", "GPU-bbbb"]
+    cfg = _config(Limits(), gpus=("3",))
+    assert [r["DeviceIDs"] for r in cfg["device_requests"]] == [["3"]]  # type: ignore[attr-defined]
+
+
+def test_numeric_uid_for_output_ownership() -> None:
+    assert _numeric_uid(None) == (0, 0)
+    assert _numeric_uid("") == (0, 0)
+    assert _numeric_uid("1000") == (1000, None)
+    assert _numeric_uid("1000:2000") == (1000, 2000)
+    assert _numeric_uid("app") is None
+    assert _numeric_uid("1000:staff") is None
+
+
+def test_owner_token_names_a_live_process_only() -> None:
+    token = owner_token()
+    assert _owner_alive(token)
+    pid, _, ticks = token.partition(".")
+    assert not _owner_alive(f"{pid}.{int(ticks) + 1}")  # same pid, another process (reuse)
+    assert not _owner_alive("999999999.1")
+    assert not _owner_alive("garbage")
+
+
+# --- contract helpers and output validation ----------------------------------------------
+
+
+def test_output_name_and_edf_duration(tmp_path: Path) -> None:
+    assert output_name_for(Path("sub-1_run-0_eeg.edf")) == "sub-1_run-0_events.tsv"
+    edf = write_edf(tmp_path / "x_eeg.edf", duration_s=17)
+    assert edf_duration_s(edf) == 17.0
+    bad = tmp_path / "bad.edf"
+    bad.write_bytes(b"0" * 100)
+    with pytest.raises(ValueError, match=r"bad\.edf: not an EDF file"):
+        edf_duration_s(bad)
+
+
+def test_check_output_outcomes(tmp_path: Path) -> None:
+    tsv = tmp_path / "hidden-dir" / "rec_events.tsv"
+    tsv.parent.mkdir()
+    kwargs = {"contract_name": "rec_events.tsv", "recording_duration_s": 60.0, "hide": (tmp_path,)}
+
+    missing = check_output(tsv, **kwargs)  # type: ignore[arg-type]
+    assert missing.outcome is Outcome.NO_OUTPUT
+    assert missing.message == "The algorithm wrote no /output/rec_events.tsv."
+
+    tsv.write_text(bckg_tsv(60.0))
+    ok = check_output(tsv, **kwargs)  # type: ignore[arg-type]
+    assert ok.outcome is Outcome.OK
+    assert ok.annotations is not None
+    assert ok.annotations.recording_duration_s == 60.0
+
+    tsv.write_text(bckg_tsv(60.9))  # within the 1 s tolerance
+    assert check_output(tsv, **kwargs).outcome is Outcome.OK  # type: ignore[arg-type]
+
+    tsv.write_text(bckg_tsv(3600.0))
+    wrong = check_output(tsv, **kwargs)  # type: ignore[arg-type]
+    assert wrong.outcome is Outcome.INVALID_OUTPUT
+    assert "recordingDuration 3600 s does not match" in wrong.message
+
+    # The parser's reason echoes what the algorithm wrote: host paths go, length is capped.
+    leak = f"{tsv} " + "A" * 5000
+    tsv.write_text(HEADER + f"{leak}\t1\tsz\tn/a\tn/a\tn/a\t60\n")
+    bad = check_output(tsv, **kwargs)  # type: ignore[arg-type]
+    assert bad.outcome is Outcome.INVALID_OUTPUT
+    assert bad.message.startswith("/output/rec_events.tsv row 2: ")
+    assert str(tmp_path) not in bad.message
+    assert len(bad.message) <= len("/output/rec_events.tsv row 2: ") + MAX_SUBMITTER_DETAIL
+
+    tsv.unlink()
+    tsv.symlink_to(tmp_path / "elsewhere.tsv")
+    assert check_output(tsv, **kwargs).outcome is Outcome.NO_OUTPUT  # type: ignore[arg-type]
+
+
+def test_bounded_keeps_head_and_tail() -> None:
+    assert bounded("short", 100) == "short"
+    text = "HEAD" + "x" * 10_000 + "TAIL"
+    cut = bounded(text, 1000)
+    assert len(cut) <= 1000
+    assert cut.startswith("HEAD")
+    assert cut.endswith("TAIL")
+    assert "characters cut" in cut
+
+
+# --- the fake -----------------------------------------------------------------------------
+
+
+def test_fake_runner_canned_outputs(tmp_path: Path) -> None:
+    rec_ok = write_edf(tmp_path / "a_eeg.edf", duration_s=12)
+    rec_bad = write_edf(tmp_path / "b_eeg.edf", duration_s=12)
+    rec_slow = write_edf(tmp_path / "c_eeg.edf", duration_s=12)
+    fake = FakeRunner(
+        {
+            "b_eeg.edf": FakeRun(tsv=HEADER + "x\t1\tsz\tn/a\tn/a\tn/a\t12\n"),
+            "c_eeg.edf": FakeRun(outcome=Outcome.TIMEOUT, exit_code=137),
+        }
+    )
+    out = tmp_path / "out"
+    ok = fake.run(image="img", recording=rec_ok, output_dir=out, limits=Limits(), gpus=("0",))
+    assert ok.outcome is Outcome.OK
+    assert ok.output_tsv == out / "a_events.tsv"
+    assert ok.annotations is not None
+    assert ok.gpu is not None
+    assert ok.gpu.device_ids == ("0",)
+    bad = fake.run(image="img", recording=rec_bad, output_dir=out, limits=Limits())
+    assert bad.outcome is Outcome.INVALID_OUTPUT
+    assert "row 2" in bad.submitter_message
+    slow = fake.run(image="img", recording=rec_slow, output_dir=out, limits=Limits())
+    assert slow.outcome is Outcome.TIMEOUT
+    assert slow.exit_code == 137
+    assert [c["recording"] for c in fake.calls] == [rec_ok, rec_bad, rec_slow]
+
+
+# --- the trusted local-process runner -----------------------------------------------------
+
+DETECTOR = """
+import os, sys, time
+from pathlib import Path
+mode = sys.argv[1]
+# Written for the container contract: /data and /output joined with INPUT / OUTPUT.
+edf = Path("/data") / os.environ["INPUT"]
+header = edf.read_bytes()[:256]
+duration = int(header[236:244]) * float(header[244:252])
+print("read", edf.name, flush=True)
+if mode == "sleep":
+    time.sleep(60)
+if mode == "crash":
+    sys.exit(5)
+if mode == "ok":
+    (Path("/output") / os.environ["OUTPUT"]).write_text(
+        "onset\\tduration\\teventType\\trecordingDuration\\n"
+        f"2\\t3\\tsz\\t{duration}\\n"
+    )
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "outcome", "exit_code"),
+    [
+        ("ok", Outcome.OK, 0),
+        ("crash", Outcome.CRASHED, 5),
+        ("none", Outcome.NO_OUTPUT, 0),
+        ("sleep", Outcome.TIMEOUT, None),
+    ],
+)
+def test_local_process_runner(
+    tmp_path: Path, mode: str, outcome: Outcome, exit_code: int | None
+) -> None:
+    (tmp_path / "detect.py").write_text(DETECTOR)
+    (tmp_path / "data").mkdir()
+    rec = write_edf(tmp_path / "data" / "r_eeg.edf", duration_s=8)
+    runner = LocalProcessRunner(f"python3 detect.py {mode}", cwd=tmp_path)
+    assert runner.argv[0] == sys.executable
+    result = runner.run(
+        image="baseline", recording=rec, output_dir=tmp_path / "out", limits=Limits(timeout_s=2)
+    )
+    assert result.outcome is outcome, result.admin_log
+    if exit_code is not None:
+        assert result.exit_code == exit_code
+    assert result.sandbox == "local-process"
+    assert result.image_digest.startswith("local-process:sha256:")
+    assert result.admin_log.startswith("TRUSTED LOCAL PROCESS (not sandboxed)")
+    assert "read r_eeg.edf" in result.admin_log
+    assert str(tmp_path) not in result.submitter_message
+    if outcome is Outcome.OK:
+        assert result.annotations is not None
+        assert result.annotations.events.tolist() == [[2.0, 5.0]]
+        assert result.output_tsv == tmp_path / "out" / "r_events.tsv"
+
+
+def test_local_runner_digest_follows_the_script(tmp_path: Path) -> None:
+    (tmp_path / "detect.py").write_text("print(1)\n")
+    first = LocalProcessRunner("python3 detect.py", cwd=tmp_path).digest
+    (tmp_path / "detect.py").write_text("print(2)\n")
+    assert LocalProcessRunner("python3 detect.py", cwd=tmp_path).digest != first
+
+
+def test_make_runner_backends() -> None:
+    local = make_runner(Settings(runner_backend="local", runner_local_command="python3 -c pass"))
+    assert isinstance(local, LocalProcessRunner)
+    with pytest.raises(ValueError, match="SZBENCH_RUNNER_BACKEND"):
+        make_runner(Settings(runner_backend="podman"))

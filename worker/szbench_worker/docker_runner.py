@@ -1,0 +1,723 @@
+"""The sandboxed runner: one fresh Docker container per recording.
+
+The only module of the project that imports the docker SDK. What a run looks like (the
+SzCORE contract plus the platform's sandbox; ``docs/algorithm-contract.md`` explains each):
+
+- a per-run staging directory ``<work_dir>/run-<owner>-<random>/`` holding ``data/`` (just
+  this recording, hard-linked or copied, never the dataset folder) and ``output/``;
+- ``data/`` mounted read-only at ``/data``; ``output/`` mounted at ``/output``. When the
+  worker can mount (it runs as root), ``output/`` is a tmpfs of ``output_bytes`` owned by the
+  container's (possibly user-namespace-remapped) uid, so a container cannot fill the host
+  disk; otherwise it is a plain directory and a watchdog kills a run whose output grows past
+  the limit;
+- ``--network none``, read-only root, a bounded tmpfs ``/tmp``, ``--cap-drop ALL``,
+  ``no-new-privileges``, a pids limit, memory == memory+swap, a CPU quota, an optional user,
+  a size-capped json-file log, GPUs only through an explicit device request;
+- a wall-clock timeout after which the container is killed; the container and the staging
+  directory are removed on every path. Containers carry labels naming their owning worker
+  process, so :func:`cleanup_orphans` can remove what a killed worker left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
+
+from szbench_worker.runner import (
+    CONTAINER_DATA_DIR,
+    CONTAINER_OUTPUT_DIR,
+    ImageError,
+    Limits,
+    Outcome,
+    RunnerError,
+    RunResult,
+    bounded,
+    check_output,
+    crashed_message,
+    describe_gpus,
+    edf_duration_s,
+    oom_message,
+    output_name_for,
+    output_too_big_message,
+    timeout_message,
+    worker_host,
+)
+
+log = logging.getLogger(__name__)
+
+LABEL_RUNNER = "org.szbench.runner"
+LABEL_HOST = "org.szbench.worker-host"
+LABEL_OWNER = "org.szbench.owner"
+
+_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+
+
+# --- the docker client -------------------------------------------------------------------
+
+
+def connect(timeout_s: float = 60.0) -> docker.DockerClient:
+    """A client for the engine in ``DOCKER_HOST`` (default: the local socket), checked alive.
+
+    Raises
+    ------
+    RunnerError
+        If no engine answers (start one with ``scripts/test-services.sh``).
+    """
+    try:
+        client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+    except (DockerException, requests.RequestException) as exc:
+        raise RunnerError(f"no Docker engine reachable ({exc})") from exc
+    return client
+
+
+def engine_available() -> bool:
+    """Whether a Docker engine answers (the embedded demo falls back to a local process)."""
+    try:
+        connect(timeout_s=5).close()
+    except RunnerError:
+        return False
+    return True
+
+
+# --- images ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """A loaded image. ``digest`` is the image id (``sha256:`` of its config), the same on
+    every engine whether it was loaded from a tarball or pulled; ``repo_digests`` are the
+    registry manifest digests, when it came from a registry."""
+
+    digest: str
+    tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+
+
+def _info(image: Any) -> ImageInfo:
+    return ImageInfo(
+        digest=image.id,
+        tags=tuple(image.tags),
+        repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
+    )
+
+
+def load_image_tarball(path: Path, client: docker.DockerClient | None = None) -> ImageInfo:
+    """Load a ``docker save`` tarball (``.tar``, ``.tar.gz``; streamed from disk).
+
+    Raises
+    ------
+    ImageError
+        If the file is not an image archive or holds other than exactly one image. The
+        message names the file by its base name only.
+    """
+    client = client or connect()
+    if not path.is_file():
+        raise ImageError(f"{path.name}: no such image tarball")
+    try:
+        with open(path, "rb") as f:
+            # A file object makes requests stream the body: a multi-GB image never sits in RAM.
+            images = client.images.load(f)
+    except (APIError, DockerException) as exc:
+        log.warning("loading %s failed: %s", path, exc)
+        raise ImageError(
+            f"{path.name}: not a loadable image archive (expected `docker save` output, "
+            ".tar or .tar.gz)"
+        ) from exc
+    unique = {img.id: img for img in images}
+    if len(unique) != 1:
+        raise ImageError(f"{path.name}: holds {len(unique)} images; upload exactly one")
+    return _info(next(iter(unique.values())))
+
+
+def pull_image(reference: str, client: docker.DockerClient | None = None) -> ImageInfo:
+    """Pull ``repo@sha256:...`` (a digest reference only: tags can change under a result).
+
+    Raises
+    ------
+    ImageError
+        If the reference is not pinned by digest, or the pull fails.
+    """
+    if not _DIGEST_REF.match(reference):
+        raise ImageError(f"{reference!r}: pull images by digest (name@sha256:<64 hex>)")
+    client = client or connect()
+    try:
+        image = client.images.pull(reference)
+    except (APIError, DockerException) as exc:
+        log.warning("pulling %s failed: %s", reference, exc)
+        raise ImageError(
+            f"{reference}: the pull failed ({getattr(exc, 'explanation', '') or exc})"
+        ) from exc
+    info = _info(image)
+    wanted = reference.rsplit("@", 1)[1]
+    if not any(d.endswith("@" + wanted) for d in info.repo_digests):
+        raise ImageError(f"{reference}: the registry served another manifest")
+    return info
+
+
+def inspect_image(reference: str, client: docker.DockerClient | None = None) -> ImageInfo:
+    """The image already on this engine under ``reference`` (tag, id or digest reference)."""
+    client = client or connect()
+    try:
+        return _info(client.images.get(reference))
+    except ImageNotFound:
+        raise ImageError(f"{reference}: image not present on this worker") from None
+    except (APIError, requests.RequestException) as exc:
+        raise RunnerError(f"inspecting {reference} failed: {exc}") from exc
+
+
+def build_image(
+    context_dir: Path, tag: str, client: docker.DockerClient | None = None
+) -> ImageInfo:
+    """Build ``context_dir``'s Dockerfile offline (no pull: its base must be local)."""
+    client = client or connect()
+    try:
+        image, _ = client.images.build(path=str(context_dir), tag=tag, rm=True, pull=False)
+    except (APIError, DockerException) as exc:
+        raise ImageError(f"building {context_dir.name} failed: {exc}") from exc
+    return _info(image)
+
+
+# --- building the container's configuration (pure; unit-tested) --------------------------
+
+
+def device_requests(gpus: tuple[str, ...]) -> list[DeviceRequest]:
+    """Exactly the worker's assigned GPUs (``--gpus device=ID,...``); none for a CPU run."""
+    if not gpus:
+        return []
+    return [DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+
+
+def container_config(
+    *,
+    image_id: str,
+    data_dir: Path,
+    output_dir: Path,
+    input_name: str,
+    output_name: str,
+    limits: Limits,
+    gpus: tuple[str, ...] = (),
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments for ``client.containers.create``: the whole sandbox in one place."""
+    return {
+        "image": image_id,
+        "environment": {"INPUT": input_name, "OUTPUT": output_name},
+        "mounts": [
+            Mount(target=CONTAINER_DATA_DIR, source=str(data_dir), type="bind", read_only=True),
+            Mount(
+                target=CONTAINER_OUTPUT_DIR, source=str(output_dir), type="bind", read_only=False
+            ),
+        ],
+        "network_mode": "bridge" if limits.network else "none",
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_bytes},mode=1777"},  # noqa: S108 (the container's /tmp)
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": limits.pids,
+        "mem_limit": limits.memory_bytes,
+        # Equal to mem_limit: no swap, so the limit is real and an OOM kill is visible.
+        "memswap_limit": limits.memory_bytes,
+        "nano_cpus": int(limits.cpus * 1e9),
+        "user": limits.user or "",
+        "ulimits": [
+            Ulimit(name="core", soft=0, hard=0),
+            Ulimit(name="nofile", soft=4096, hard=4096),
+        ],
+        "log_config": LogConfig(
+            type=LogConfig.types.JSON,
+            # One file capped at log_bytes: docker itself bounds what a chatty container
+            # costs on disk; we keep the tail, where the error usually is.
+            config={"max-size": str(limits.log_bytes), "max-file": "1", "compress": "false"},
+        ),
+        "device_requests": device_requests(gpus),
+        "labels": labels or {},
+        "detach": True,
+    }
+
+
+# --- staging: the per-run directory ------------------------------------------------------
+
+
+def _proc_start_ticks(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            # Field 22 (starttime); the command name (field 2) may contain spaces.
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_token(pid: int | None = None) -> str:
+    """``<pid>.<start time>``: names this process uniquely on this host, even after pid reuse."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}.{_proc_start_ticks(pid) or 0}"
+
+
+def _owner_alive(token: str) -> bool:
+    pid_s, _, ticks = token.partition(".")
+    if not pid_s.isdigit():
+        return False
+    return _proc_start_ticks(int(pid_s)) == ticks
+
+
+_libc: Any = None
+
+
+def _libc_call(name: str, *args: Any) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if getattr(_libc, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+
+
+def _mount_tmpfs(target: Path, size_bytes: int, uid: int | None, gid: int | None) -> None:
+    ms_nosuid, ms_nodev, ms_noexec = 2, 4, 8
+    opts = f"size={size_bytes},mode={'0700' if uid is not None else '1777'}"
+    if uid is not None:
+        opts += f",uid={uid},gid={gid if gid is not None else uid}"
+    _libc_call(
+        "mount",
+        b"tmpfs",
+        os.fsencode(target),
+        b"tmpfs",
+        ms_nosuid | ms_nodev | ms_noexec,
+        opts.encode(),
+    )
+
+
+def _umount(target: Path) -> None:
+    mnt_detach = 2
+    try:
+        _libc_call("umount2", os.fsencode(target), mnt_detach)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOENT):  # not mounted / gone: fine
+            raise
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for name in files + dirs:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def _stage_recording(recording: Path, data_dir: Path) -> Path:
+    """Put the one recording into ``data_dir``: a hard link when possible, else a copy."""
+    target = data_dir / recording.name
+    st = recording.stat()
+    if st.st_mode & 0o004:  # world-readable: a (possibly remapped) container uid can read a link
+        try:
+            os.link(recording, target)
+            return target
+        except OSError:
+            pass
+    shutil.copyfile(recording, target)
+    os.chmod(target, 0o444)
+    return target
+
+
+def _numeric_uid(user: str | None) -> tuple[int, int | None] | None:
+    """The container uid/gid from ``uid[:gid]``; ``None`` for names (unknown on the host)."""
+    if not user:
+        return (0, 0)
+    uid_s, _, gid_s = user.partition(":")
+    if not uid_s.isdigit() or (gid_s and not gid_s.isdigit()):
+        return None
+    return int(uid_s), int(gid_s) if gid_s else None
+
+
+# --- the runner --------------------------------------------------------------------------
+
+
+class DockerRunner:
+    """Runs algorithm images in a Docker engine, one fresh sandboxed container per recording.
+
+    ``work_dir`` must be on the engine's host (it is bind-mounted). ``output_tmpfs``:
+    ``None`` mounts a size-limited tmpfs at ``/output`` when this process may mount (root)
+    and falls back to a plain directory plus a watchdog otherwise; ``True``/``False`` force it.
+    """
+
+    #: How often the watchdog samples peak memory (and /output size, without a tmpfs).
+    poll_interval_s = 0.25
+
+    def __init__(
+        self,
+        client: docker.DockerClient | None = None,
+        *,
+        work_dir: Path,
+        host: str | None = None,
+        output_tmpfs: bool | None = None,
+    ) -> None:
+        self.client = client or connect()
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        # Traversable (not listable) by a remapped container uid, which Docker needs for binds.
+        os.chmod(self.work_dir, 0o711)  # noqa: S103 (a remapped container uid must traverse or read it)
+        self.host = host or worker_host()
+        self.owner = owner_token()
+        self.output_tmpfs = (os.geteuid() == 0) if output_tmpfs is None else output_tmpfs
+        self._userns = _userns_base(self.client)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> DockerRunner:
+        """A runner configured by ``SZBENCH_RUNNER_*`` (work dir default: data_dir/runs)."""
+        work_dir = settings.runner_work_dir or Path(settings.data_dir) / "runs"
+        return cls(work_dir=work_dir)
+
+    # The Runner protocol.
+    def run(
+        self,
+        *,
+        image: str,
+        recording: Path,
+        output_dir: Path,
+        limits: Limits,
+        gpus: tuple[str, ...] = (),
+        recording_duration_s: float | None = None,
+    ) -> RunResult:
+        """Run ``image`` on ``recording``; see the module docstring for the sandbox.
+
+        Raises :class:`ImageError` when the image is not on this engine and
+        :class:`RunnerError` for infrastructure faults; every algorithm behaviour (however
+        hostile) ends in a :class:`RunResult`.
+        """
+        recording = Path(recording)
+        try:
+            image_obj = self.client.images.get(image)
+        except ImageNotFound:
+            raise ImageError(f"{image}: image not present on this worker") from None
+        except (APIError, requests.RequestException) as exc:
+            raise RunnerError(f"inspecting {image} failed: {exc}") from exc
+        if recording_duration_s is None:
+            try:
+                recording_duration_s = edf_duration_s(recording)
+            except (OSError, ValueError) as exc:
+                raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
+        output_name = output_name_for(recording)
+        run_dir = Path(tempfile.mkdtemp(prefix=f"run-{self.owner}-", dir=self.work_dir))
+        try:
+            return self._run_staged(
+                image_obj,
+                recording,
+                output_dir,
+                limits,
+                gpus,
+                recording_duration_s,
+                output_name,
+                run_dir,
+            )
+        finally:
+            if self.output_tmpfs:
+                _umount(run_dir / "output")
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _prepare_output(self, out: Path, limits: Limits, image_user: str) -> None:
+        ids = _numeric_uid(limits.user if limits.user is not None else image_user)
+        host_uid = host_gid = None
+        if ids is not None:
+            uid, gid = ids
+            gid = uid if gid is None else gid
+            base = self._userns or (0, 0)
+            host_uid, host_gid = base[0] + uid, base[1] + gid
+        out.mkdir()
+        if self.output_tmpfs:
+            # Slack of one page over the limit so "more than the limit" stays detectable.
+            _mount_tmpfs(out, limits.output_bytes + 4096, host_uid, host_gid)
+            return
+        if host_uid is not None and (host_uid, host_gid) != (os.geteuid(), os.getegid()):
+            try:
+                os.chown(out, host_uid, host_gid)  # type: ignore[arg-type]
+                os.chmod(out, 0o700)
+                return
+            except PermissionError:
+                pass
+        # Unknown or foreign uid and no right to chown: open to all, inside a 0711 parent
+        # whose random name nobody else can list.
+        os.chmod(out, 0o777)  # noqa: S103 (a remapped container uid must traverse or read it)
+
+    def _run_staged(
+        self,
+        image_obj: Any,
+        recording: Path,
+        output_dir: Path,
+        limits: Limits,
+        gpus: tuple[str, ...],
+        recording_duration_s: float,
+        output_name: str,
+        run_dir: Path,
+    ) -> RunResult:
+        os.chmod(run_dir, 0o711)  # noqa: S103 (a remapped container uid must traverse or read it)
+        data = run_dir / "data"
+        data.mkdir()
+        os.chmod(data, 0o755)  # noqa: S103 (a remapped container uid must traverse or read it)
+        try:
+            _stage_recording(recording, data)
+        except OSError as exc:
+            raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
+        out = run_dir / "output"
+        image_user = (image_obj.attrs.get("Config") or {}).get("User") or ""
+        try:
+            self._prepare_output(out, limits, image_user)
+        except OSError as exc:
+            raise RunnerError(f"cannot prepare the output directory: {exc}") from exc
+
+        config = container_config(
+            image_id=image_obj.id,
+            data_dir=data,
+            output_dir=out,
+            input_name=recording.name,
+            output_name=output_name,
+            limits=limits,
+            gpus=gpus,
+            labels={LABEL_RUNNER: "1", LABEL_HOST: self.host, LABEL_OWNER: self.owner},
+        )
+        container = None
+        watchdog = _Watchdog(
+            out if not self.output_tmpfs else None, limits.output_bytes, self.poll_interval_s
+        )
+        try:
+            try:
+                container = self.client.containers.create(**config)
+            except APIError as exc:
+                raise RunnerError(f"creating the container failed: {exc}") from exc
+            watchdog.container = container
+            started = time.monotonic()
+            try:
+                container.start()
+            except APIError as exc:
+                raise RunnerError(f"starting the container failed: {exc}") from exc
+            watchdog.start()
+            timed_out = False
+            try:
+                status = container.wait(timeout=limits.timeout_s)
+                exit_code: int | None = int(status.get("StatusCode", -1))
+            except requests.RequestException:
+                if time.monotonic() - started < limits.timeout_s:
+                    raise RunnerError(
+                        "lost the Docker engine while waiting for the container"
+                    ) from None
+                timed_out = True
+                with contextlib.suppress(APIError, NotFound):
+                    container.kill()
+                exit_code = None
+                with contextlib.suppress(requests.RequestException, APIError):
+                    exit_code = int(container.wait(timeout=30).get("StatusCode", -1))
+            duration_s = time.monotonic() - started
+            watchdog.stop()
+            container.reload()
+            state = container.attrs.get("State") or {}
+            logs = self._logs(container, limits)
+        except (APIError, requests.RequestException) as exc:
+            raise RunnerError(f"Docker engine error during the run: {exc}") from exc
+        finally:
+            watchdog.stop()
+            if container is not None:
+                with contextlib.suppress(APIError, NotFound, requests.RequestException):
+                    container.remove(force=True)
+
+        result = RunResult(
+            outcome=Outcome.OK,
+            exit_code=exit_code,
+            duration_s=duration_s,
+            peak_memory_bytes=watchdog.peak_memory_bytes,
+            submitter_message="",
+            admin_log="",
+            output_tsv=None,
+            annotations=None,
+            image_digest=image_obj.id,
+            worker_host=self.host,
+            gpu=describe_gpus(gpus),
+        )
+        if timed_out:
+            result.outcome = Outcome.TIMEOUT
+            result.submitter_message = timeout_message(limits)
+        elif state.get("OOMKilled") and exit_code != 0:
+            result.outcome = Outcome.OUT_OF_MEMORY
+            result.submitter_message = oom_message(limits)
+        elif watchdog.output_exceeded or _dir_size(out) > limits.output_bytes:
+            result.outcome = Outcome.INVALID_OUTPUT
+            result.submitter_message = output_too_big_message(limits)
+        elif exit_code != 0:
+            result.outcome = Outcome.CRASHED
+            result.submitter_message = crashed_message(exit_code)
+        else:
+            tsv = out / output_name
+            copied: Path | None = None
+            if tsv.is_file() and not tsv.is_symlink():
+                output_dir.mkdir(parents=True, exist_ok=True)
+                copied = output_dir / output_name
+                shutil.copyfile(tsv, copied)
+            check = check_output(
+                copied if copied is not None else tsv,
+                contract_name=output_name,
+                recording_duration_s=recording_duration_s,
+                hide=(run_dir, self.work_dir, output_dir, recording.parent),
+            )
+            result.outcome = check.outcome
+            result.submitter_message = check.message if check.outcome is not Outcome.OK else "ok"
+            if check.outcome is Outcome.OK:
+                result.output_tsv = copied
+                result.annotations = check.annotations
+            elif copied is not None:
+                copied.unlink(missing_ok=True)
+        result.admin_log = bounded(
+            "\n".join(
+                [
+                    f"outcome: {result.outcome.value}  exit code: {exit_code}  "
+                    f"duration: {duration_s:.2f} s  oom_killed: {state.get('OOMKilled')}  "
+                    f"peak memory: {watchdog.peak_memory_bytes}",
+                    f"image: {image_obj.id}  recording: {recording}",
+                    f"host: {self.host}  gpus: {gpus}",
+                    f"message: {result.submitter_message}",
+                    "--- container log (tail) ---",
+                    logs,
+                ]
+            ),
+            limits.log_bytes + 4096,
+        )
+        log.info(
+            "run %s on %s: %s (exit %s, %.2f s)",
+            image_obj.id[:19],
+            recording.name,
+            result.outcome,
+            exit_code,
+            duration_s,
+        )
+        return result
+
+    def _logs(self, container: Any, limits: Limits) -> str:
+        try:
+            raw: bytes = container.logs(stdout=True, stderr=True)
+        except (APIError, requests.RequestException) as exc:
+            return f"[logs unavailable: {exc}]"
+        # The json-file driver already caps the file; cap again in case the engine does not.
+        raw = raw[-limits.log_bytes :]
+        return raw.decode("utf-8", errors="replace")
+
+
+class _Watchdog:
+    """Samples the container's peak memory, and (without a tmpfs) the size of /output."""
+
+    def __init__(self, output_dir: Path | None, output_bytes: int, interval_s: float) -> None:
+        self.output_dir = output_dir
+        self.output_bytes = output_bytes
+        self.interval_s = interval_s
+        self.container: Any = None
+        self.peak_memory_bytes: int | None = None
+        self.output_exceeded = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="szbench-run-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        files = _cgroup_peak_files(self.container.id)
+        while True:
+            for f in files:
+                with contextlib.suppress(OSError, ValueError):
+                    value = int(Path(f).read_text())
+                    self.peak_memory_bytes = max(self.peak_memory_bytes or 0, value)
+                    break
+            if (
+                self.output_dir is not None
+                and not self.output_exceeded
+                and _dir_size(self.output_dir) > self.output_bytes
+            ):
+                self.output_exceeded = True
+                with contextlib.suppress(Exception):
+                    self.container.kill()
+            if self._stop.wait(self.interval_s):
+                return
+
+
+def _cgroup_peak_files(container_id: str) -> list[str]:
+    return [
+        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.max_usage_in_bytes",  # v1, cgroupfs
+        f"/sys/fs/cgroup/memory/system.slice/docker-{container_id}.scope/memory.max_usage_in_bytes",
+        f"/sys/fs/cgroup/docker/{container_id}/memory.peak",  # v2, cgroupfs driver
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.peak",  # v2, systemd
+    ]
+
+
+def _userns_base(client: docker.DockerClient) -> tuple[int, int] | None:
+    """``(uid, gid)`` that container root maps to under ``--userns-remap``; None without it."""
+    try:
+        info = client.info()
+    except (APIError, requests.RequestException) as exc:
+        raise RunnerError(f"docker info failed: {exc}") from exc
+    if not any("userns" in opt for opt in info.get("SecurityOptions") or ()):
+        return None
+    # dockerd keeps a remapped engine's state in <data-root>/<uid>.<gid>.
+    m = re.search(r"/(\d+)\.(\d+)/?$", info.get("DockerRootDir") or "")
+    if m is None:
+        raise RunnerError("user-namespace remapping is on but its uid base is unknown")
+    return int(m.group(1)), int(m.group(2))
+
+
+# --- orphans of a killed worker ----------------------------------------------------------
+
+
+def cleanup_orphans(
+    client: docker.DockerClient | None = None,
+    *,
+    work_dir: Path | None = None,
+    host: str | None = None,
+    everything: bool = False,
+) -> int:
+    """Remove run containers (and staging dirs) whose worker process is gone.
+
+    Call it when a worker starts. Only containers labelled for this ``host`` are considered;
+    with ``everything`` the live ones go too (for an operator's cleanup). Returns the number of
+    containers removed.
+    """
+    client = client or connect()
+    host = host or worker_host()
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL_HOST}={host}"}):
+        labels = container.labels or {}
+        if LABEL_RUNNER not in labels:
+            continue
+        if everything or not _owner_alive(labels.get(LABEL_OWNER, "")):
+            with contextlib.suppress(NotFound, APIError):
+                container.remove(force=True)
+                removed += 1
+    if work_dir is not None and Path(work_dir).is_dir():
+        for entry in Path(work_dir).iterdir():
+            m = re.match(r"run-(\d+\.\d+)-", entry.name)
+            if m and entry.is_dir() and (everything or not _owner_alive(m.group(1))):
+                with contextlib.suppress(OSError):
+                    _umount(entry / "output")
+                shutil.rmtree(entry, ignore_errors=True)
+    if removed:
+        log.warning("removed %d orphaned run container(s)", removed)
+    return removed

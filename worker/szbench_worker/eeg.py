@@ -1,0 +1,729 @@
+"""EEG I/O and standardisation to the SzCORE algorithm input.
+
+The one module of the project that imports MNE. It reads what MNE reads (EDF, EDF+, BDF,
+BrainVision, EEGLAB), maps channel labels onto the 19 electrodes of the 10-20 system, re-references
+to the common average, resamples to 256 Hz and writes an EDF+ file whose signals are
+``<name>-Avg`` in the SzCORE order. All of it runs in chunks, so peak memory does not grow with
+the length of the recording.
+
+The EDF writer is our own (:class:`EdfStreamWriter`): it writes records as they come, which
+neither MNE's nor edfio's whole-array exporters do, and hashes the bytes it writes so that the
+checksum of a standardised file costs no second read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from scipy.signal import resample_poly
+
+CHANNELS: tuple[str, ...] = (
+    "Fp1", "F3", "C3", "P3", "O1", "F7", "T3", "T5", "Fz", "Cz",
+    "Pz", "Fp2", "F4", "C4", "P4", "O2", "F8", "T4", "T6",
+)  # fmt: skip
+"""The 19 electrodes of the SzCORE input, in the order algorithms receive them."""
+
+OUTPUT_LABELS: tuple[str, ...] = tuple(f"{name}-Avg" for name in CHANNELS)
+"""EDF signal labels of a standardised recording."""
+
+TARGET_SFREQ_HZ = 256
+"""Sampling rate of a standardised recording."""
+
+#: The newer 10-10 names of four electrodes whose SzCORE names are the old 10-20 ones.
+ALIASES: dict[str, str] = {"T7": "T3", "T8": "T4", "P7": "T5", "P8": "T6"}
+
+#: Suffixes naming a reference, removed before matching (case-insensitive).
+_REFERENCE_SUFFIXES = ("-REF", "-LE", "-AVG", "-AV", "-AR", "-CAR")
+
+#: Extensions MNE reads that we accept as an EEG recording.
+EEG_EXTENSIONS: tuple[str, ...] = (".edf", ".bdf", ".vhdr", ".set")
+
+#: Flags a standardised recording may carry (also written to the manifest).
+FLAG_FLAT_FILLED = "flat-filled"
+FLAG_CLIPPED = "clipped"
+FLAG_RESAMPLED = "resampled"
+FLAG_TRUNCATED_TAIL = "partial-second-dropped"
+
+_CANONICAL_UPPER = {name.upper(): name for name in CHANNELS}
+_DATA_RECORD_S = 1  # EDF data records of one second: any whole-second length fits
+_ANNOTATION_BYTES = 64  # room per record for the EDF+ time-keeping annotation
+_RESAMPLE_HEADROOM = 0.05  # resampling can overshoot the input range by a few percent
+_UNIT_TO_UV = {"uv": 1.0, "µv": 1.0, "μv": 1.0, "mv": 1e3, "v": 1e6, "nv": 1e-3}
+
+
+class EEGError(ValueError):
+    """A recording that cannot be read or standardised; says which file and what is wrong."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class MissingChannelsError(EEGError):
+    """The recording lacks some of the 19 electrodes (listed in :attr:`missing`)."""
+
+    def __init__(self, path: str | os.PathLike[str], missing: Sequence[str]) -> None:
+        self.missing = tuple(missing)
+        super().__init__(path, "missing channels: " + ", ".join(self.missing))
+
+
+# --------------------------------------------------------------------------- channel labels
+
+
+def canonical_channel(label: str) -> str | None:
+    """The SzCORE electrode name a channel label denotes, or None if it is not one of the 19.
+
+    Case is ignored; an ``EEG`` prefix and a reference suffix (``-REF``, ``-LE``, ``-Avg``, ...)
+    are removed; T7/T8/P7/P8 map onto T3/T4/T5/T6.
+
+    >>> [canonical_channel(x) for x in ("EEG FP1-REF", "t7-LE", "Cz-Avg", "ECG", "Fp1-F3")]
+    ['Fp1', 'T3', 'Cz', None, None]
+    """
+    name = label.strip()
+    name = re.sub(r"^EEG[\s_:-]*", "", name, flags=re.IGNORECASE).strip()
+    upper = name.upper()
+    for suffix in _REFERENCE_SUFFIXES:
+        if upper.endswith(suffix):
+            upper = upper[: -len(suffix)].strip()
+            break
+    upper = ALIASES.get(upper.capitalize(), upper).upper()
+    return _CANONICAL_UPPER.get(upper)
+
+
+def match_channels(labels: Sequence[str]) -> tuple[dict[str, str], list[str], list[str]]:
+    """Map source channel labels onto the 19 electrodes.
+
+    Returns ``(mapping, missing, ambiguous)``: ``mapping`` takes each SzCORE name found to the
+    source label that provides it, ``missing`` lists the absent electrodes in SzCORE order and
+    ``ambiguous`` describes electrodes that several labels claim equally (an error for the
+    caller). When a label with the SzCORE name and one with its 10-10 alias are both present,
+    the SzCORE name wins.
+
+    >>> mapping, missing, ambiguous = match_channels(["EEG T7-REF", "EEG FP1-REF"])
+    >>> mapping
+    {'Fp1': 'EEG FP1-REF', 'T3': 'EEG T7-REF'}
+    >>> len(missing), ambiguous
+    (17, [])
+    """
+    candidates: dict[str, list[str]] = {}
+    for label in labels:
+        name = canonical_channel(label)
+        if name is not None:
+            candidates.setdefault(name, []).append(label)
+    mapping: dict[str, str] = {}
+    ambiguous: list[str] = []
+    for name in CHANNELS:
+        found = candidates.get(name, [])
+        if len(found) > 1:
+            # Prefer the SzCORE name over a 10-10 alias; anything else is a real ambiguity.
+            direct = [x for x in found if _strip_label(x) == name.upper()]
+            found = direct if len(direct) == 1 else found
+        if len(found) == 1:
+            mapping[name] = found[0]
+        elif len(found) > 1:
+            ambiguous.append(f"{name} ({', '.join(found)})")
+    missing = [name for name in CHANNELS if name not in mapping and name not in candidates]
+    return mapping, missing, ambiguous
+
+
+def _strip_label(label: str) -> str:
+    name = re.sub(r"^EEG[\s_:-]*", "", label.strip(), flags=re.IGNORECASE).strip().upper()
+    for suffix in _REFERENCE_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)].strip()
+    return name
+
+
+# --------------------------------------------------------------------------- EDF header checks
+
+
+@dataclass(frozen=True)
+class EdfHeader:
+    """The parts of an EDF/BDF header that standardisation needs (parsed by us, not MNE)."""
+
+    n_records: int
+    record_duration_s: float
+    labels: tuple[str, ...]
+    dimensions: tuple[str, ...]
+    physical_min: tuple[float, ...]
+    physical_max: tuple[float, ...]
+    samples_per_record: tuple[int, ...]
+    reserved: str
+    header_bytes: int
+    bytes_per_sample: int
+
+
+def read_edf_header(path: str | os.PathLike[str]) -> EdfHeader:
+    """Parse and check an EDF/EDF+/BDF header; an :class:`EEGError` says what is wrong.
+
+    Checks the fixed fields, that the file holds as many data records as the header announces
+    (a truncated file is an error here, where MNE would warn and read less) and that every
+    signal has a positive number of samples per record.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        fixed = fh.read(256)
+        if len(fixed) < 256:
+            raise EEGError(path, f"not an EDF/BDF file: {len(fixed)} bytes, header needs 256")
+        bdf = fixed[:1] == b"\xff"
+        try:
+            header_bytes = int(fixed[184:192].decode("ascii").strip())
+            n_records = int(fixed[236:244].decode("ascii").strip())
+            record_duration_s = float(fixed[244:252].decode("ascii").strip())
+            n_signals = int(fixed[252:256].decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise EEGError(path, f"wrong header: a numeric field does not parse ({exc})") from exc
+        if n_signals <= 0 or header_bytes != 256 * (n_signals + 1):
+            raise EEGError(
+                path,
+                f"wrong header: {n_signals} signals but header size {header_bytes} bytes "
+                f"(expected {256 * (n_signals + 1)})",
+            )
+        if record_duration_s <= 0:
+            raise EEGError(path, f"wrong header: data record duration {record_duration_s} s")
+        block = fh.read(256 * n_signals)
+        if len(block) < 256 * n_signals:
+            raise EEGError(path, "truncated header: signal fields incomplete")
+
+    def fields(offset: int, width: int) -> list[str]:
+        start = offset * n_signals
+        return [
+            block[start + i * width : start + (i + 1) * width].decode("latin-1").strip()
+            for i in range(n_signals)
+        ]
+
+    labels = fields(0, 16)
+    dimensions = fields(16 + 80, 8)
+    try:
+        pmin = [float(x) for x in fields(16 + 80 + 8, 8)]
+        pmax = [float(x) for x in fields(16 + 80 + 8 + 8, 8)]
+        nsamp = [int(x) for x in fields(16 + 80 + 8 * 5 + 80, 8)]
+    except ValueError as exc:
+        raise EEGError(path, f"wrong header: a signal field does not parse ({exc})") from exc
+    if min(nsamp) <= 0:
+        raise EEGError(path, "wrong header: a signal has no samples per data record")
+    width = 3 if bdf else 2
+    record_bytes = sum(nsamp) * width
+    available = (size - header_bytes) // record_bytes
+    if n_records < 0:  # -1: the writer never finished; the size tells us how many are there
+        n_records = available
+    elif available < n_records:
+        raise EEGError(
+            path,
+            f"truncated file: the header announces {n_records} data records of "
+            f"{record_duration_s:g} s but the file holds {available}",
+        )
+    return EdfHeader(
+        n_records=n_records,
+        record_duration_s=record_duration_s,
+        labels=tuple(labels),
+        dimensions=tuple(dimensions),
+        physical_min=tuple(pmin),
+        physical_max=tuple(pmax),
+        samples_per_record=tuple(nsamp),
+        reserved=fixed[192:236].decode("latin-1").strip(),
+        header_bytes=header_bytes,
+        bytes_per_sample=width,
+    )
+
+
+def _check_edf_continuity(path: Path, header: EdfHeader) -> bool:
+    """For EDF+D: True if the records are contiguous, else an EEGError naming the first gap."""
+    ann = [i for i, x in enumerate(header.labels) if x in ("EDF Annotations", "BDF Annotations")]
+    if not ann:
+        raise EEGError(path, "EDF+D file without an annotation signal: cannot place its records")
+    idx = ann[0]
+    width = header.bytes_per_sample
+    record_bytes = sum(header.samples_per_record) * width
+    offset = sum(header.samples_per_record[:idx]) * width
+    nbytes = header.samples_per_record[idx] * width
+    mm = np.memmap(path, dtype=np.uint8, mode="r", offset=header.header_bytes)
+    records = mm[: header.n_records * record_bytes].reshape(header.n_records, record_bytes)
+    tals = records[:, offset : offset + nbytes]
+    onsets = np.empty(header.n_records)
+    for k in range(header.n_records):  # one short bytes slice per record, no sample data
+        text = bytes(tals[k]).split(b"\x14", 1)[0]
+        try:
+            onsets[k] = float(text.decode("ascii"))
+        except ValueError as exc:
+            raise EEGError(path, f"EDF+D record {k}: no time-keeping annotation") from exc
+    expected = onsets[0] + np.arange(header.n_records) * header.record_duration_s
+    gaps = np.flatnonzero(np.abs(onsets - expected) > 1e-6)
+    if gaps.size:
+        k = int(gaps[0])
+        raise EEGError(
+            path,
+            f"discontinuous recording (EDF+D): record {k} starts at {onsets[k]:g} s, "
+            f"expected {expected[k]:g} s; split it into continuous recordings first",
+        )
+    return True
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What standardisation will do with one source recording (read from its header)."""
+
+    path: Path
+    sfreq_hz: float
+    n_samples: int
+    duration_s: float
+    mapping: dict[str, str]
+    missing: tuple[str, ...]
+    flags: tuple[str, ...] = ()
+
+    @property
+    def output_duration_s(self) -> int:
+        """Whole seconds the standardised EDF will hold (a trailing part-second is dropped)."""
+        ratio = _resample_ratio(self.sfreq_hz)
+        n_out = -(-self.n_samples * ratio.numerator // ratio.denominator)
+        return n_out // TARGET_SFREQ_HZ
+
+
+def _open_raw(path: Path, include: Sequence[str] | None = None):  # type: ignore[no-untyped-def]
+    import mne  # imported here so that importing this module stays cheap
+
+    mne.set_log_level("ERROR")
+    suffix = path.suffix.lower()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if suffix in (".edf", ".bdf"):
+                reader = mne.io.read_raw_edf if suffix == ".edf" else mne.io.read_raw_bdf
+                kwargs = {"include": list(include)} if include is not None else {}
+                return reader(path, preload=False, **kwargs)
+            return mne.io.read_raw(path, preload=False)
+        except EEGError:
+            raise
+        except Exception as exc:
+            raise EEGError(path, f"cannot read: {type(exc).__name__}: {exc}") from exc
+
+
+def inspect_recording(path: str | os.PathLike[str], *, allow_flat_fill: bool = False) -> SourceInfo:
+    """Read a recording's header and check that it can be standardised.
+
+    Raises :class:`EEGError` (or :class:`MissingChannelsError`) naming the file and the
+    problem. Reads no sample data, except the time-keeping annotations of an EDF+D file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise EEGError(path, "no such file")
+    if path.suffix.lower() not in EEG_EXTENSIONS:
+        raise EEGError(path, f"unsupported format {path.suffix!r} (use {EEG_EXTENSIONS})")
+    flags: list[str] = []
+    if path.suffix.lower() in (".edf", ".bdf"):
+        header = read_edf_header(path)
+        if header.reserved.startswith(("EDF+D", "BDF+D")):
+            _check_edf_continuity(path, header)
+            flags.append("edf+d-contiguous")
+    raw = _open_raw(path)
+    mapping, missing, ambiguous = match_channels(raw.ch_names)
+    if ambiguous:
+        raise EEGError(path, "several channels claim the same electrode: " + "; ".join(ambiguous))
+    if missing and not allow_flat_fill:
+        raise MissingChannelsError(path, missing)
+    if len(missing) == len(CHANNELS):
+        raise MissingChannelsError(path, missing)
+    if missing:
+        flags.append(FLAG_FLAT_FILLED + ":" + ",".join(missing))
+    sfreq, n_samples = float(raw.info["sfreq"]), int(raw.n_times)
+    if path.suffix.lower() in (".edf", ".bdf"):
+        # MNE upsamples to the fastest channel it reads; only the picked ones count.
+        sub = _open_raw(path, include=list(mapping.values()))
+        sfreq, n_samples = float(sub.info["sfreq"]), int(sub.n_times)
+    if n_samples / sfreq < 1.0:
+        raise EEGError(path, f"recording too short: {n_samples / sfreq:.3f} s")
+    return SourceInfo(
+        path=path,
+        sfreq_hz=sfreq,
+        n_samples=n_samples,
+        duration_s=n_samples / sfreq,
+        mapping=mapping,
+        missing=tuple(missing),
+        flags=tuple(flags),
+    )
+
+
+def _resample_ratio(sfreq_hz: float) -> Fraction:
+    ratio = Fraction(TARGET_SFREQ_HZ) / Fraction(sfreq_hz).limit_denominator(10_000)
+    if max(ratio.numerator, ratio.denominator) > 4096:
+        # An irrational-looking rate (e.g. 199.997 Hz): a nearby simple ratio is within the
+        # clock accuracy of any EEG amplifier.
+        ratio = ratio.limit_denominator(512)
+    return ratio
+
+
+def _header_bounds_uv(path: Path, labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Physical range of the given EDF/BDF signals in µV, or None when it cannot be known."""
+    if path.suffix.lower() not in (".edf", ".bdf"):
+        return None
+    header = read_edf_header(path)
+    index = {label: i for i, label in enumerate(header.labels)}
+    lo, hi = [], []
+    for label in labels:
+        i = index.get(label)
+        if i is None:
+            return None
+        scale = _UNIT_TO_UV.get(header.dimensions[i].lower())
+        if scale is None:
+            return None
+        a, b = header.physical_min[i] * scale, header.physical_max[i] * scale
+        lo.append(min(a, b))
+        hi.append(max(a, b))
+    return np.asarray(lo), np.asarray(hi)
+
+
+def _car_bounds(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact range of x_i - mean(x) when each x_j lies in [lo_j, hi_j]."""
+    n = lo.size
+    out_hi = hi - (hi + lo.sum() - lo) / n
+    out_lo = lo - (lo + hi.sum() - hi) / n
+    return out_lo, out_hi
+
+
+# --------------------------------------------------------------------------- EDF writing
+
+
+def _fmt(value: float, width: int = 8) -> str:
+    """A number in at most ``width`` characters, as precise as fits."""
+    for decimals in range(6, -1, -1):
+        text = f"{value:.{decimals}f}"
+        if decimals and "." in text:
+            text = text.rstrip("0").rstrip(".")
+        if len(text) <= width:
+            return text
+    raise ValueError(f"{value} does not fit in {width} characters")
+
+
+def _physical_range(lo: float, hi: float) -> tuple[str, str]:
+    """Header strings for a physical range that covers [lo, hi] (never empty)."""
+    if not np.isfinite(lo) or not np.isfinite(hi) or hi - lo < 1.0:
+        mid = 0.0 if not np.isfinite(lo + hi) else (lo + hi) / 2
+        lo, hi = mid - 1.0, mid + 1.0
+    lo_s, hi_s = _fmt(np.floor(lo * 10) / 10), _fmt(np.ceil(hi * 10) / 10)
+    # Formatting may round inwards when precision is dropped; widen until it covers the range.
+    while float(lo_s) > lo:
+        lo_s = _fmt(float(lo_s) - max(1.0, abs(float(lo_s)) * 1e-4))
+    while float(hi_s) < hi:
+        hi_s = _fmt(float(hi_s) + max(1.0, abs(float(hi_s)) * 1e-4))
+    return lo_s, hi_s
+
+
+class EdfStreamWriter:
+    """Write a 256 Hz EDF+C file record by record, hashing what it writes.
+
+    The number of one-second records must be known up front (the header carries it), so the
+    file is written once, front to back, and :attr:`checksum` is the SHA-256 of the final
+    bytes without reading them again. Samples are µV, ``(n_channels, n)`` per :meth:`write`;
+    values outside ``[physical_min, physical_max]`` are clipped and counted in
+    :attr:`n_clipped`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        labels: Sequence[str],
+        physical_min: Sequence[float],
+        physical_max: Sequence[float],
+        n_records: int,
+        sfreq_hz: int = TARGET_SFREQ_HZ,
+        start: dt.datetime | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.n_channels = len(labels)
+        self.sfreq_hz = int(sfreq_hz)
+        self.n_records = int(n_records)
+        self.n_clipped = 0
+        self._records_written = 0
+        self._pending = np.empty((self.n_channels, 0))
+        self._hash = hashlib.sha256()
+        ranges = [_physical_range(a, b) for a, b in zip(physical_min, physical_max, strict=True)]
+        self._pmin = np.array([float(a) for a, _ in ranges])[:, None]
+        self._pmax = np.array([float(b) for _, b in ranges])[:, None]
+        # Scale from the header strings themselves, so readers decode exactly what we encode.
+        self._gain = (self._pmax - self._pmin) / 65535.0
+        start = start or dt.datetime(2000, 1, 1)
+        header = self._header(labels, ranges, start)
+        self._fh: BinaryIO = self.path.open("wb")
+        self._emit(header)
+
+    def _header(
+        self, labels: Sequence[str], ranges: list[tuple[str, str]], start: dt.datetime
+    ) -> bytes:
+        ns = self.n_channels + 1
+        month = start.strftime("%b").upper()
+
+        def pad(text: str, width: int) -> str:
+            if len(text) > width:
+                raise ValueError(f"EDF header field {text!r} longer than {width}")
+            return text.ljust(width)
+
+        out = [
+            pad("0", 8),
+            pad("X X X X", 80),
+            pad(f"Startdate {start.day:02d}-{month}-{start.year} X X szbench", 80),
+            start.strftime("%d.%m.%y"),
+            start.strftime("%H.%M.%S"),
+            pad(str(256 * (ns + 1)), 8),
+            pad("EDF+C", 44),
+            pad(str(self.n_records), 8),
+            pad(str(_DATA_RECORD_S), 8),
+            pad(str(ns), 4),
+        ]
+        all_labels = [*labels, "EDF Annotations"]
+        out += [pad(x, 16) for x in all_labels]
+        out += [pad("AgAgCl electrode" if i < self.n_channels else "", 80) for i in range(ns)]
+        out += [pad("uV", 8)] * self.n_channels + [pad("", 8)]
+        out += [pad(a, 8) for a, _ in ranges] + [pad("-1", 8)]
+        out += [pad(b, 8) for _, b in ranges] + [pad("1", 8)]
+        out += [pad("-32768", 8)] * ns
+        out += [pad("32767", 8)] * ns
+        out += [pad("", 80)] * ns
+        out += [pad(str(self.sfreq_hz * _DATA_RECORD_S), 8)] * self.n_channels
+        out += [pad(str(_ANNOTATION_BYTES // 2), 8)]
+        out += [pad("", 32)] * ns
+        header = "".join(out).encode("ascii")
+        assert len(header) == 256 * (ns + 1)
+        return header
+
+    def _emit(self, data: bytes) -> None:
+        self._hash.update(data)
+        self._fh.write(data)
+
+    def write(self, samples_uv: np.ndarray) -> None:
+        """Append samples (µV, one row per channel); whole records are written as they fill."""
+        if samples_uv.shape[0] != self.n_channels:
+            raise ValueError(f"expected {self.n_channels} channels, got {samples_uv.shape[0]}")
+        if self._pending.shape[1]:
+            samples_uv = np.concatenate([self._pending, samples_uv], axis=1)
+        per_record = self.sfreq_hz * _DATA_RECORD_S
+        n_rec = min(samples_uv.shape[1] // per_record, self.n_records - self._records_written)
+        self._pending = samples_uv[:, n_rec * per_record :]
+        if n_rec <= 0:
+            return
+        block = samples_uv[:, : n_rec * per_record]
+        digital = np.rint((block - self._pmin) / self._gain) - 32768.0
+        clipped = (digital < -32768) | (digital > 32767)
+        if clipped.any():
+            self.n_clipped += int(clipped.sum())
+            np.clip(digital, -32768, 32767, out=digital)
+        records = np.empty((n_rec, self.n_channels * per_record * 2 + _ANNOTATION_BYTES), np.uint8)
+        as_int = digital.astype("<i2").reshape(self.n_channels, n_rec, per_record)
+        records[:, :-_ANNOTATION_BYTES] = (
+            as_int.transpose(1, 0, 2).reshape(n_rec, -1).view(np.uint8)
+        )
+        records[:, -_ANNOTATION_BYTES:] = 0
+        for k in range(n_rec):
+            # EDF+ time keeping: each record opens with "+<onset>\x14\x14\x00".
+            tal = f"+{(self._records_written + k) * _DATA_RECORD_S}\x14\x14\x00".encode("ascii")
+            records[k, -_ANNOTATION_BYTES : -_ANNOTATION_BYTES + len(tal)] = np.frombuffer(
+                tal, np.uint8
+            )
+        self._records_written += n_rec
+        self._emit(records.tobytes())
+
+    def close(self) -> str:
+        """Finish the file; returns its checksum (``sha256:<hex>``)."""
+        if not self._fh.closed:
+            self._fh.close()
+        if self._records_written != self.n_records:
+            raise EEGError(
+                self.path,
+                f"wrote {self._records_written} records but the header announces {self.n_records}",
+            )
+        return self.checksum
+
+    @property
+    def checksum(self) -> str:
+        return "sha256:" + self._hash.hexdigest()
+
+    def __enter__(self) -> EdfStreamWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
+# --------------------------------------------------------------------------- standardisation
+
+
+@dataclass(frozen=True)
+class StandardisedRecording:
+    """The outcome of standardising one recording."""
+
+    source_path: Path
+    output_path: Path
+    duration_s: float
+    source_sfreq_hz: float
+    source_checksum: str
+    checksum: str
+    start: dt.datetime
+    flags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def file_checksum(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 22) -> str:
+    """SHA-256 of a file's bytes as ``sha256:<hex>``, read in chunks (bounded memory)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while block := fh.read(chunk_bytes):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def _chunks(
+    raw,
+    picks: Sequence[str],
+    n_samples: int,
+    chunk: int,
+    pad: int,
+) -> Iterator[tuple[int, np.ndarray, int]]:
+    """Yield ``(pad_before, data_uV, length)`` per chunk, with ``pad`` samples of context."""
+    for start in range(0, n_samples, chunk):
+        stop = min(n_samples, start + chunk)
+        lo, hi = max(0, start - pad), min(n_samples, stop + pad)
+        data = raw.get_data(picks=list(picks), start=lo, stop=hi)
+        data *= 1e6
+        yield start - lo, data, stop - start
+
+
+def standardise_recording(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    allow_flat_fill: bool = False,
+    chunk_s: float = 120.0,
+    info: SourceInfo | None = None,
+    source_checksum: str | None = None,
+) -> StandardisedRecording:
+    """Standardise one recording to the SzCORE input and write it as EDF+ to ``dst``.
+
+    Picks the 19 electrodes (flat-filling missing ones only when ``allow_flat_fill``),
+    re-references them to their common average, resamples to 256 Hz with a polyphase
+    anti-aliasing filter and writes ``<name>-Avg`` signals in SzCORE order. Works through the
+    recording ``chunk_s`` seconds at a time: peak memory depends on ``chunk_s``, not on the
+    recording's length. The file appears at ``dst`` only when complete (written to a temporary
+    name, then renamed), so a failure leaves nothing half-written.
+
+    Raises :class:`EEGError` naming the file and the problem.
+    """
+    src, dst = Path(src), Path(dst)
+    info = info or inspect_recording(src, allow_flat_fill=allow_flat_fill)
+    flags = list(info.flags)
+    source_checksum = source_checksum or file_checksum(src)
+    present = [name for name in CHANNELS if name in info.mapping]
+    picks = [info.mapping[name] for name in present]
+    raw = (
+        _open_raw(src, include=picks) if src.suffix.lower() in (".edf", ".bdf") else _open_raw(src)
+    )
+    if abs(float(raw.info["sfreq"]) - info.sfreq_hz) > 1e-9 or raw.n_times != info.n_samples:
+        raise EEGError(src, "changed while being read")
+
+    ratio = _resample_ratio(info.sfreq_hz)
+    up, down = ratio.numerator, ratio.denominator
+    if ratio != 1:
+        flags.append(FLAG_RESAMPLED)
+    # Chunks hold a whole number of `down` input samples, so each maps onto a whole number of
+    # output samples and the chunked result equals resampling the whole signal at once.
+    chunk = max(down, int(chunk_s * info.sfreq_hz) // down * down)
+    half_filter = 10 * max(up, down) // up + 2
+    pad = 0 if ratio == 1 else -(-half_filter // down) * down
+    n_out = -(-info.n_samples * up // down)
+    n_records = n_out // TARGET_SFREQ_HZ
+    if n_out % TARGET_SFREQ_HZ:
+        flags.append(FLAG_TRUNCATED_TAIL)
+    index = [CHANNELS.index(name) for name in present]
+
+    bounds = _header_bounds_uv(src, picks)
+    if bounds is None:
+        bounds = _scan_bounds(raw, picks, info.n_samples, chunk)
+    lo, hi = _car_bounds(*bounds)
+    span = hi - lo
+    lo, hi = (
+        lo - _RESAMPLE_HEADROOM * span * (ratio != 1),
+        hi + _RESAMPLE_HEADROOM * span * (ratio != 1),
+    )
+    full_lo, full_hi = np.full(len(CHANNELS), -1.0), np.full(len(CHANNELS), 1.0)
+    full_lo[index], full_hi[index] = lo, hi
+
+    start = _meas_date(raw)
+    tmp = dst.with_name(dst.name + ".partial")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    out = np.zeros((len(CHANNELS), 0))
+    try:
+        with EdfStreamWriter(
+            tmp,
+            labels=OUTPUT_LABELS,
+            physical_min=full_lo,
+            physical_max=full_hi,
+            n_records=n_records,
+            start=start,
+        ) as writer:
+            for before, data, length in _chunks(raw, picks, info.n_samples, chunk, pad):
+                data -= data.mean(axis=0, keepdims=True)
+                if ratio != 1:
+                    res = resample_poly(data, up, down, axis=1)
+                    first = before * up // down
+                    data = res[:, first : first + -(-length * up // down)]
+                out = np.zeros((len(CHANNELS), data.shape[1]))
+                out[index] = data
+                writer.write(out)
+            checksum = writer.close()
+            if writer.n_clipped:
+                flags.append(f"{FLAG_CLIPPED}:{writer.n_clipped}")
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return StandardisedRecording(
+        source_path=src,
+        output_path=dst,
+        duration_s=float(n_records * _DATA_RECORD_S),
+        source_sfreq_hz=info.sfreq_hz,
+        source_checksum=source_checksum,
+        checksum=checksum,
+        start=start,
+        flags=tuple(flags),
+    )
+
+
+def _scan_bounds(raw, picks: Sequence[str], n_samples: int, chunk: int):  # type: ignore[no-untyped-def]
+    """Per-channel min and max (µV), one chunk at a time, for formats without a header range."""
+    lo = np.full(len(picks), np.inf)
+    hi = np.full(len(picks), -np.inf)
+    for start in range(0, n_samples, chunk):
+        data = raw.get_data(picks=list(picks), start=start, stop=min(n_samples, start + chunk))
+        data *= 1e6
+        lo = np.minimum(lo, data.min(axis=1))
+        hi = np.maximum(hi, data.max(axis=1))
+    return lo, hi
+
+
+def _meas_date(raw) -> dt.datetime:  # type: ignore[no-untyped-def]
+    meas = raw.info.get("meas_date")
+    if meas is None:
+        return dt.datetime(2000, 1, 1)
+    start = meas.replace(tzinfo=None, microsecond=0)
+    # EDF's two-digit years cover 1985-2084.
+    return start if 1985 <= start.year <= 2084 else dt.datetime(2000, 1, 1)
+
+
+def read_standardised(path: str | os.PathLike[str]) -> tuple[np.ndarray, float, list[str]]:
+    """Read a whole (short) EDF with MNE: ``(data_µV, sfreq_hz, labels)``. For tests and tools."""
+    raw = _open_raw(Path(path))
+    return raw.get_data() * 1e6, float(raw.info["sfreq"]), list(raw.ch_names)

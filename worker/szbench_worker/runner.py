@@ -1,0 +1,462 @@
+"""The runner interface: run one algorithm on one recording and say what happened.
+
+Everything above the runner (the Celery pipeline, the CLI) talks to :class:`Runner` and
+gets a :class:`RunResult` back; it never sees the docker SDK. Three implementations:
+
+- :class:`szbench_worker.docker_runner.DockerRunner`: the real, sandboxed one;
+- :class:`szbench_worker.local_runner.LocalProcessRunner`: a *trusted* local command for the
+  embedded demo when no Docker engine is available (not sandboxed, labelled as such);
+- :class:`FakeRunner`: canned outputs, for unit tests of the logic above a runner.
+
+The algorithm contract (``docs/algorithm-contract.md``) is the SzCORE challenge's: the
+container reads ``/data/$INPUT`` (one EDF) and writes ``/output/$OUTPUT`` (one TSV).
+
+Who sees what: :attr:`RunResult.submitter_message` is safe to show to whoever submitted the
+algorithm: it never contains a host path, the container's logs, or more than a bounded
+snippet of what the algorithm wrote (an algorithm that has read hidden EEG could otherwise
+smuggle it out through an error message). :attr:`RunResult.admin_log` has everything.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from szbench.config import Settings
+    from szbench_scoring import Annotations
+
+#: Where the recording and the output appear inside the container (the SzCORE contract).
+CONTAINER_DATA_DIR = "/data"
+CONTAINER_OUTPUT_DIR = "/output"
+
+#: A hypothesis whose recordingDuration differs from the recording's by more than this is
+#: rejected: SzCORE builds its masks from ``int(recordingDuration)``, so a wrong duration
+#: silently changes the false-positive rate.
+DURATION_TOLERANCE_S = 1.0
+
+#: Longest snippet of algorithm-controlled text (a parser's reason) shown to a submitter.
+MAX_SUBMITTER_DETAIL = 300
+
+
+class Outcome(StrEnum):
+    """How one run ended; only ``OK`` produces annotations to score."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out_of_memory"
+    CRASHED = "crashed"
+    INVALID_OUTPUT = "invalid_output"
+    NO_OUTPUT = "no_output"
+
+
+class RunnerError(Exception):
+    """An infrastructure fault (engine unreachable, staging failed): retry, not the submitter's."""
+
+
+class ImageError(RunnerError):
+    """The algorithm image cannot be loaded, pulled or found. The message is submitter-safe."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resources and sandbox of one run. Built from settings with :meth:`from_settings`.
+
+    ``user`` is ``"uid[:gid]"`` inside the container (``None`` keeps the image's own user).
+    ``network`` is ``False`` for every algorithm run; it exists so tests can show that the
+    flag is what closes the network.
+    """
+
+    memory_bytes: int = 2 * 1024**3
+    cpus: float = 1.0
+    pids: int = 256
+    timeout_s: float = 900.0
+    tmpfs_bytes: int = 256 * 1024**2
+    output_bytes: int = 16 * 1024**2
+    log_bytes: int = 1024**2
+    user: str | None = None
+    network: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "pids", "tmpfs_bytes", "output_bytes", "log_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive integer, got {value!r}")
+        for name in ("cpus", "timeout_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
+        if self.memory_bytes < 6 * 1024**2:
+            # Docker refuses less than 6 MiB; say so here, naming the field.
+            raise ValueError("Limits.memory_bytes must be at least 6 MiB")
+        if self.user is not None and not re.fullmatch(
+            r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", self.user
+        ):
+            raise ValueError(f"Limits.user must look like 'uid[:gid]', got {self.user!r}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        """The limits configured for this worker (``SZBENCH_RUNNER_*``)."""
+        return cls(
+            memory_bytes=settings.runner_memory_bytes,
+            cpus=settings.runner_cpus,
+            pids=settings.runner_pids,
+            timeout_s=settings.runner_timeout_s,
+            tmpfs_bytes=settings.runner_tmpfs_bytes,
+            output_bytes=settings.runner_output_bytes,
+            log_bytes=settings.runner_log_bytes,
+            user=settings.runner_user or None,
+        )
+
+
+def gpus_from_settings(settings: Settings) -> tuple[str, ...]:
+    """The GPU device ids this worker owns (``SZBENCH_RUNNER_GPUS="0"``); empty for CPU."""
+    return tuple(g.strip() for g in settings.runner_gpus.split(",") if g.strip())
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Which GPU(s) a run had, for the record next to its results."""
+
+    device_ids: tuple[str, ...]
+    model: str | None = None
+    driver: str | None = None
+
+
+@dataclass
+class RunResult:
+    """What one run produced. ``annotations`` is set exactly when ``outcome`` is OK."""
+
+    outcome: Outcome
+    exit_code: int | None
+    duration_s: float
+    peak_memory_bytes: int | None
+    submitter_message: str
+    admin_log: str
+    output_tsv: Path | None
+    annotations: Annotations | None
+    image_digest: str
+    worker_host: str
+    gpu: GpuInfo | None = None
+    #: ``"docker"`` for a sandboxed container; ``"local-process"`` for a trusted local run.
+    sandbox: str = "docker"
+
+
+class Runner(Protocol):
+    """Runs one algorithm image on one recording."""
+
+    def run(
+        self,
+        *,
+        image: str,
+        recording: Path,
+        output_dir: Path,
+        limits: Limits,
+        gpus: tuple[str, ...] = (),
+    ) -> RunResult:
+        """Run ``image`` on ``recording``; the validated TSV is copied into ``output_dir``."""
+        ...
+
+
+# --- the contract's file names and the recording's duration -------------------------------
+
+
+def output_name_for(recording: Path) -> str:
+    """The ``$OUTPUT`` file name for a recording: BIDS ``..._eeg.edf`` -> ``..._events.tsv``.
+
+    >>> output_name_for(Path("sub-01_ses-01_task-szMonitoring_run-00_eeg.edf"))
+    'sub-01_ses-01_task-szMonitoring_run-00_events.tsv'
+    >>> output_name_for(Path("rec.edf"))
+    'rec.tsv'
+    """
+    stem = recording.stem
+    if stem.endswith("_eeg"):
+        stem = stem[: -len("_eeg")] + "_events"
+    return stem + ".tsv"
+
+
+def edf_duration_s(path: Path) -> float:
+    """Duration of an EDF/EDF+ file from its header (records x record duration).
+
+    Read here with the standard library, so the runner does not need MNE.
+
+    Raises
+    ------
+    ValueError
+        If the header is not a readable EDF header; the message names the file.
+    """
+    with open(path, "rb") as f:
+        header = f.read(256)
+    if len(header) < 256:
+        raise ValueError(f"{path.name}: not an EDF file (header shorter than 256 bytes)")
+    try:
+        n_records = int(header[236:244].decode("ascii").strip())
+        record_s = float(header[244:252].decode("ascii").strip())
+    except ValueError:
+        raise ValueError(f"{path.name}: unreadable EDF header (record count/duration)") from None
+    if n_records < 0:
+        # -1 means "unknown" (still recording); count from the file size instead.
+        n_signals = int(header[252:256].decode("ascii").strip())
+        with open(path, "rb") as f:
+            full = f.read(256 + 256 * n_signals)
+        samples = [
+            int(full[256 + 216 * n_signals + 8 * i : 256 + 216 * n_signals + 8 * (i + 1)])
+            for i in range(n_signals)
+        ]
+        record_bytes = 2 * sum(samples)
+        n_records = (path.stat().st_size - 256 * (1 + n_signals)) // max(record_bytes, 1)
+    return n_records * record_s
+
+
+# --- output validation (shared by every runner) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    outcome: Outcome
+    message: str
+    annotations: Annotations | None = None
+
+
+def _snippet(text: str, *paths: Path | str) -> str:
+    """Algorithm-controlled text made safe to show: host paths removed, length capped."""
+    for p in sorted({str(p) for p in paths if str(p)}, key=len, reverse=True):
+        text = text.replace(p, "<hidden>")
+    text = re.sub(r"\s+", " ", text).strip()
+    if len(text) > MAX_SUBMITTER_DETAIL:
+        text = text[: MAX_SUBMITTER_DETAIL - 3] + "..."
+    return text
+
+
+def check_output(
+    tsv: Path,
+    *,
+    contract_name: str,
+    recording_duration_s: float | None,
+    hide: tuple[Path, ...] = (),
+) -> OutputCheck:
+    """Validate an algorithm's TSV with the scorer's parser.
+
+    ``contract_name`` is what the submitter knows the file as (``/output/$OUTPUT``); host
+    paths in ``hide`` never reach the message.
+    """
+    from szbench_scoring import AnnotationError, read_annotations
+
+    shown = f"{CONTAINER_OUTPUT_DIR}/{contract_name}"
+    if not tsv.is_file() or tsv.is_symlink():
+        return OutputCheck(Outcome.NO_OUTPUT, f"The algorithm wrote no {shown}.")
+    try:
+        annotations = read_annotations(tsv)
+    except AnnotationError as exc:
+        where = f" row {exc.row}" if getattr(exc, "row", None) is not None else ""
+        reason = _snippet(str(getattr(exc, "reason", exc)), tsv, *hide)
+        return OutputCheck(Outcome.INVALID_OUTPUT, f"{shown}{where}: {reason}")
+    except (UnicodeDecodeError, ValueError, OSError) as exc:
+        reason = _snippet(str(exc), tsv, *hide)
+        return OutputCheck(Outcome.INVALID_OUTPUT, f"{shown}: {reason}")
+    declared = float(annotations.recording_duration_s)
+    if (
+        recording_duration_s is not None
+        and math.isfinite(declared)
+        and abs(declared - recording_duration_s) > DURATION_TOLERANCE_S
+    ):
+        return OutputCheck(
+            Outcome.INVALID_OUTPUT,
+            f"{shown}: recordingDuration {declared:g} s does not match the recording's "
+            f"duration ({recording_duration_s:g} s).",
+        )
+    return OutputCheck(Outcome.OK, "ok", annotations)
+
+
+def timeout_message(limits: Limits) -> str:
+    return f"The algorithm ran past the time limit of {limits.timeout_s:g} s and was stopped."
+
+
+def oom_message(limits: Limits) -> str:
+    return (
+        f"The algorithm exceeded the memory limit of {describe_limit(limits.memory_bytes)} "
+        "and was killed."
+    )
+
+
+def output_too_big_message(limits: Limits) -> str:
+    return (
+        f"The algorithm wrote more than {describe_limit(limits.output_bytes)} to "
+        f"{CONTAINER_OUTPUT_DIR}; the output was discarded."
+    )
+
+
+def crashed_message(exit_code: int | None) -> str:
+    return f"The algorithm exited with code {exit_code}."
+
+
+def describe_limit(n_bytes: int) -> str:
+    """``134217728`` -> ``'128 MiB'``."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n_bytes >= size:
+            value = n_bytes / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n_bytes} bytes"
+
+
+def worker_host() -> str:
+    """The name this worker records with its results."""
+    return os.environ.get("SZBENCH_WORKER_HOST") or socket.gethostname()
+
+
+def describe_gpus(device_ids: tuple[str, ...]) -> GpuInfo | None:
+    """Model and driver of the given GPUs from ``nvidia-smi`` (ids only when it is absent)."""
+    if not device_ids:
+        return None
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return GpuInfo(device_ids=device_ids)
+    try:
+        out = subprocess.run(
+            [
+                smi,
+                "--query-gpu=name,driver_version",
+                "--format=csv,noheader",
+                "-i",
+                ",".join(device_ids),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return GpuInfo(device_ids=device_ids)
+    rows = [line.split(",") for line in out.strip().splitlines() if "," in line]
+    models = sorted({r[0].strip() for r in rows})
+    drivers = sorted({r[1].strip() for r in rows})
+    return GpuInfo(device_ids, ", ".join(models) or None, ", ".join(drivers) or None)
+
+
+def bounded(text: str, limit: int) -> str:
+    """Keep at most ``limit`` characters: the head and the tail, with a marker between."""
+    if len(text) <= limit:
+        return text
+    half = max(limit // 2 - 40, 0)
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
+# --- the fake, for unit tests of the logic above a runner ---------------------------------
+
+
+@dataclass
+class FakeRun:
+    """What :class:`FakeRunner` pretends happened: an outcome and/or a TSV to copy out."""
+
+    tsv: str | None = None
+    outcome: Outcome | None = None  # None: decided by validating ``tsv`` like a real run
+    exit_code: int = 0
+    log: str = ""
+
+
+def bckg_tsv(duration_s: float) -> str:
+    """A valid SzCORE TSV with no detection (one ``bckg`` row spanning the recording)."""
+    return (
+        "onset\tduration\teventType\tconfidence\tchannels\tdateTime\trecordingDuration\n"
+        f"0.0\t{duration_s:.1f}\tbckg\tn/a\tn/a\t2000-01-01 00:00:00\t{duration_s:.1f}\n"
+    )
+
+
+@dataclass
+class FakeRunner:
+    """A :class:`Runner` that copies canned outputs; for unit tests only, never for results.
+
+    ``script`` maps a recording's file name to a :class:`FakeRun` (or is a function of the
+    recording path); recordings not in it get a valid background-only TSV. Every call is
+    appended to ``calls``.
+    """
+
+    script: Mapping[str, FakeRun] | Callable[[Path], FakeRun] = field(default_factory=dict)
+    image_digest: str = "sha256:" + "0" * 64
+    calls: list[dict[str, object]] = field(default_factory=list)
+
+    def run(
+        self,
+        *,
+        image: str,
+        recording: Path,
+        output_dir: Path,
+        limits: Limits,
+        gpus: tuple[str, ...] = (),
+    ) -> RunResult:
+        self.calls.append(
+            {
+                "image": image,
+                "recording": recording,
+                "output_dir": output_dir,
+                "limits": limits,
+                "gpus": gpus,
+            }
+        )
+        script = self.script
+        plan = script(recording) if callable(script) else script.get(recording.name)
+        if plan is None:
+            try:
+                duration = edf_duration_s(recording)
+            except (OSError, ValueError):
+                duration = 3600.0
+            plan = FakeRun(tsv=bckg_tsv(duration))
+        name = output_name_for(recording)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        tsv = output_dir / name
+        if plan.tsv is not None:
+            tsv.write_text(plan.tsv, encoding="utf-8")
+        if plan.outcome is not None and plan.outcome is not Outcome.OK:
+            check = OutputCheck(plan.outcome, f"fake outcome: {plan.outcome.value}")
+        else:
+            known: float | None
+            try:
+                known = edf_duration_s(recording)
+            except (OSError, ValueError):
+                known = None
+            check = check_output(tsv, contract_name=name, recording_duration_s=known)
+        return RunResult(
+            outcome=check.outcome,
+            exit_code=plan.exit_code,
+            duration_s=0.0,
+            peak_memory_bytes=None,
+            submitter_message=check.message,
+            admin_log=plan.log,
+            output_tsv=tsv if check.outcome is Outcome.OK else None,
+            annotations=check.annotations,
+            image_digest=self.image_digest,
+            worker_host="fake",
+            gpu=GpuInfo(gpus) if gpus else None,
+            sandbox="fake",
+        )
+
+
+def make_runner(settings: Settings) -> Runner:
+    """The runner this worker is configured for (``SZBENCH_RUNNER_BACKEND``).
+
+    ``docker``: the sandboxed :class:`~szbench_worker.docker_runner.DockerRunner` (an error
+    when no engine answers). ``local``: the trusted
+    :class:`~szbench_worker.local_runner.LocalProcessRunner` running
+    ``runner_local_command`` (the embedded demo only). ``auto``: docker when an engine
+    answers, else local.
+    """
+    backend = settings.runner_backend
+    if backend not in ("auto", "docker", "local"):
+        raise ValueError(f"SZBENCH_RUNNER_BACKEND must be auto, docker or local, not {backend!r}")
+    if backend != "local":
+        from szbench_worker import docker_runner
+
+        if backend == "docker" or docker_runner.engine_available():
+            return docker_runner.DockerRunner.from_settings(settings)
+    from szbench_worker.local_runner import LocalProcessRunner
+
+    return LocalProcessRunner(settings.runner_local_command)
