@@ -235,6 +235,17 @@ def test_hostile_images_through_the_pipeline_leave_other_results_intact(
             digest="sha256:" + "2" * 64,
             run_limits=LIMITS,
         )
+        # Near its limit a cgroup reclaims page cache before it kills: on a loaded machine
+        # that is slow, so the memory hog gets a dataset with a generous time limit.
+        mem_data = make_prepared_dataset(tmp_path / "mem", one, seed=2)
+        mem_world = seed_world(
+            session,
+            mem_data,
+            one,
+            slug="hostile-mem",
+            digest="sha256:" + "3" * 64,
+            run_limits={**LIMITS, "timeout_s": 120},
+        )
         good = add_version(session, test_images["good"], docker_client)
         ids = {
             "good-first": evaluations.create_evaluation(
@@ -243,8 +254,9 @@ def test_hostile_images_through_the_pipeline_leave_other_results_intact(
         }
         for name in HOSTILE:
             version = add_version(session, test_images[name], docker_client)
+            world = mem_world if name == "memhog" else hostile_world
             ids[name] = evaluations.create_evaluation(
-                session, algorithm_version=version, dataset_version=hostile_world.dataset_version
+                session, algorithm_version=version, dataset_version=world.dataset_version
             ).id
         ids["good-last"] = evaluations.create_evaluation(
             session,

@@ -79,8 +79,8 @@ def _runner_and_digest(
     if local_process is not None:
         from szbench_worker.local_runner import LocalProcessRunner
 
-        runner = LocalProcessRunner(local_process, cwd=Path.cwd())
-        return runner, runner.digest, local_process, "trusted local process (NOT sandboxed)"
+        local = LocalProcessRunner(local_process, cwd=Path.cwd())
+        return local, local.digest, local_process, "trusted local process (NOT sandboxed)"
     from szbench_worker import docker_runner
     from szbench_worker.runner import ImageError
 
