@@ -270,6 +270,14 @@ def pipeline_seconds(version_id: int, dv_id: int) -> float:
                 bad = [r.outcome for r in ev.runs if r.outcome is None or r.outcome.value != "ok"]
                 if bad:
                     raise RuntimeError(f"runs did not end ok: {bad}")
+                busy = sum((r.finished_at - r.started_at).total_seconds() for r in ev.runs)
+                container = sum(r.wall_time_s or 0 for r in ev.runs)
+                print(
+                    f"  evaluation {evaluation_id}: {elapsed:.2f} s wall, runs in flight on "
+                    f"average {busy / elapsed:.2f}, container share of a run "
+                    f"{container / busy:.0%}",
+                    flush=True,
+                )
                 return elapsed
         time.sleep(0.02)
 
