@@ -490,7 +490,10 @@ def test_cleanup_orphans_after_a_killed_worker(
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     assert docker_client.containers.list(all=True, filters=label)  # type: ignore[attr-defined]
-    assert any(p.name.startswith(f"run-{token}-") for p in work_dir.iterdir())
+    assert any(p.name.startswith(f"run-test-host-{token}-") for p in work_dir.iterdir())
+    # Another host's staging directory in a shared work dir is not this sweep's business.
+    foreign = work_dir / "run-other-host-1.1-abc123"
+    foreign.mkdir()
 
     # A live worker's container is never touched by another worker's sweep.
     live = docker_client.containers.create(  # type: ignore[attr-defined]
@@ -501,13 +504,15 @@ def test_cleanup_orphans_after_a_killed_worker(
     try:
         assert cleanup_orphans(docker_client, work_dir=work_dir, host="test-host") == 1  # type: ignore[arg-type]
         assert docker_client.containers.list(all=True, filters=label) == []  # type: ignore[attr-defined]
-        assert list(work_dir.iterdir()) == []
+        assert list(work_dir.iterdir()) == [foreign]
+        foreign.rmdir()
         assert str(work_dir) not in Path("/proc/mounts").read_text()
         live.reload()
         assert cleanup_orphans(docker_client, host="other-host") == 0  # type: ignore[arg-type]
         assert cleanup_orphans(docker_client, host="test-host", everything=True) == 1  # type: ignore[arg-type]
     finally:
-        live.remove(force=True) if _exists(live) else None
+        if _exists(live):
+            live.remove(force=True)
 
 
 def _exists(container: object) -> bool:

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
+import docker
 from szbench_worker.runner import (
     CONTAINER_DATA_DIR,
     CONTAINER_OUTPUT_DIR,
@@ -271,6 +271,11 @@ def owner_token(pid: int | None = None) -> str:
     return f"{pid}.{_proc_start_ticks(pid) or 0}"
 
 
+def _host_tag(host: str) -> str:
+    """``host`` made safe for a directory name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", host)[:64]
+
+
 def _owner_alive(token: str) -> bool:
     pid_s, _, ticks = token.partition(".")
     if not pid_s.isdigit():
@@ -437,7 +442,9 @@ class DockerRunner:
             except (OSError, ValueError) as exc:
                 raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
         output_name = output_name_for(recording)
-        run_dir = Path(tempfile.mkdtemp(prefix=f"run-{self.owner}-", dir=self.work_dir))
+        run_dir = Path(
+            tempfile.mkdtemp(prefix=f"run-{_host_tag(self.host)}-{self.owner}-", dir=self.work_dir)
+        )
         try:
             return self._run_staged(
                 image_obj,
@@ -743,8 +750,12 @@ def cleanup_orphans(
                 removed += 1
     if work_dir is not None and Path(work_dir).is_dir():
         for entry in Path(work_dir).iterdir():
-            m = re.match(r"run-(\d+\.\d+)-", entry.name)
-            if m and entry.is_dir() and (everything or not _owner_alive(m.group(1))):
+            # Workers on other hosts (or in other containers) may share this directory: only
+            # this host's staging directories are ours to judge.
+            m = re.fullmatch(r"run-(.+)-(\d+\.\d+)-[a-z0-9_]+", entry.name)
+            if not (m and m.group(1) == _host_tag(host) and entry.is_dir()):
+                continue
+            if everything or not _owner_alive(m.group(2)):
                 with contextlib.suppress(OSError):
                     _umount(entry / "output")
                 shutil.rmtree(entry, ignore_errors=True)
