@@ -105,6 +105,7 @@ CASES = [
     ("wrongduration", Outcome.INVALID_OUTPUT, 0, "does not match the recording's duration", ""),
     ("bigoutput", Outcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
     ("symlink", Outcome.INVALID_OUTPUT, 0, "_events.tsv must be a regular file", "linked"),
+    ("hideout", Outcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
     ("network", Outcome.OK, 0, "ok", "no network"),
     ("escape", Outcome.OK, 0, "ok", "Read-only file system"),
     ("forkbomb", Outcome.TIMEOUT, None, "time limit", "fork refused"),
@@ -205,11 +206,12 @@ def test_without_output_tmpfs_the_watchdog_and_size_check_hold(
 ) -> None:
     """The fallback for workers that may not mount: a plain /output directory."""
     plain = DockerRunner(docker_client, work_dir=work_dir, output_tmpfs=False)  # type: ignore[arg-type]
-    big = plain.run(
-        image=test_images["bigoutput"], recording=recording, output_dir=tmp_path, limits=LIMITS
-    )
-    assert big.outcome is Outcome.INVALID_OUTPUT
-    assert "more than 1 MiB" in big.submitter_message
+    for name in ("bigoutput", "hideout"):
+        big = plain.run(
+            image=test_images[name], recording=recording, output_dir=tmp_path, limits=LIMITS
+        )
+        assert big.outcome is Outcome.INVALID_OUTPUT
+        assert "more than 1 MiB" in big.submitter_message
     for user in (None, "65534"):
         limits = Limits(**{**LIMITS.__dict__, "user": user})
         good = plain.run(

@@ -336,13 +336,32 @@ def _shares_mounts_with_dockerd() -> bool:
     return False
 
 
-def _dir_size(path: Path) -> int:
+def _dir_size(path: Path) -> int | None:
+    """Bytes under ``path``; ``None`` when part of it cannot be listed.
+
+    A worker that is not root sees the container's files through ordinary permissions: a
+    folder the container made unlistable would hide what is inside, so it counts as a
+    violation rather than as zero.
+    """
     total = 0
-    for root, dirs, files in os.walk(path, followlinks=False):
+    hidden = False
+
+    def unreadable(_: OSError) -> None:
+        nonlocal hidden
+        hidden = True
+
+    for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=False):
         for name in files + dirs:
-            with contextlib.suppress(OSError):
+            try:
                 total += os.lstat(os.path.join(root, name)).st_size
-    return total
+            except OSError:
+                hidden = True
+    return None if hidden else total
+
+
+def _output_ok(path: Path, limit_bytes: int) -> bool:
+    size = _dir_size(path)
+    return size is not None and size <= limit_bytes
 
 
 def _stage_recording(recording: Path, data_dir: Path) -> Path:
@@ -460,6 +479,10 @@ class DockerRunner:
             if self.output_tmpfs:
                 _umount(run_dir / "output")
             shutil.rmtree(run_dir, ignore_errors=True)
+            if run_dir.exists():
+                # A worker that is not root cannot delete what a container made inside a
+                # folder it owns; a sweep by a root worker, or an operator, removes it.
+                log.warning("could not remove all of the staging directory %s", run_dir)
 
     def _prepare_output(self, out: Path, limits: Limits, image_user: str) -> None:
         ids = _numeric_uid(limits.user if limits.user is not None else image_user)
@@ -589,7 +612,7 @@ class DockerRunner:
         elif state.get("OOMKilled") and exit_code != 0:
             result.outcome = Outcome.OUT_OF_MEMORY
             result.submitter_message = oom_message(limits)
-        elif watchdog.output_exceeded or _dir_size(out) > limits.output_bytes:
+        elif watchdog.output_exceeded or not _output_ok(out, limits.output_bytes):
             result.outcome = Outcome.INVALID_OUTPUT
             result.submitter_message = output_too_big_message(limits)
         elif exit_code != 0:
@@ -688,7 +711,7 @@ class _Watchdog:
             if (
                 self.output_dir is not None
                 and not self.output_exceeded
-                and _dir_size(self.output_dir) > self.output_bytes
+                and not _output_ok(self.output_dir, self.output_bytes)
             ):
                 self.output_exceeded = True
                 with contextlib.suppress(Exception):
