@@ -8,6 +8,7 @@ These tests fail, never skip, when no engine is running: CI starts one.
 from __future__ import annotations
 
 import gzip
+import multiprocessing
 import os
 import re
 import shutil
@@ -300,6 +301,36 @@ def test_worked_example_from_the_contract_docs(
     assert result.annotations is not None
     assert result.annotations.events.tolist() == [[300.0, 330.0]]
     assert result.annotations.recording_duration_s == 600.0
+
+
+def test_runner_built_before_a_fork_labels_runs_with_the_child(
+    test_images: dict[str, str], runner: DockerRunner, recording: Path, tmp_path: Path
+) -> None:
+    """Celery's prefork pool: a runner made in the parent, used in a child."""
+    parent_owner = runner.owner
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child() -> None:
+        result = runner.run(
+            image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
+        )
+        queue.put((result.outcome.value, runner.owner, owner_token()))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    outcome, child_owner, child_token = queue.get(timeout=120)
+    proc.join(30)
+    assert outcome == "ok"
+    assert child_owner == child_token != parent_owner
+    # The parent's connection still works after the child dropped its copy.
+    assert (
+        runner.run(
+            image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
+        ).outcome
+        is Outcome.OK
+    )
+    assert runner.owner == parent_owner
 
 
 # --- images: tarballs and pulls by digest ------------------------------------------------

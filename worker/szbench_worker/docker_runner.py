@@ -415,15 +415,27 @@ class DockerRunner:
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         # Traversable (not listable) by a remapped container uid, which Docker needs for binds.
-        os.chmod(self.work_dir, 0o711)  # noqa: S103 (a remapped container uid must traverse or read it)
+        with contextlib.suppress(PermissionError):  # not ours to change: the operator's setup
+            os.chmod(self.work_dir, 0o711)  # noqa: S103
         self.host = host or worker_host()
-        self.owner = owner_token()
+        self._owner: tuple[int, str] | None = (os.getpid(), owner_token())
         if output_tmpfs is None:
             # Mounting needs root, and the mount must be visible to dockerd: a worker inside a
             # container has its own mount namespace, so there the plain directory is used.
             output_tmpfs = os.geteuid() == 0 and _shares_mounts_with_dockerd()
         self.output_tmpfs = output_tmpfs
         self._userns = _userns_base(self.client)
+
+    @property
+    def owner(self) -> str:
+        """This process's owner token, computed in the process that runs (a runner built
+        before a prefork pool forks must not label its children's containers as its own)."""
+        if self._owner is None or self._owner[0] != os.getpid():
+            if self._owner is not None:
+                # Forked: pooled connections are shared with the parent; start afresh.
+                self.client.close()
+            self._owner = (os.getpid(), owner_token())
+        return self._owner[1]
 
     @classmethod
     def from_settings(cls, settings: Any) -> DockerRunner:
@@ -449,6 +461,7 @@ class DockerRunner:
         hostile) ends in a :class:`RunResult`.
         """
         recording = Path(recording)
+        owner = self.owner  # first, so that a forked process drops its parent's connections
         try:
             image_obj = self.client.images.get(image)
         except ImageNotFound:
@@ -462,7 +475,7 @@ class DockerRunner:
                 raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
         output_name = output_name_for(recording)
         run_dir = Path(
-            tempfile.mkdtemp(prefix=f"run-{_host_tag(self.host)}-{self.owner}-", dir=self.work_dir)
+            tempfile.mkdtemp(prefix=f"run-{_host_tag(self.host)}-{owner}-", dir=self.work_dir)
         )
         try:
             return self._run_staged(
