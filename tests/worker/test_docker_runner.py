@@ -73,7 +73,7 @@ def runner(docker_client: object, work_dir: Path) -> DockerRunner:
 
 def our_containers(client: object, runner: DockerRunner) -> list[object]:
     return client.containers.list(  # type: ignore[attr-defined, no-any-return]
-        all=True, filters={"label": f"{LABEL_OWNER}={runner.owner}"}
+        all=True, filters={"label": f"{LABEL_OWNER}={runner.owner}"}, ignore_removed=True
     )
 
 
@@ -515,14 +515,14 @@ def test_cleanup_orphans_after_a_killed_worker(
     token = proc.stdout.readline().strip()
     label = {"label": f"{LABEL_OWNER}={token}"}
     for _ in range(200):
-        running = docker_client.containers.list(filters=label)  # type: ignore[attr-defined]
+        running = docker_client.containers.list(filters=label, ignore_removed=True)  # type: ignore[attr-defined]
         if running:
             break
         time.sleep(0.1)
     assert running, "the worker never started its container"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    assert docker_client.containers.list(all=True, filters=label)  # type: ignore[attr-defined]
+    assert docker_client.containers.list(all=True, filters=label, ignore_removed=True)  # type: ignore[attr-defined]
     assert any(p.name.startswith(f"run-test-host-{token}-") for p in work_dir.iterdir())
     # Another host's staging directory in a shared work dir is not this sweep's business.
     foreign = work_dir / "run-other-host-1.1-abc123"
@@ -536,7 +536,7 @@ def test_cleanup_orphans_after_a_killed_worker(
     )
     try:
         assert cleanup_orphans(docker_client, work_dir=work_dir, host="test-host") == 1  # type: ignore[arg-type]
-        assert docker_client.containers.list(all=True, filters=label) == []  # type: ignore[attr-defined]
+        assert docker_client.containers.list(all=True, filters=label, ignore_removed=True) == []  # type: ignore[attr-defined]
         assert list(work_dir.iterdir()) == [foreign]
         foreign.rmdir()
         assert str(work_dir) not in Path("/proc/mounts").read_text()

@@ -776,7 +776,12 @@ def cleanup_orphans(
     client = client or connect()
     host = host or worker_host()
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_HOST}={host}"}):
+    # ignore_removed: a live worker may remove its container between the listing and the
+    # inspection the SDK does for each one.
+    listed = client.containers.list(
+        all=True, filters={"label": f"{LABEL_HOST}={host}"}, ignore_removed=True
+    )
+    for container in listed:
         labels = container.labels or {}
         if LABEL_RUNNER not in labels:
             continue
