@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
     runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"
     runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
+    runner_output_tmpfs: bool | None = None  # /output as a size-capped tmpfs; None: when root
     runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local
     # --- Platform API (auth, uploads, leaderboards) ---
     # Signs the web session cookie; empty means a random key kept in data_dir/secret_key.
