@@ -94,7 +94,7 @@ def test_long_running_services_have_healthchecks_restart_and_log_rotation(
         assert service["restart"] == "unless-stopped", name
         assert service["logging"]["options"]["max-size"], name
     migrate = config["services"]["migrate"]
-    assert migrate["command"] == ["szbench", "db", "upgrade"]
+    assert migrate["command"][-1].endswith("szbench db upgrade")
     for name in ("api", "worker-cpu", "worker-gpu"):
         assert config["services"][name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"
@@ -109,10 +109,7 @@ def test_api_image_is_slim_and_workers_use_the_worker_image(config: dict[str, An
         assert services[name]["image"].startswith("szbench/worker:"), name
     # Only the workers get the Docker socket.
     for name, service in services.items():
-        mounts = [
-            v if isinstance(v, str) else v.get("source", "") for v in service.get("volumes", [])
-        ]
-        has_socket = any("docker.sock" in m for m in mounts)
+        has_socket = any("docker.sock" in source for source, _ in _mounts(service))
         assert has_socket == name.startswith("worker-"), name
 
 
@@ -138,12 +135,29 @@ def test_datasets_volume_is_a_host_path_mounted_at_the_same_path(config: dict[st
     assert config["volumes"]["datasets"]["driver_opts"]["o"] == "bind"
     for name in ("worker-cpu", "worker-gpu", "api"):
         service = config["services"][name]
-        targets = {v.split(":")[0]: v.split(":")[1] for v in service["volumes"]}
+        targets = dict(_mounts(service))
         # The runner gives the host's dockerd paths from inside the worker: they must match.
         assert targets["datasets"] == host_dir, name
         work_dir = service["environment"]["SZBENCH_RUNNER_WORK_DIR"]
         assert work_dir.startswith(host_dir + "/"), name
     assert config["services"]["api"]["volumes"][-1].endswith(":ro")
+    # The shared data dir is never filled from an image (that would reset its owner).
+    for name in ("migrate", "api", "worker-cpu", "worker-gpu"):
+        (uploads,) = [v for v in config["services"][name]["volumes"] if isinstance(v, dict)]
+        assert uploads["source"] == "uploads"
+        assert uploads["volume"]["nocopy"] is True
+
+
+def _mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(source, target) of each mount, in short ("src:dst[:mode]") or long syntax."""
+    out = []
+    for v in service.get("volumes", []):
+        if isinstance(v, dict):
+            out.append((v["source"], v["target"]))
+        else:
+            source, target = v.split(":")[:2]
+            out.append((source, target))
+    return out
 
 
 def test_workers_reach_the_socket_from_the_host_user_namespace(config: dict[str, Any]) -> None:
@@ -238,9 +252,12 @@ def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
     )
 
 
+BASELINE_IMAGE = "szbench/baseline:deploy-test"
+
+
 @pytest.fixture(scope="module")
 def project_images() -> None:
-    """Build szbench/api, szbench/worker and the Debian service images (cached)."""
+    """Build szbench/api, szbench/worker, the Debian service images (cached), the baseline."""
     compose_tool()
     if _docker("info").returncode != 0:
         pytest.fail("no Docker engine: start it with scripts/test-services.sh")
@@ -253,6 +270,26 @@ def project_images() -> None:
         check=False,
     )
     assert build.returncode == 0, build.stderr[-4000:]
+    if _docker("image", "inspect", "szbench/python-numpy:bookworm").returncode != 0:
+        base = subprocess.run(
+            [str(ROOT / "scripts" / "build-base-images.sh")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert base.returncode == 0, base.stderr[-4000:]
+    baseline = _docker(
+        "build",
+        "--network",
+        "none",
+        "-q",
+        "-t",
+        BASELINE_IMAGE,
+        str(ROOT / "examples" / "baseline"),
+    )
+    assert baseline.returncode == 0, baseline.stderr
 
 
 @pytest.mark.docker
@@ -275,8 +312,8 @@ def test_api_image_has_no_docker_sdk_or_mne_and_runs_as_non_root() -> None:
 def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """An env file for a throwaway compose project; `down -v` whatever happens."""
     datasets = tmp_path / "datasets"
+    # Created by the operator; `migrate` hands it to uid 10001 (root owns it here).
     datasets.mkdir()
-    os.chown(datasets, UID, UID)
     os.chmod(tmp_path, 0o755)
     sock = Path("/var/run/docker.sock")
     overrides = {
@@ -392,6 +429,30 @@ def test_stack_starts_answers_probes_and_stops_gracefully(stack: dict[str, Any])
         assert "szbench-test/base" in json.loads(body)["repositories"]
     finally:
         _docker("rmi", pushed)
+
+    # The point of the same-path datasets volume: from inside the worker container, the
+    # runner stages a recording under SZBENCH_RUNNER_WORK_DIR and the host's dockerd
+    # bind-mounts it into the algorithm's container. Synthetic EEG, the baseline image, scores.
+    ds = stack["datasets"]
+    script = (
+        f"szbench synth {ds}/synth --subjects 1 --hours 0.25 --recording-minutes 15 "
+        "--seed 3 >/dev/null && "
+        f"szbench evaluate --image {BASELINE_IMAGE} --dataset {ds}/synth --json {ds}/scores.json"
+    )
+    evaluate = run_compose(
+        "run", "--rm", "-T", "--no-deps",
+        # Embedded mode inside the container (SQLite in its data dir): only the runner path
+        # through the host's engine is under test here.
+        "-e", "SZBENCH_DATABASE_URL=",
+        "worker-cpu", "sh", "-c", script,
+        timeout=420, **compose,
+    )  # fmt: skip
+    scores = json.loads((ds / "scores.json").read_text())
+    assert [r["outcome"] for r in scores["recordings"]] == ["ok"], evaluate.stdout
+    assert "event_results" in scores
+    assert "f1" in scores["event_results"]
+    # Staging is cleaned up after the run; nothing of it is left on the host path.
+    assert not any((ds / ".runs").iterdir())
 
     # SIGTERM through tini: Celery's warm shutdown and uvicorn's shutdown both exit 0.
     run_compose("stop", "--timeout", "60", "worker-cpu", "api", timeout=150, **compose)
