@@ -76,7 +76,7 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DatabaseCollector())
     app.state.metrics_registry = registry
-    app.add_middleware(RequestMetrics, registry=registry)
+    app.add_middleware(RequestMetrics, registry=registry, api_prefix=API_PREFIX)
     return app
 
 
