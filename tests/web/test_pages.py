@@ -6,7 +6,6 @@ non-admin's page; hidden-phase results stay with their owner until an admin publ
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from sqlalchemy.orm import Session
 from szbench import queue
 from szbench.config import get_settings
 from szbench.models import (
+    Algorithm,
     ApiToken,
     Dataset,
     DatasetKind,
@@ -59,16 +59,22 @@ class World:
     bob_hidden: Evaluation
 
 
-def _dataset(session: Session, root: Path, slug: str, kind: DatasetKind, recs: list) -> DatasetVersion:
+def _dataset(
+    session: Session, root: Path, slug: str, kind: DatasetKind, recs: list
+) -> DatasetVersion:
     ds = f.dataset(session, kind, slug=slug, title=slug.replace("-", " ").title())
     dv = f.dataset_version(session, ds, path=str(root), version="v1")
     (root / "annotations").mkdir(parents=True)
     for key, subject, duration, seizure in recs:
         (root / "annotations" / f"{key}_events.tsv").write_text(tsv(duration, seizure))
         f.recording(
-            session, dv, subject=subject, key=key, duration_s=duration,
+            session,
+            dv,
+            subject=subject,
+            key=key,
+            duration_s=duration,
             annotations_path=f"annotations/{key}_events.tsv",
-        )  # fmt: skip
+        )
     return dv
 
 
@@ -80,13 +86,22 @@ def world(db_session: Session, tmp_path: Path) -> World:
     bob = f.user(s, email="bob@example.org", password=PASSWORD, name="Bob")
     centre = f.user(s, Role.CENTRE, email="centre@example.org", password=PASSWORD, name="Centre")
     held = _dataset(
-        s, tmp_path / "held", "held-out", DatasetKind.HELD_OUT,
-        [("sub-01_run-00", "01", 3600.0, HELD_SEIZURE), ("sub-02_run-00", "02", 3600.0, HELD_SEIZURE)],
-    )  # fmt: skip
+        s,
+        tmp_path / "held",
+        "held-out",
+        DatasetKind.HELD_OUT,
+        [
+            ("sub-01_run-00", "01", 3600.0, HELD_SEIZURE),
+            ("sub-02_run-00", "02", 3600.0, HELD_SEIZURE),
+        ],
+    )
     public = _dataset(
-        s, tmp_path / "public", "public-sample", DatasetKind.PUBLIC_SAMPLE,
+        s,
+        tmp_path / "public",
+        "public-sample",
+        DatasetKind.PUBLIC_SAMPLE,
         [("sub-09_run-00", "09", 600.0, PUBLIC_SEIZURE)],
-    )  # fmt: skip
+    )
 
     alpha = f.algorithm(s, alice, name="alpha", title="Alpha detector", authors="A. Lice")
     v1 = f.version(s, alpha, version="1.0", status_message="Smoke test passed.")
@@ -97,16 +112,39 @@ def world(db_session: Session, tmp_path: Path) -> World:
         s,
         alice_held,
         {
-            "01": {"event_f1": 0.8, "event_sensitivity": 0.9, "event_precision": 0.7, "event_fp_rate": 2.0},
-            "02": {"event_f1": None, "event_sensitivity": None, "event_precision": 0.5, "event_fp_rate": 4.0},
+            "01": {
+                "event_f1": 0.8,
+                "event_sensitivity": 0.9,
+                "event_precision": 0.7,
+                "event_fp_rate": 2.0,
+            },
+            "02": {
+                "event_f1": None,
+                "event_sensitivity": None,
+                "event_precision": 0.5,
+                "event_fp_rate": 4.0,
+            },
         },
-    )  # fmt: skip
+    )
     alice_public = f.evaluation(s, v1, public, recordings_total=1, recordings_done=1)
     f.run(
-        s, alice_public, public.recordings[0],
+        s,
+        alice_public,
+        public.recordings[0],
         detections_tsv=tsv(600.0, (110.0, 40.0), (400.0, 20.0)),
-    )  # fmt: skip
-    f.result(s, alice_public, {"09": {"event_f1": 0.67, "event_sensitivity": 1.0, "event_precision": 0.5, "event_fp_rate": 144.0}})  # fmt: skip
+    )
+    f.result(
+        s,
+        alice_public,
+        {
+            "09": {
+                "event_f1": 0.67,
+                "event_sensitivity": 1.0,
+                "event_precision": 0.5,
+                "event_fp_rate": 144.0,
+            }
+        },
+    )
     v2 = f.version(s, alpha, version="2.0", status=VersionStatus.SMOKE_TESTING, status_message="")
     alice_queued = f.evaluation(s, v2, held, status=EvaluationStatus.QUEUED)
 
@@ -114,12 +152,33 @@ def world(db_session: Session, tmp_path: Path) -> World:
     beta = f.algorithm(s, bob, name="beta", title="Beta secret")
     bv = f.version(s, beta, version="0.1", phase_id=phase.id)
     bob_hidden = f.evaluation(s, bv, held, published=False)
-    f.result(s, bob_hidden, {"01": {"event_f1": 0.95, "event_sensitivity": 0.95, "event_precision": 0.95, "event_fp_rate": 0.5}})  # fmt: skip
+    f.result(
+        s,
+        bob_hidden,
+        {
+            "01": {
+                "event_f1": 0.95,
+                "event_sensitivity": 0.95,
+                "event_precision": 0.95,
+                "event_fp_rate": 0.5,
+            }
+        },
+    )
     s.flush()
     return World(
-        admin, alice, bob, centre, held, public, alpha.id, alice_held, alice_public,
-        alice_queued, beta.id, bob_hidden,
-    )  # fmt: skip
+        admin,
+        alice,
+        bob,
+        centre,
+        held,
+        public,
+        alpha.id,
+        alice_held,
+        alice_public,
+        alice_queued,
+        beta.id,
+        bob_hidden,
+    )
 
 
 # --- anonymous --------------------------------------------------------------------------------
@@ -130,7 +189,7 @@ def test_anonymous_reads_public_pages(client: TestClient, world: World) -> None:
     assert home.status_code == 200
     assert "Held Out" in home.text
     assert 'href="/login"' in home.text
-    assert "csrf" in client.cookies.keys() or "szbench_csrf" in client.cookies
+    assert "szbench_csrf" in client.cookies
 
     board = client.get("/leaderboards/held-out")
     assert board.status_code == 200
@@ -153,7 +212,7 @@ def test_anonymous_reads_public_pages(client: TestClient, world: World) -> None:
 def test_anonymous_is_sent_to_sign_in(client: TestClient, world: World, path: str) -> None:
     r = client.get(path, follow_redirects=False)
     assert r.status_code == 303
-    assert r.headers["location"].startswith(f"/login?next={path.replace('/', '%2F')}")
+    assert r.headers["location"].startswith(f"/login?next={path}")
 
 
 def test_progress_json_needs_a_session(client: TestClient, world: World) -> None:
@@ -299,7 +358,10 @@ def test_researcher_cannot_manage_others_or_see_hidden(client: TestClient, world
         assert r.status_code == 403, path
         assert "admins only" in r.text
     assert client.get(f"/evaluations/{world.bob_hidden.id}").status_code == 404
-    assert client.get(f"/algorithms/{world.bob_algo_id}?evaluation={world.bob_hidden.id}").status_code == 404
+    assert (
+        client.get(f"/algorithms/{world.bob_algo_id}?evaluation={world.bob_hidden.id}").status_code
+        == 404
+    )
     assert "Beta secret" not in client.get("/leaderboards/held-out").text
     r = post_form(client, "/submissions", f"/evaluations/{world.bob_hidden.id}/rerun")
     assert r.status_code == 404
@@ -375,15 +437,23 @@ def test_tokens_created_once_listed_and_revoked(
     assert 'value="admin"' not in page.text  # a researcher cannot hold the admin scope
     r = client.post(
         "/tokens",
-        data={"name": "laptop", "scopes": ["read"], "expires_in_days": "30", "csrf_token": csrf_of(page.text)},
-    )  # fmt: skip
+        data={
+            "name": "laptop",
+            "scopes": ["read"],
+            "expires_in_days": "30",
+            "csrf_token": csrf_of(page.text),
+        },
+    )
     assert r.status_code == 200
     assert "shown only once" in r.text
     token = db_session.scalars(select(ApiToken).where(ApiToken.name == "laptop")).one()
     assert token.scopes == ["read"]
     secret = r.text.split('id="new-token" class="secret" readonly value="')[1].split('"')[0]
     assert secret.startswith(token.prefix)
-    assert client.get("/api/v1/auth/me", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+    assert (
+        client.get("/api/v1/auth/me", headers={"Authorization": f"Bearer {secret}"}).status_code
+        == 200
+    )
     listing = client.get("/tokens").text
     assert secret not in listing
     assert token.prefix in listing
@@ -398,7 +468,10 @@ def test_tokens_created_once_listed_and_revoked(
     assert r.status_code == 200
     db_session.refresh(token)
     assert token.revoked_at is not None
-    assert client.get("/api/v1/auth/me", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
+    assert (
+        client.get("/api/v1/auth/me", headers={"Authorization": f"Bearer {secret}"}).status_code
+        == 401
+    )
 
 
 def test_submit_page_for_submitters_only(client: TestClient, world: World) -> None:
@@ -452,18 +525,28 @@ def test_admin_users_and_roles(client: TestClient, world: World, db_session: Ses
     page = client.get("/admin/users")
     assert page.status_code == 200
     assert "bob@example.org" in page.text
-    r = post_form(client, "/admin/users", f"/admin/users/{world.bob.id}", {"role": "centre", "is_active": "true"})
+    r = post_form(
+        client,
+        "/admin/users",
+        f"/admin/users/{world.bob.id}",
+        {"role": "centre", "is_active": "true"},
+    )
     assert r.status_code == 200
     db_session.refresh(world.bob)
     assert world.bob.role == Role.CENTRE
     r = post_form(client, "/admin/users", f"/admin/users/{world.admin.id}", {"role": "researcher"})
     assert r.status_code == 409
     r = post_form(
-        client, "/admin/users", "/admin/users",
+        client,
+        "/admin/users",
+        "/admin/users",
         {"email": "dan@example.org", "name": "Dan", "password": "dan-password-1", "role": "admin"},
-    )  # fmt: skip
+    )
     assert r.status_code == 200
-    assert db_session.scalars(select(User).where(User.email == "dan@example.org")).one().role == Role.ADMIN
+    assert (
+        db_session.scalars(select(User).where(User.email == "dan@example.org")).one().role
+        == Role.ADMIN
+    )
     r = post_form(client, "/admin/users", "/admin/users", {"email": "not-an-email"})
     assert r.status_code == 400
     assert "is not an email address" in r.text
@@ -475,9 +558,10 @@ def _prepared(root: Path) -> Path:
     (root / "eeg" / "r1.edf").write_bytes(b"0")
     (root / "annotations" / "r1_events.tsv").write_text(tsv(600.0, (10.0, 5.0)))
     (root / "manifest.json").write_text(
-        '{"recordings": [{"id": "r1", "subject": "01", "checksum": "sha256:' + "a" * 64
+        '{"recordings": [{"id": "r1", "subject": "01", "checksum": "sha256:'
+        + "a" * 64
         + '", "duration_s": 600, "eeg": "eeg/r1.edf", "annotations": "annotations/r1_events.tsv"}]}'
-    )  # fmt: skip
+    )
     return root
 
 
@@ -492,9 +576,11 @@ def test_admin_datasets_dry_run_then_register(
     assert r.status_code == 400
     assert "not a valid slug" in r.text
     r = post_form(
-        client, "/admin/datasets", "/admin/datasets",
+        client,
+        "/admin/datasets",
+        "/admin/datasets",
         {"slug": "held-2", "title": "Held 2", "kind": "held_out"},
-    )  # fmt: skip
+    )
     assert r.status_code == 200
     assert "Dataset held-2 created" in r.text
 
@@ -506,26 +592,40 @@ def test_admin_datasets_dry_run_then_register(
     assert "1 recordings of 1 subjects" in r.text
     assert "alpha 1.0" in r.text  # the active version that would be queued
     ds = db_session.scalars(select(Dataset).where(Dataset.slug == "held-2")).one()
-    assert db_session.scalars(select(DatasetVersion).where(DatasetVersion.dataset_id == ds.id)).all() == []
+    assert (
+        db_session.scalars(select(DatasetVersion).where(DatasetVersion.dataset_id == ds.id)).all()
+        == []
+    )
 
-    r = post_form(client, "/admin/datasets", "/admin/datasets/held-2/versions", {**form, "action": "register"})
+    r = post_form(
+        client, "/admin/datasets", "/admin/datasets/held-2/versions", {**form, "action": "register"}
+    )
     assert r.status_code == 200
     assert "registered: 1 recordings, " in r.text
-    assert db_session.scalars(select(DatasetVersion).where(DatasetVersion.dataset_id == ds.id)).one()
+    assert db_session.scalars(
+        select(DatasetVersion).where(DatasetVersion.dataset_id == ds.id)
+    ).one()
     assert sent
 
-    r = post_form(client, "/admin/datasets", "/admin/datasets/held-2/versions", {**form, "prepared_path": str(tmp_path / "missing")})
+    r = post_form(
+        client,
+        "/admin/datasets",
+        "/admin/datasets/held-2/versions",
+        {**form, "prepared_path": str(tmp_path / "missing")},
+    )
     assert r.status_code in (400, 409)
     plan = client.get("/admin/datasets/public-sample/versions/v1/benchmark")
     assert plan.status_code == 200
     assert "Continuous benchmark: public-sample v1" in plan.text
 
 
-def test_admin_publishes_hidden_results(client: TestClient, world: World, db_session: Session) -> None:
+def test_admin_publishes_hidden_results(
+    client: TestClient, world: World, db_session: Session
+) -> None:
     sign_in(client, "admin@example.org")
     page = client.get("/admin/publishing")
     assert page.status_code == 200
-    assert f'/admin/evaluations/{world.bob_hidden.id}/publish' in page.text
+    assert f"/admin/evaluations/{world.bob_hidden.id}/publish" in page.text
     r = post_form(client, "/admin/publishing", f"/admin/evaluations/{world.bob_hidden.id}/publish")
     assert r.status_code == 200
     db_session.refresh(world.bob_hidden)
@@ -544,14 +644,14 @@ def test_admin_queue_page(client: TestClient, world: World) -> None:
         page = client.get(path)
         assert page.status_code == 200
         assert f'href="/evaluations/{world.alice_queued.id}"' in page.text  # waiting
-        assert "worker-1" not in page.text or "Per worker" in page.text
+        assert "Per worker" in page.text
         assert "Embedded mode" in page.text  # no broker configured in these tests
 
 
 def test_private_algorithm_is_not_found_for_others(
     client: TestClient, world: World, db_session: Session
 ) -> None:
-    algorithm = db_session.get_one(__import__("szbench.models", fromlist=["Algorithm"]).Algorithm, world.alice_algo_id)
+    algorithm = db_session.get_one(Algorithm, world.alice_algo_id)
     algorithm.visibility = Visibility.PRIVATE
     db_session.flush()
     sign_in(client, "bob@example.org")
@@ -563,4 +663,3 @@ def test_static_files_are_served(client: TestClient) -> None:
     for name in ("app.css", "upload.js", "progress.js", "favicon.svg"):
         r = client.get(f"/static/{name}")
         assert r.status_code == 200, name
-    assert not math.isnan(1.0)
