@@ -82,6 +82,7 @@ def test_horizontal_bars_scale_nan_and_escaping() -> None:
     assert widths[0] == pytest.approx((right - left) / 2, abs=0.1)
     assert widths[1] == pytest.approx(right - left, abs=0.1)
     texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert texts[0] == "Event F1 per subject & more"  # visible title, not only <title>
     assert "n/a" in texts
     assert "sub-<02>" in texts
 

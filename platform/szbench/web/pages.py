@@ -164,13 +164,14 @@ def leaderboard(
         ]
     if phase:
         items = [e for e in items if phase_of.get(e.algorithm_version_id) == phase]
-    fp_values = [e.event_fp_rate for e in board.items]
-    fp_values += [
-        (e.ci or {}).get("event_fp_rate").high
-        for e in board.items
-        if (e.ci or {}).get("event_fp_rate")
-    ]  # type: ignore[union-attr]
-    fp_max = charts.nice_max(max((v for v in fp_values if not charts.is_missing(v)), default=1.0))
+    # One FP/day scale for the whole table (rates have no natural maximum).
+    fp_values: list[float] = []
+    for e in board.items:
+        fp_ci = (e.ci or {}).get("event_fp_rate")
+        for v in (e.event_fp_rate, fp_ci.high if fp_ci else None):
+            if v is not None and not charts.is_missing(v):
+                fp_values.append(v)
+    fp_max = charts.nice_max(max(fp_values, default=1.0))
     rows = []
     for e in items:
         bars = {}
