@@ -18,6 +18,7 @@ pages go to ``artifacts/screenshots/`` (kept by CI).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -339,6 +340,20 @@ def _flow(
     }"""
     )
     expect(page.locator("#file-name")).to_contain_text("dropped.tar")
+    # A file that is no image archive is refused with the server's reason (the browser
+    # logs the 422 answer of that fetch as a console error: allowed for this step).
+    bad = tarball.parent / "not-an-image.tar"
+    bad.write_bytes(b"this is not a tar archive\n" * 40)
+    page.set_input_files("#file", str(bad))
+    console.allowed.append("status of 422 (Unprocessable")
+    page.get_by_role("button", name="Submit").click()
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("Refused:", timeout=30_000)
+    expect(alert).to_contain_text("not-an-image.tar: the upload is not a readable")
+    console.allowed.clear()
+    shot(page, "03a-submit-refused")
+    # The algorithm was created on the way: the form now submits versions of it.
+    expect(page.get_by_label("Algorithm", exact=True)).to_have_value(re.compile(r"^\d+$"))
     # ... and the real archive replaces it (through the file chooser's input).
     page.set_input_files("#file", str(tarball))
     expect(page.locator("#file-name")).to_contain_text("baseline.tar")
@@ -358,6 +373,7 @@ def _flow(
     page.route("**/api/v1/uploads/*", cut_second_chunk)
     page.get_by_role("button", name="Submit").click()
     expect(page.locator("#progress-text")).to_contain_text("MiB", timeout=30_000)
+    shot(page, "03b-upload-progress")
     page.wait_for_url(f"{base}/submissions*", timeout=120_000)
     page.unroute("**/api/v1/uploads/*")
     assert cut["done"], "the upload never sent a second chunk"

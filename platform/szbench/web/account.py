@@ -57,7 +57,7 @@ def _tokens(
         "scopes": auth.allowed_scopes(caller.user),
         "created": created,
         "error": error,
-        "now": datetime.now(UTC),
+        "current_token_id": caller.token.id if caller.token else None,
     }
     return render(request, "tokens.html", caller, context, status_code=status_code)
 
