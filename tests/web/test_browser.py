@@ -232,9 +232,43 @@ class Console:
         self.errors.append(text)
 
 
+# A small accessibility audit run on every page the test photographs: one main landmark
+# and one h1, a label for every form control, an accessible name for every chart, link and
+# button, and no duplicate ids (labels and aria references rely on them).
+AUDIT = """() => {
+  const problems = [];
+  if (document.querySelectorAll("main").length !== 1) problems.push("main landmarks != 1");
+  if (document.querySelectorAll("h1").length !== 1) problems.push("h1 count != 1");
+  if (!document.documentElement.lang) problems.push("no lang on html");
+  for (const el of document.querySelectorAll("input, select, textarea")) {
+    if (el.type === "hidden") continue;
+    const labelled = (el.labels && el.labels.length) || el.getAttribute("aria-label") ||
+      el.getAttribute("aria-labelledby");
+    if (!labelled) problems.push("unlabelled control #" + (el.id || el.name));
+  }
+  for (const svg of document.querySelectorAll("svg[role=img]")) {
+    const ids = (svg.getAttribute("aria-labelledby") || "").split(" ").filter(Boolean);
+    if (!svg.querySelector(":scope > title") || !ids.every((i) => document.getElementById(i)))
+      problems.push("chart without an accessible name");
+  }
+  for (const el of document.querySelectorAll("a, button")) {
+    if (!(el.getAttribute("aria-label") || el.textContent.trim()))
+      problems.push("unnamed " + el.outerHTML.slice(0, 60));
+  }
+  const seen = new Set();
+  for (const el of document.querySelectorAll("[id]")) {
+    if (seen.has(el.id)) problems.push("duplicate id " + el.id);
+    seen.add(el.id);
+  }
+  return problems;
+}"""
+
+
 def shot(page: Any, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    if name != "failure":
+        assert page.evaluate(AUDIT) == [], (name, page.url)
 
 
 @pytest.fixture

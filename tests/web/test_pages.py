@@ -234,6 +234,19 @@ def test_errors_are_pages_but_api_errors_stay_json(client: TestClient, world: Wo
     assert "sort: &#39;bogus&#39; is not one of" in bad_sort.text
     assert client.get("/leaderboards/nope").status_code == 404
     assert client.get("/algorithms/999999").status_code == 404
+    not_a_number = client.get("/algorithms/abc")
+    assert not_a_number.status_code == 400
+    assert not_a_number.headers["content-type"].startswith("text/html")
+    assert "path.algorithm_id" in not_a_number.text
+    assert client.get("/api/v1/algorithms/abc").json()["error"] == "ValidationError"
+
+
+def test_leaderboard_without_results(client: TestClient, world: World, db_session: Session) -> None:
+    ds = f.dataset(db_session, DatasetKind.HELD_OUT, slug="empty-ds")
+    f.dataset_version(db_session, ds, version="v1")
+    page = client.get("/leaderboards/empty-ds")
+    assert page.status_code == 200
+    assert "No results on this dataset version yet." in page.text
 
 
 # --- sign in / out / up ------------------------------------------------------------------------

@@ -18,11 +18,13 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, Form, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench import __version__
+from szbench.api.errors import describe_validation_errors
 from szbench.auth.dependencies import Principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
@@ -137,6 +139,7 @@ def install_error_pages(app: Any) -> None:
     handlers = app.exception_handlers
     api_error = handlers[SzbenchError]
     api_http = handlers[StarletteHTTPException]
+    api_validation = handlers[RequestValidationError]
 
     async def page_error(request: Request, exc: Exception) -> Any:
         if not is_page_request(request):
@@ -153,12 +156,26 @@ def install_error_pages(app: Any) -> None:
         detail = "There is no page here." if exc.status_code == 404 else str(exc.detail)
         return _error_page(request, exc.status_code, "Error", detail)
 
+    async def page_validation_error(request: Request, exc: Exception) -> Any:
+        if not is_page_request(request):
+            return await api_validation(request, exc)
+        assert isinstance(exc, RequestValidationError)
+        detail = describe_validation_errors(list(exc.errors()))
+        return _error_page(request, 400, "BadRequest", detail)
+
     app.add_exception_handler(SzbenchError, page_error)
     app.add_exception_handler(StarletteHTTPException, page_http_error)
+    app.add_exception_handler(RequestValidationError, page_validation_error)
 
 
 def _error_page(request: Request, status_code: int, name: str, detail: str) -> HTMLResponse:
-    titles = {403: "Not allowed", 404: "Not found", 409: "Conflict", 429: "Quota used up"}
+    titles = {
+        400: "Bad request",
+        403: "Not allowed",
+        404: "Not found",
+        409: "Conflict",
+        429: "Quota used up",
+    }
     context = {
         "signed_in": getattr(request.state, "user_id", None) is not None,
         "title": titles.get(status_code, "Something went wrong"),

@@ -18,7 +18,7 @@ from szbench.errors import Forbidden, NotFound, SzbenchError
 from szbench.evaluations import queries as evaluations
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards.statistics import CI_METRICS
-from szbench.models import Role
+from szbench.models import Evaluation, Role
 from szbench.results import queries as results
 from szbench.web import charts
 from szbench.web import queries as web_queries
@@ -230,11 +230,8 @@ def algorithm_page(
 
 
 def _evaluation_charts(
-    session: SessionDep, evaluation: object, caller: Caller
+    session: SessionDep, evaluation: Evaluation, caller: Caller
 ) -> dict[str, object]:
-    from szbench.models import Evaluation
-
-    assert isinstance(evaluation, Evaluation)
     subjects, _ = results.subject_results(session, evaluation, limit=None)
     labels = [s.subject for s in subjects]
     subject_charts = [
