@@ -517,6 +517,12 @@ def _flow(
     shot(page, "13-admin-users")
     page.goto(f"{base}/admin/publishing")
     shot(page, "14-admin-publishing")
+    page.goto(f"{base}/admin")
+    expect(page.locator("main")).to_contain_text("Evaluations by status")
+    shot(page, "16-admin-overview")
+    page.goto(f"{base}/admin/datasets/held-out/versions/v1/benchmark")
+    expect(page.locator("main")).to_contain_text("none: nothing to queue")  # all evaluated
+    shot(page, "17-admin-benchmark-plan")
     page.goto(f"{base}/")
     shot(page, "15-home")
     # Keyboard: the skip link is the first stop and moves focus to the content.

@@ -23,6 +23,7 @@ from szbench.models import (
     DatasetKind,
     DatasetVersion,
     Evaluation,
+    EvaluationKind,
     EvaluationStatus,
     Role,
     User,
@@ -676,3 +677,35 @@ def test_static_files_are_served(client: TestClient) -> None:
     for name in ("app.css", "upload.js", "progress.js", "favicon.svg"):
         r = client.get(f"/static/{name}")
         assert r.status_code == 200, name
+
+
+def test_anonymous_read_off_sends_everyone_to_sign_in(
+    client: TestClient, world: World, settings_env: pytest.MonkeyPatch
+) -> None:
+    settings_env.setenv("SZBENCH_ANONYMOUS_READ", "false")
+    get_settings.cache_clear()
+    for path in ("/", "/leaderboards/held-out", f"/algorithms/{world.alice_algo_id}"):
+        r = client.get(path, follow_redirects=False)
+        assert r.status_code == 303, path
+        assert r.headers["location"].startswith("/login")
+    assert client.get("/login").status_code == 200
+    sign_in(client, "bob@example.org")
+    assert client.get("/leaderboards/held-out").status_code == 200
+
+
+def test_evaluation_pages_for_others(client: TestClient, world: World, db_session: Session) -> None:
+    # A published result of a public algorithm: anyone may read its runs, not its logs.
+    page = client.get(f"/evaluations/{world.alice_held.id}")
+    assert page.status_code == 200
+    assert "01 scored" in page.text
+    assert "secret host details" not in page.text
+    assert 'action="/evaluations/' not in page.text  # no cancel/re-run for others
+    smoke = f.evaluation(
+        db_session,
+        world.alice_held.algorithm_version,
+        world.public,
+        kind=EvaluationKind.SMOKE_TEST,
+    )
+    assert client.get(f"/evaluations/{smoke.id}").status_code == 404  # smoke tests: owner only
+    sign_in(client, "alice@example.org")
+    assert client.get(f"/evaluations/{smoke.id}").status_code == 200
