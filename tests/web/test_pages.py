@@ -493,6 +493,7 @@ def test_submit_page_for_submitters_only(client: TestClient, world: World) -> No
     page = client.get("/submit")
     assert page.status_code == 200
     assert 'id="drop-zone"' in page.text
+    assert f'data-chunk-bytes="{get_settings().web_upload_chunk_bytes}"' in page.text
     assert "upload.js" in page.text
     assert "alpha" in page.text  # existing algorithm offered
     assert "final" in page.text  # open phase offered

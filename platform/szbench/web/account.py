@@ -26,11 +26,6 @@ from szbench.web.common import CsrfChecked, redirect, render
 
 router = APIRouter(include_in_schema=False)
 
-# Bytes per PUT of the browser's resumable upload: big enough to keep the link busy, small
-# enough that a dropped connection loses little. The server streams each chunk to disk.
-UPLOAD_CHUNK_BYTES = 8 * 1024**2
-
-
 # --- tokens ----------------------------------------------------------------------------------
 
 
@@ -126,7 +121,7 @@ def submit_page(request: Request, session: SessionDep, caller: Submitter) -> Res
         "algorithms": mine,
         "phases": phases,
         "max_upload_bytes": settings.max_upload_bytes,
-        "chunk_bytes": UPLOAD_CHUNK_BYTES,
+        "chunk_bytes": settings.web_upload_chunk_bytes,
     }
     return render(request, "submit.html", caller, context)
 
