@@ -488,6 +488,10 @@ class EdfStreamWriter:
         self._pmax = np.array([float(b) for _, b in ranges])[:, None]
         # Scale from the header strings themselves, so readers decode exactly what we encode.
         self._gain = (self._pmax - self._pmin) / 65535.0
+        self._inv_gain = 1.0 / self._gain
+        self._digital_offset = -self._pmin * self._inv_gain - 32768.0
+        self._io = ThreadPoolExecutor(max_workers=1)
+        self._pending_io: Future[None] | None = None
         start = start or dt.datetime(2000, 1, 1)
         header = self._header(labels, ranges, start)
         self._fh: BinaryIO = self.path.open("wb")
@@ -533,8 +537,25 @@ class EdfStreamWriter:
         return header
 
     def _emit(self, data: bytes) -> None:
+        # Hashing and writing run on a helper thread (both release the GIL) while the caller
+        # prepares the next chunk; one block in flight at most keeps memory bounded.
+        if self._pending_io is not None:
+            self._pending_io.result()
+        self._pending_io = self._io.submit(self._emit_now, data)
+
+    def _emit_now(self, data: bytes) -> None:
         self._hash.update(data)
         self._fh.write(data)
+
+    def _finish_io(self) -> None:
+        try:
+            if self._pending_io is not None:
+                self._pending_io.result()
+                self._pending_io = None
+        finally:
+            self._io.shutdown(wait=True)
+            if not self._fh.closed:
+                self._fh.close()
 
     def write(self, samples_uv: np.ndarray) -> None:
         """Append samples (µV, one row per channel); whole records are written as they fill."""
@@ -547,10 +568,10 @@ class EdfStreamWriter:
         self._pending = samples_uv[:, n_rec * per_record :]
         if n_rec <= 0:
             return
-        digital = samples_uv[:, : n_rec * per_record] - self._pmin
-        digital /= self._gain
+        # digital = (x - pmin) / gain - 32768, as one multiply and one add.
+        digital = samples_uv[:, : n_rec * per_record] * self._inv_gain
+        digital += self._digital_offset
         np.rint(digital, out=digital)
-        digital -= 32768.0
         if digital.min() < -32768 or digital.max() > 32767:
             self.n_clipped += int(np.count_nonzero((digital < -32768) | (digital > 32767)))
             np.clip(digital, -32768, 32767, out=digital)
@@ -574,8 +595,7 @@ class EdfStreamWriter:
 
     def close(self) -> str:
         """Finish the file; returns its checksum (``sha256:<hex>``)."""
-        if not self._fh.closed:
-            self._fh.close()
+        self._finish_io()
         if self._records_written != self.n_records:
             raise EEGError(
                 self.path,
@@ -591,8 +611,7 @@ class EdfStreamWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        self._finish_io()
 
 
 # --------------------------------------------------------------------------- standardisation
@@ -674,6 +693,7 @@ class _EdfSamples:
         pmin = np.array(
             [h.physical_min[i] * _UNIT_TO_UV.get(h.dimensions[i].lower(), 1.0) for i in signals]
         )[:, None]
+        offset = pmin - dmin * gain
 
         # Signals stored side by side (the usual case) are one slice of each record.
         contiguous = bool(np.array_equal(cols, np.arange(cols[0], cols[0] + cols.size)))
@@ -689,9 +709,8 @@ class _EdfSamples:
                 n, len(signals), spr
             ).transpose(1, 0, 2)
             data = whole[:, start - first * spr : stop - first * spr]
-            data -= dmin
-            data *= gain
-            data += pmin
+            data *= gain  # physical = (digital - dmin) * gain + pmin, in two passes
+            data += offset
             return data
 
         return _Group(rows, spr / h.record_duration_s, spr * h.n_records, read)
