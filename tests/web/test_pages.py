@@ -305,10 +305,19 @@ def test_sign_up_when_open_and_closed(
     r = client.post("/signup", data={**data, "password": "long-enough-1"})
     assert r.status_code == 409  # taken
 
+    settings_env.setenv("SZBENCH_CENTRE_MODE", "true")  # a clinical centre: never open
+    get_settings.cache_clear()
+    assert client.get("/signup").status_code == 403
+    settings_env.setenv("SZBENCH_CENTRE_MODE", "false")
     settings_env.setenv("SZBENCH_ALLOW_SIGNUP", "false")
     get_settings.cache_clear()
     assert client.get("/signup").status_code == 403
     assert 'href="/signup"' not in client.get("/login").text
+    token = csrf_of(client.get("/login").text)
+    r = client.post(
+        "/signup", data={"email": "x@example.org", "password": "x" * 10, "csrf_token": token}
+    )
+    assert r.status_code == 403
 
 
 # --- researcher --------------------------------------------------------------------------------

@@ -84,6 +84,12 @@ CsrfChecked = Annotated[None, Depends(check_csrf)]
 Caller = Annotated[Principal, Depends(get_principal)]
 
 
+def signup_open() -> bool:
+    """Public sign-up: allowed by the setting and never in clinical-centre mode."""
+    settings = get_settings()
+    return settings.allow_signup and not settings.centre_mode
+
+
 def render(
     request: Request,
     template: str,
@@ -93,7 +99,6 @@ def render(
     status_code: int = 200,
 ) -> HTMLResponse:
     """Render ``template`` with the caller, CSRF token, flash message and settings."""
-    settings = get_settings()
     flash = request.query_params.get("msg")
     ctx = {
         "request": request,
@@ -101,7 +106,7 @@ def render(
         "is_admin": bool(caller and caller.is_admin),
         "csrf": csrf_token(request),
         "flash": flash[:300] if flash else None,
-        "signup_open": settings.allow_signup,
+        "signup_open": signup_open(),
         **(context or {}),
     }
     response = templates.TemplateResponse(request, template, ctx, status_code=status_code)

@@ -12,7 +12,6 @@ from szbench.api.deps import SessionDep
 from szbench.auth import cookies
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone
-from szbench.config import get_settings
 from szbench.datasets import queries as datasets
 from szbench.errors import Forbidden, NotFound, SzbenchError
 from szbench.evaluations import queries as evaluations
@@ -22,7 +21,7 @@ from szbench.models import Evaluation, Role
 from szbench.results import queries as results
 from szbench.web import charts
 from szbench.web import queries as web_queries
-from szbench.web.common import Caller, CsrfChecked, redirect, render, safe_next
+from szbench.web.common import Caller, CsrfChecked, redirect, render, safe_next, signup_open
 
 router = APIRouter(include_in_schema=False)
 
@@ -86,7 +85,7 @@ def logout(request: Request, session: SessionDep, _csrf: CsrfChecked) -> Respons
 
 
 def _check_signup_open() -> None:
-    if not get_settings().allow_signup:
+    if not signup_open():
         raise Forbidden("sign-up is closed on this server; ask an admin for an account")
 
 
