@@ -192,6 +192,8 @@ def test_anonymous_reads_public_pages(client: TestClient, world: World) -> None:
     assert 'href="/login"' in home.text
     assert "szbench_csrf" in client.cookies
 
+    assert "script-src 'self'" in home.headers["content-security-policy"]
+    assert home.headers["x-frame-options"] == "DENY"
     board = client.get("/leaderboards/held-out")
     assert board.status_code == 200
     assert "Alpha detector" in board.text
