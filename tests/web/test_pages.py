@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from szbench import queue
+from szbench import __version__, queue
 from szbench.config import get_settings
 from szbench.models import (
     Algorithm,
@@ -411,6 +411,7 @@ def test_evaluation_page_shows_submitter_messages_not_admin_logs(
     assert "01 scored" in r.text
     assert "secret host details" not in r.text
     assert "Re-run" in r.text
+    assert f"szbench {__version__} · SzCORE" in r.text  # the footer is not shadowed
     client.cookies.clear()
     sign_in(client, "admin@example.org")
     r = client.get(f"/evaluations/{world.alice_held.id}")

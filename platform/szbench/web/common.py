@@ -35,7 +35,7 @@ CSRF_COOKIE = "szbench_csrf"
 CSRF_FIELD = "csrf_token"
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
-templates.env.globals.update(fmt=charts.fmt, version=__version__, csrf_field=CSRF_FIELD)
+templates.env.globals.update(fmt=charts.fmt, app_version=__version__, csrf_field=CSRF_FIELD)
 
 
 def _pct(value: float | None) -> str:
