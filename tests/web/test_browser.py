@@ -276,6 +276,12 @@ def shot(page: Any, name: str) -> None:
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(
+            f"no browser at {CHROMIUM}: install Debian's chromium (apt-get install -y chromium "
+            "fonts-liberation); Playwright's own browser download is never used",
+            pytrace=False,
+        )
     with sync_playwright() as p:
         instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
