@@ -276,6 +276,8 @@ def test_hostile_images_through_the_pipeline_leave_other_results_intact(
             assert text in run.submitter_message, (name, run.submitter_message)
             assert str(tmp_path) not in run.submitter_message
             assert run.worker_host == _host
+            # The submitter's faults are outcomes, never retried.
+            assert run.attempts == 1
             assert ev.result is not None
         for key in ("good-first", "good-last"):
             ev = session.get_one(Evaluation, ids[key])
@@ -412,3 +414,37 @@ def test_warm_shutdown_finishes_the_run_in_progress(
         ev = session.get_one(Evaluation, evaluation_id)
         assert ev.status == EvaluationStatus.DONE
         assert all(r.attempts == 1 for r in ev.runs)
+
+
+def test_infrastructure_fault_is_retried_with_backoff_then_recorded(
+    celery_env: tuple[Workers, str], tmp_path: Path
+) -> None:
+    """The Docker daemon unreachable: retried (not the submitter's fault), then FAILED."""
+    workers, _host = celery_env
+    recs = [Rec("sub-01", "run-00", 600, ((100, 20),))]
+    data = make_prepared_dataset(tmp_path / "data", recs)
+    with session_scope() as session:
+        world = seed_world(session, data, recs, digest="sha256:" + "9" * 64)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=world.version, dataset_version=world.dataset_version
+        ).id
+    workers.env = {
+        **workers.env,
+        "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
+        "SZBENCH_TASK_MAX_RETRIES": "2",
+        "SZBENCH_TASK_RETRY_BACKOFF_MAX_S": "1",
+    }
+    workers.start("nodocker")
+    wait_until(all_finished([evaluation_id]), 60, "the evaluation", workers)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.FAILED
+        assert "platform fault" in ev.message
+        assert ev.result is None
+        (run,) = ev.runs
+        assert run.outcome == RunOutcome.INFRASTRUCTURE_ERROR
+        assert run.attempts == 3  # the first try and two retries
+        assert "Docker" in run.admin_log or "docker" in run.admin_log
+        assert "docker" not in run.submitter_message.lower()
+    log = (workers.log_dir / "nodocker.log").read_text(errors="replace")
+    assert log.count("retry: Retry in") == 2
