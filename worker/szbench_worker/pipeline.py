@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 
 from szbench.config import Settings, get_settings
 from szbench.db import session_scope
+from szbench.errors import SzbenchError
 from szbench.models import (
     AlgorithmVersion,
     Dataset,
@@ -962,7 +963,17 @@ def _decide_smoke(
         ).all()
         queued = 0
         for dataset_version in targets:
-            create_evaluation(session, algorithm_version=version, dataset_version=dataset_version)
+            try:
+                with session.begin_nested():
+                    create_evaluation(
+                        session, algorithm_version=version, dataset_version=dataset_version
+                    )
+            except SzbenchError as exc:
+                # One unusable dataset version (no recordings, ...) must not block the rest.
+                log.warning(
+                    "not queueing version %s on %s: %s", version.id, dataset_version.id, exc
+                )
+                continue
             queued += 1
         return SmokeOutcome(version.status, version.status_message, queued)
 
