@@ -26,6 +26,7 @@ from szbench.phases.router import router as phases_router
 from szbench.results.router import router as results_router
 from szbench.uploads.router import router as uploads_router
 from szbench.users.router import router as users_router
+from szbench.web import install as install_web
 
 API_PREFIX = "/api/v1"
 
@@ -68,13 +69,14 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     for router in API_ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(ops_router)
+    install_web(app)
     for hook in [*EXTRA_ROUTERS, *(extra or [])]:
         hook(app)
 
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DatabaseCollector())
     app.state.metrics_registry = registry
-    app.add_middleware(RequestMetrics, registry=registry)
+    app.add_middleware(RequestMetrics, registry=registry, api_prefix=API_PREFIX)
     return app
 
 

@@ -96,7 +96,8 @@ def test_token_shown_once_listed_without_secret_and_revocable(
     assert "write" in r.json()["detail"]
     # last_used_at is recorded.
     row = db_session.get(ApiToken, created["id"])
-    assert row is not None and row.last_used_at is not None
+    assert row is not None
+    assert row.last_used_at is not None
     # Revoke: the token stops working.
     assert client.delete(f"/api/v1/tokens/{created['id']}", headers=h).status_code == 200
     r = client.get("/api/v1/auth/me", headers=ro)
@@ -209,7 +210,8 @@ def test_session_cookie_helper(app: FastAPI, client: TestClient, db_session: Ses
     r = client.post("/web/login", params={"email": "web@example.org", "password": "s3cret-pass"})
     assert r.status_code == 204, r.text
     set_cookie = r.headers["set-cookie"]
-    assert "HttpOnly" in set_cookie and "samesite=lax" in set_cookie.lower()
+    assert "HttpOnly" in set_cookie
+    assert "samesite=lax" in set_cookie.lower()
     assert client.get("/api/v1/auth/me").json()["email"] == "web@example.org"
     # Cookie-authenticated writes from another site are refused.
     r = client.post("/api/v1/tokens", json={}, headers={"Origin": "https://evil.example"})

@@ -17,7 +17,7 @@ from szbench.algorithms.schemas import (
 )
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
-from szbench.api.pagination import Page, PageDep
+from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
 
 router = APIRouter(prefix="/algorithms", tags=["algorithms"], responses=ERROR_RESPONSES)
@@ -51,7 +51,7 @@ def create_algorithm(body: AlgorithmCreate, session: SessionDep, caller: Submitt
 
 
 @router.get("/{algorithm_id}", response_model=AlgorithmDetail)
-def get_algorithm(algorithm_id: int, session: SessionDep, caller: Anyone) -> AlgorithmDetail:
+def get_algorithm(algorithm_id: IdPath, session: SessionDep, caller: Anyone) -> AlgorithmDetail:
     """One algorithm with its versions."""
     return AlgorithmDetail.model_validate(
         service.get_algorithm(session, algorithm_id, viewer=caller.user)
@@ -60,7 +60,7 @@ def get_algorithm(algorithm_id: int, session: SessionDep, caller: Anyone) -> Alg
 
 @router.patch("/{algorithm_id}", response_model=AlgorithmOut)
 def update_algorithm(
-    algorithm_id: int, body: AlgorithmUpdate, session: SessionDep, caller: SignedIn
+    algorithm_id: IdPath, body: AlgorithmUpdate, session: SessionDep, caller: SignedIn
 ) -> AlgorithmOut:
     """Change an algorithm's description or visibility (owner or admin)."""
     assert caller.user is not None
@@ -72,7 +72,7 @@ def update_algorithm(
 
 @router.get("/{algorithm_id}/versions", response_model=Page[VersionOut])
 def list_versions(
-    algorithm_id: int, session: SessionDep, caller: Anyone, page: PageDep
+    algorithm_id: IdPath, session: SessionDep, caller: Anyone, page: PageDep
 ) -> Page[VersionOut]:
     """An algorithm's versions, oldest first."""
     algorithm = service.get_algorithm(session, algorithm_id, viewer=caller.user)
@@ -91,7 +91,7 @@ def list_versions(
     "/{algorithm_id}/versions", response_model=VersionOut, status_code=status.HTTP_201_CREATED
 )
 def submit_version(
-    algorithm_id: int, body: VersionCreate, session: SessionDep, caller: Submitter
+    algorithm_id: IdPath, body: VersionCreate, session: SessionDep, caller: Submitter
 ) -> VersionOut:
     """Submit a version (a finished upload or a pinned image reference); starts its smoke test."""
     assert caller.user is not None
@@ -104,7 +104,7 @@ def submit_version(
 
 @router.get("/{algorithm_id}/versions/{version_id}", response_model=VersionOut)
 def get_version(
-    algorithm_id: int, version_id: int, session: SessionDep, caller: Anyone
+    algorithm_id: IdPath, version_id: IdPath, session: SessionDep, caller: Anyone
 ) -> VersionOut:
     """One version: image digest, status and the smoke test's message."""
     algorithm = service.get_algorithm(session, algorithm_id, viewer=caller.user)

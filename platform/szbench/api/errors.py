@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench.errors import SzbenchError
@@ -83,6 +84,17 @@ async def _http_error(request: Request, exc: Exception) -> Any:
     return envelope(exc.status_code, name, detail, getattr(exc, "headers", None))
 
 
+async def _data_error(request: Request, exc: Exception) -> Any:
+    # The database refused a value the caller sent (NUL byte in text, number out of range):
+    # the caller's fault, reported without echoing the statement.
+    log.info("database refused a value on %s %s: %s", request.method, request.url.path, exc)
+    return envelope(
+        400,
+        "BadRequest",
+        "a value in the request is out of range or holds characters that cannot be stored",
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> Any:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return envelope(500, "InternalError", "an unexpected error occurred; it has been logged")
@@ -92,6 +104,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SzbenchError, _szbench_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(DataError, _data_error)
     app.add_exception_handler(Exception, _unexpected)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Generic, TypeVar
 
-from fastapi import Depends, Query
+from fastapi import Depends, Path, Query
 from pydantic import BaseModel
 
 T = TypeVar("T")
@@ -34,3 +34,9 @@ def page_params(
 
 
 PageDep = Annotated[PageParams, Depends(page_params)]
+
+
+# Database ids are 32-bit integers: a larger id in a path is "not found", never a 500.
+MAX_ID = 2**31 - 1
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="Numeric id.")]
+IdQuery = Annotated[int | None, Query(ge=1, le=MAX_ID)]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response, status
 
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
-from szbench.api.pagination import Page, PageDep
+from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth import service
 from szbench.auth.cookies import clear_session_cookie
 from szbench.auth.dependencies import Anyone, SignedIn
@@ -91,7 +91,7 @@ def create_token(body: TokenIn, session: SessionDep, caller: SignedIn) -> TokenC
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenOut)
-def revoke_token(token_id: int, session: SessionDep, caller: SignedIn) -> TokenOut:
+def revoke_token(token_id: IdPath, session: SessionDep, caller: SignedIn) -> TokenOut:
     """Revoke one of the caller's tokens (admins: anyone's)."""
     assert caller.user is not None
     token = service.get_token(session, token_id, viewer=caller.user)

@@ -32,7 +32,14 @@ router = APIRouter(prefix="/datasets", tags=["datasets"], responses=ERROR_RESPON
 def _detail(session: SessionDep, dataset: Dataset, *, admin: bool) -> DatasetDetail:
     counts = queries.recording_counts(session, dataset)
     versions = [
-        DatasetVersionOut.model_validate(v).model_copy(update={"recordings": counts.get(v.id, 0)})
+        DatasetVersionOut(
+            id=v.id,
+            version=v.version,
+            is_active=v.is_active,
+            manifest_checksum=v.manifest_checksum,
+            created_at=v.created_at,
+            recordings=counts.get(v.id, 0),
+        )
         for v in dataset.versions
     ]
     return DatasetDetail(

@@ -11,8 +11,6 @@ from szbench.models import DatasetKind
 
 
 class DatasetVersionOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
     id: int
     version: str
     is_active: bool

@@ -10,7 +10,7 @@ from szbench import pipeline
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
-from szbench.api.pagination import Page, PageDep
+from szbench.api.pagination import IdPath, IdQuery, Page, PageDep
 from szbench.auth.dependencies import AdminOnly, Anyone, Submitter
 from szbench.datasets import queries as datasets
 from szbench.errors import NotFound
@@ -34,8 +34,8 @@ def list_evaluations(
     session: SessionDep,
     caller: Anyone,
     page: PageDep,
-    algorithm_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
-    algorithm_version_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+    algorithm_id: IdQuery = None,
+    algorithm_version_id: IdQuery = None,
     dataset: Annotated[str | None, Query(max_length=100)] = None,
     dataset_version: Annotated[str | None, Query(max_length=100)] = None,
     status_: Annotated[EvaluationStatus | None, Query(alias="status")] = None,
@@ -80,7 +80,7 @@ def create_evaluation(
 
 
 @router.get("/{evaluation_id}", response_model=EvaluationDetail)
-def get_evaluation(evaluation_id: int, session: SessionDep, caller: Anyone) -> EvaluationDetail:
+def get_evaluation(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -> EvaluationDetail:
     """One evaluation with its progress and provenance."""
     return queries.to_detail(
         session, queries.get_evaluation(session, evaluation_id, viewer=caller.user)
@@ -88,7 +88,7 @@ def get_evaluation(evaluation_id: int, session: SessionDep, caller: Anyone) -> E
 
 
 @router.get("/{evaluation_id}/progress", response_model=Progress)
-def get_progress(evaluation_id: int, session: SessionDep, caller: Anyone) -> Progress:
+def get_progress(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -> Progress:
     """Recordings done of total and finished runs by outcome (cheap enough to poll)."""
     return queries.progress(
         session, queries.get_evaluation(session, evaluation_id, viewer=caller.user)
@@ -97,7 +97,7 @@ def get_progress(evaluation_id: int, session: SessionDep, caller: Anyone) -> Pro
 
 @router.post("/{evaluation_id}/cancel", response_model=EvaluationDetail)
 def cancel_evaluation(
-    evaluation_id: int, session: SessionDep, caller: Submitter
+    evaluation_id: IdPath, session: SessionDep, caller: Submitter
 ) -> EvaluationDetail:
     """Cancel a queued or running evaluation (owner or admin)."""
     assert caller.user is not None
@@ -110,7 +110,7 @@ def cancel_evaluation(
     "/{evaluation_id}/rerun", response_model=EvaluationDetail, status_code=status.HTTP_201_CREATED
 )
 def rerun_evaluation(
-    evaluation_id: int, session: SessionDep, caller: Submitter
+    evaluation_id: IdPath, session: SessionDep, caller: Submitter
 ) -> EvaluationDetail:
     """Run the same image digest again with fresh container runs (a new evaluation)."""
     assert caller.user is not None
@@ -125,7 +125,7 @@ def rerun_evaluation(
     "/{evaluation_id}/rescore", response_model=EvaluationDetail, status_code=status.HTTP_201_CREATED
 )
 def rescore_evaluation(
-    evaluation_id: int, body: RescoreIn, session: SessionDep, caller: Submitter
+    evaluation_id: IdPath, body: RescoreIn, session: SessionDep, caller: Submitter
 ) -> EvaluationDetail:
     """Score the stored detections again with other scorer parameters (no container run)."""
     assert caller.user is not None
@@ -137,7 +137,9 @@ def rescore_evaluation(
 
 
 @router.post("/{evaluation_id}/publish", response_model=PublishedOut)
-def publish_evaluation(evaluation_id: int, session: SessionDep, admin: AdminOnly) -> PublishedOut:
+def publish_evaluation(
+    evaluation_id: IdPath, session: SessionDep, admin: AdminOnly
+) -> PublishedOut:
     """Publish a hidden evaluation's results to everyone (admins)."""
     evaluation = queries.get_evaluation(session, evaluation_id, viewer=admin.user)
     phases.publish_evaluation(session, evaluation)

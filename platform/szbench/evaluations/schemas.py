@@ -76,7 +76,7 @@ class EvaluationDetail(EvaluationOut):
 
 
 class EvaluationCreate(BaseModel):
-    algorithm_version_id: int = Field(ge=1, le=2**62)
+    algorithm_version_id: int = Field(ge=1, le=2**31 - 1)
     dataset: str = Field(max_length=100, description="Dataset slug.")
     version: str | None = Field(default=None, max_length=100, description="Default: newest active.")
 

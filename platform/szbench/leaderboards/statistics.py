@@ -8,6 +8,7 @@ time limit only bounds memory and picks up settings changes).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -22,6 +23,8 @@ from szbench.config import get_settings
 from szbench.models import SubjectResult
 
 CI_METRICS = ("event_f1", "event_sensitivity", "event_precision", "event_fp_rate")
+# The same metrics under szbench_scoring.stats's names.
+_SHORT = ("f1", "sensitivity", "precision", "fp_rate")
 _CACHE_SIZE = 256
 
 
@@ -66,16 +69,61 @@ def _load_subjects(
     return out
 
 
-def _compute(
-    session: Session, evaluation_ids: Sequence[int]
-) -> BoardStats:  # pragma: no cover - replaced when szbench_scoring.stats lands
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _compute(session: Session, evaluation_ids: Sequence[int]) -> BoardStats:
     try:
-        from szbench_scoring import stats  # noqa: F401
+        from szbench_scoring import stats
     except ImportError:
         return BoardStats(
             status="unavailable: szbench_scoring.stats is not installed", by_evaluation={}
         )
-    raise NotImplementedError
+    settings = get_settings()
+    per_subject = _load_subjects(session, evaluation_ids)
+    out: dict[int, EntryStats] = {}
+    f1_rows = []
+    sens_rows = []
+    cis: dict[int, dict[str, tuple[float | None, float | None]]] = {}
+    for evaluation_id in evaluation_ids:
+        subjects = per_subject.get(evaluation_id, {})
+        names = sorted(subjects)
+        table = {
+            short: [_nan(subjects[s][metric]) for s in names]
+            for metric, short in zip(CI_METRICS, _SHORT, strict=True)
+        }
+        intervals = stats.bootstrap_metrics(
+            table,
+            metrics=list(_SHORT),
+            n_resamples=settings.bootstrap_resamples,
+            confidence_level=settings.confidence_level,
+            seed=settings.bootstrap_seed,
+        )
+        cis[evaluation_id] = {
+            metric: (_finite(intervals[short].low), _finite(intervals[short].high))
+            for metric, short in zip(CI_METRICS, _SHORT, strict=True)
+        }
+        f1_rows.append({s: subjects[s]["event_f1"] for s in names})
+        sens_rows.append({s: subjects[s]["event_sensitivity"] for s in names})
+    # Rank stability: each entry's rank subject by subject, over the subjects they share.
+    _, f1 = stats.align_subjects(f1_rows)
+    _, sens = stats.align_subjects(sens_rows)
+    ranks = stats.per_subject_ranks(f1, sens, confidence_level=settings.confidence_level)
+    for evaluation_id, rank in zip(evaluation_ids, ranks, strict=True):
+        out[evaluation_id] = EntryStats(
+            ci=cis[evaluation_id],
+            rank_median=_finite(rank.median),
+            rank_low=_finite(rank.low),
+            rank_high=_finite(rank.high),
+            best_share=_finite(rank.best_share),
+            histogram=list(rank.histogram),
+        )
+    return BoardStats(status="ok", by_evaluation=out)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def board_statistics(session: Session, evaluation_ids: Sequence[int]) -> BoardStats:

@@ -11,8 +11,9 @@ Scope = dict[str, Any]
 
 
 class RequestMetrics:
-    def __init__(self, app: Any, registry: CollectorRegistry) -> None:
+    def __init__(self, app: Any, registry: CollectorRegistry, api_prefix: str = "") -> None:
         self.app = app
+        self.api_prefix = api_prefix
         self.requests = Counter(
             "szbench_http_requests",
             "HTTP requests by method, route template and status.",
@@ -46,6 +47,15 @@ class RequestMetrics:
             route = scope.get("route")
             # The template, not the raw path: ids in paths would explode the label set.
             template = getattr(route, "path", None) or "unmatched"
+            # Routes of included routers carry their own path, without the include prefix.
+            path = scope.get("path", "")
+            if (
+                self.api_prefix
+                and route is not None
+                and path.startswith(self.api_prefix)
+                and not template.startswith(self.api_prefix)
+            ):
+                template = self.api_prefix + template
             method = scope.get("method", "")
             self.requests.labels(method, template, str(status)).inc()
             self.latency.labels(method, template).observe(time.perf_counter() - started)

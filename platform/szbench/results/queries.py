@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
 from szbench.auth import policy
-from szbench.errors import Forbidden, NotFound
+from szbench.errors import Forbidden, NotFound, Unauthorized
 from szbench.evaluations.queries import provenances
 from szbench.evaluations.schemas import DatasetResultOut, RunOut, RunProvenance, SubjectResultOut
 from szbench.models import (
@@ -150,6 +150,8 @@ def detections(
     if run is None or run.evaluation_id != evaluation.id:
         raise NotFound(f"evaluation {evaluation.id} has no run {run_id}")
     if not policy.can_read_detections(viewer, evaluation):
+        if viewer is None:
+            raise Unauthorized("sign in to read detections")
         raise Forbidden(
             "detections on held-out data are kept for admins (they could carry the data out)"
         )

@@ -10,7 +10,7 @@ from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
 from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
-from szbench.api.pagination import Page, PageDep
+from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth.dependencies import Anyone
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.queries import provenances
@@ -26,7 +26,7 @@ _DOWNLOAD = {200: {"content": {"text/csv": {}, "application/json": {}}}}
 
 
 @router.get("/evaluations/{evaluation_id}/result", response_model=DatasetResultOut)
-def get_result(evaluation_id: int, session: SessionDep, caller: Anyone) -> DatasetResultOut:
+def get_result(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -> DatasetResultOut:
     """Dataset-level figures of an evaluation (per-subject means ranked on, std, pooled)."""
     evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
     return queries.dataset_result(session, evaluation)
@@ -34,7 +34,7 @@ def get_result(evaluation_id: int, session: SessionDep, caller: Anyone) -> Datas
 
 @router.get("/evaluations/{evaluation_id}/subjects", response_model=SubjectResultsPage)
 def list_subject_results(
-    evaluation_id: int, session: SessionDep, caller: Anyone, page: PageDep
+    evaluation_id: IdPath, session: SessionDep, caller: Anyone, page: PageDep
 ) -> SubjectResultsPage:
     """Per-subject results of an evaluation."""
     evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
@@ -52,7 +52,7 @@ def list_subject_results(
 
 @router.get("/evaluations/{evaluation_id}/recordings", response_model=Page[RunOut])
 def list_recording_results(
-    evaluation_id: int,
+    evaluation_id: IdPath,
     session: SessionDep,
     caller: Anyone,
     page: PageDep,
@@ -79,7 +79,7 @@ def list_recording_results(
     responses={200: {"content": {"text/tab-separated-values": {}}}},
 )
 def get_detections(
-    evaluation_id: int, run_id: int, session: SessionDep, caller: Anyone
+    evaluation_id: IdPath, run_id: IdPath, session: SessionDep, caller: Anyone
 ) -> Response:
     """The algorithm's output TSV for one recording (public samples: owner; admins: all)."""
     evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
@@ -91,7 +91,7 @@ def get_detections(
     "/evaluations/{evaluation_id}/subjects/download", response_class=Response, responses=_DOWNLOAD
 )
 def download_subject_results(
-    evaluation_id: int, session: SessionDep, caller: Anyone, format: Format = "csv"
+    evaluation_id: IdPath, session: SessionDep, caller: Anyone, format: Format = "csv"
 ) -> Response:
     """All per-subject results of an evaluation as CSV or JSON."""
     evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
@@ -109,7 +109,7 @@ def download_subject_results(
     "/evaluations/{evaluation_id}/recordings/download", response_class=Response, responses=_DOWNLOAD
 )
 def download_recording_results(
-    evaluation_id: int, session: SessionDep, caller: Anyone, format: Format = "csv"
+    evaluation_id: IdPath, session: SessionDep, caller: Anyone, format: Format = "csv"
 ) -> Response:
     """All per-recording results of an evaluation as CSV or JSON."""
     evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
@@ -129,7 +129,7 @@ def download_recording_results(
 
 @router.get("/algorithms/{algorithm_id}/results", response_model=AlgorithmResults)
 def algorithm_results(
-    algorithm_id: int,
+    algorithm_id: IdPath,
     session: SessionDep,
     caller: Anyone,
     page: PageDep,

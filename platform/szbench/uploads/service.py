@@ -165,3 +165,14 @@ def store_image(source: Path, *, digest: str, gzip: bool) -> Path:
     else:
         shutil.move(source, target)
     return target.relative_to(root)
+
+
+def import_file(user: User, path: Path) -> UploadSession:
+    """An upload session filled from a local file (the CLI's local mode), copied in chunks."""
+    size = path.stat().st_size
+    upload = create_upload(user, filename=path.name, size_bytes=size)
+    _, part = _paths(upload.id)
+    with path.open("rb") as src, part.open("wb") as dst:
+        shutil.copyfileobj(src, dst, 8 * 1024**2)
+    upload.offset = size
+    return upload

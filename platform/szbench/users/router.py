@@ -6,7 +6,7 @@ from fastapi import APIRouter, status
 
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
-from szbench.api.pagination import Page, PageDep
+from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth import service
 from szbench.auth.dependencies import AdminOnly
 from szbench.users.schemas import UserCreate, UserOut, UserUpdate
@@ -36,13 +36,15 @@ def create_user(body: UserCreate, session: SessionDep, _admin: AdminOnly) -> Use
 
 
 @router.get("/{user_id}", response_model=UserOut)
-def get_user(user_id: int, session: SessionDep, _admin: AdminOnly) -> UserOut:
+def get_user(user_id: IdPath, session: SessionDep, _admin: AdminOnly) -> UserOut:
     """One user."""
     return UserOut.model_validate(service.get_user(session, user_id))
 
 
 @router.patch("/{user_id}", response_model=UserOut)
-def update_user(user_id: int, body: UserUpdate, session: SessionDep, _admin: AdminOnly) -> UserOut:
+def update_user(
+    user_id: IdPath, body: UserUpdate, session: SessionDep, _admin: AdminOnly
+) -> UserOut:
     """Change a user's name, role, password or active flag."""
     user = service.get_user(session, user_id)
     service.update_user(

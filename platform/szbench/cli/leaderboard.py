@@ -1,0 +1,84 @@
+"""``szbench leaderboard DATASET``: the ranked table, or its JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def leaderboard(
+    dataset: str = typer.Argument(..., help="Dataset slug."),
+    version: str | None = typer.Option(None, help="Dataset version (default: newest active)."),
+    sort: str = typer.Option("rank", help="rank or a metric name, e.g. event_fp_rate."),
+    all_versions: bool = typer.Option(False, "--all-versions", help="Every algorithm version."),
+    as_json: bool = typer.Option(False, "--json", help="Print the API's JSON."),
+    server: str | None = typer.Option(None, help="Remote server URL (else the local database)."),
+    token: str | None = typer.Option(None, envvar="SZBENCH_TOKEN", help="API token (remote)."),
+) -> None:
+    """Print a dataset's leaderboard, ranked the SzCORE way, with 95% intervals."""
+    versions = "all" if all_versions else "latest"
+    if server:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        params: dict[str, Any] = {"sort": sort, "versions": versions, "limit": 500}
+        if version:
+            params["version"] = version
+        response = httpx.get(
+            f"{server.rstrip('/')}/api/v1/leaderboards/{dataset}", params=params, headers=headers
+        )
+        board = response.json()
+        if response.status_code >= 400:
+            typer.echo(f"error: {board.get('detail', response.text)}", err=True)
+            raise typer.Exit(1)
+    else:
+        from szbench.db import session_scope
+        from szbench.errors import SzbenchError
+        from szbench.leaderboards import service
+
+        try:
+            with session_scope() as session:
+                board = service.leaderboard(
+                    session,
+                    slug=dataset,
+                    version=version,
+                    viewer=None,
+                    sort=sort,
+                    versions=versions,  # type: ignore[arg-type]
+                    limit=None,
+                ).model_dump(mode="json")
+        except SzbenchError as exc:
+            typer.echo(f"error: {exc.detail}", err=True)
+            raise typer.Exit(1) from exc
+    if as_json:
+        typer.echo(json.dumps(board, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{board['dataset']} {board['dataset_version']} — {board['ranking']}")
+    for column in ("#", "algorithm", "version", "F1 (95% CI)", "sensitivity", "precision",
+                   "FP/day", "subjects"):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("algorithm", "version") else "right")
+    for e in board["items"]:
+        ci = (e.get("ci") or {}).get("event_f1")
+        interval = f" [{_fmt(ci['low'], 2)}, {_fmt(ci['high'], 2)}]" if ci else ""
+        table.add_row(
+            str(e["rank"]),
+            e["algorithm"] + ("" if e["published"] else " (unpublished)"),
+            e["algorithm_version"],
+            _fmt(e["event_f1"]) + interval,
+            _fmt(e["event_sensitivity"]),
+            _fmt(e["event_precision"]),
+            _fmt(e["event_fp_rate"], 2),
+            str(e["subjects"]),
+        )
+    Console().print(table)
+    if not board["items"]:
+        typer.echo("no ranked results yet")

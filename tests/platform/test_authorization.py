@@ -1,0 +1,219 @@
+"""Every endpoint against every role: who is let through, who gets 401 or 403.
+
+The table must name every operation in the OpenAPI schema (a test checks it), so a new
+route cannot ship without its authorization being stated and tested here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from szbench.models import DatasetKind, Role
+from szbench.uploads import service as uploads
+from tests.platform import factories as f
+
+# Levels: who may call. "owner" means a researcher who owns the object (or an admin).
+PROBE, ANYONE, SIGNED_IN, SUBMITTER, OWNER, ADMIN = (
+    "probe", "anyone", "signed_in", "submitter", "owner", "admin",
+)  # fmt: skip
+
+ROLES = ("anonymous", "centre", "other", "owner", "admin")
+
+ALLOWED = {
+    PROBE: set(ROLES),
+    ANYONE: set(ROLES),
+    SIGNED_IN: {"centre", "other", "owner", "admin"},
+    SUBMITTER: {"other", "owner", "admin"},
+    OWNER: {"owner", "admin"},
+    ADMIN: {"admin"},
+}
+
+DIGEST = "sha256:" + "c" * 64
+
+TABLE: dict[tuple[str, str], tuple[str, Any]] = {
+    ("POST", "/api/v1/auth/login"): (ANYONE, {"email": "{owner_email}", "password": "s3cret-pass"}),
+    ("POST", "/api/v1/auth/logout"): (SIGNED_IN, None),
+    ("POST", "/api/v1/auth/signup"): (
+        ANYONE,
+        {"email": "{new}@example.org", "password": "longenough"},
+    ),
+    ("GET", "/api/v1/auth/me"): (SIGNED_IN, None),
+    ("GET", "/api/v1/tokens"): (SIGNED_IN, None),
+    ("POST", "/api/v1/tokens"): (SIGNED_IN, {"name": "t"}),
+    ("DELETE", "/api/v1/tokens/{token_id}"): (OWNER, None),
+    ("GET", "/api/v1/users"): (ADMIN, None),
+    ("POST", "/api/v1/users"): (ADMIN, {"email": "{new}@example.org", "role": "centre"}),
+    ("GET", "/api/v1/users/{user_id}"): (ADMIN, None),
+    ("PATCH", "/api/v1/users/{user_id}"): (ADMIN, {"name": "renamed"}),
+    ("POST", "/api/v1/uploads"): (SUBMITTER, {"filename": "a.tar", "size_bytes": 10}),
+    ("GET", "/api/v1/uploads/{upload_id}"): (OWNER, None),
+    ("PUT", "/api/v1/uploads/{upload_id}"): (OWNER, b"12345"),
+    ("DELETE", "/api/v1/uploads/{upload_id}"): (OWNER, None),
+    ("GET", "/api/v1/algorithms"): (ANYONE, None),
+    ("POST", "/api/v1/algorithms"): (SUBMITTER, {"name": "{new}"}),
+    ("GET", "/api/v1/algorithms/{algorithm_id}"): (ANYONE, None),
+    ("PATCH", "/api/v1/algorithms/{algorithm_id}"): (OWNER, {"title": "New title"}),
+    ("GET", "/api/v1/algorithms/{algorithm_id}/versions"): (ANYONE, None),
+    ("POST", "/api/v1/algorithms/{algorithm_id}/versions"): (
+        OWNER,
+        {"version": "{new}", "image_reference": f"algo@{DIGEST}"},
+    ),
+    ("GET", "/api/v1/algorithms/{algorithm_id}/versions/{version_id}"): (ANYONE, None),
+    ("GET", "/api/v1/algorithms/{algorithm_id}/results"): (ANYONE, None),
+    ("GET", "/api/v1/phases"): (ANYONE, None),
+    ("POST", "/api/v1/phases"): (ADMIN, {"slug": "{new}"}),
+    ("GET", "/api/v1/phases/{phase}"): (ANYONE, None),
+    ("PATCH", "/api/v1/phases/{phase}"): (ADMIN, {"title": "Final"}),
+    ("POST", "/api/v1/phases/{phase}/publish"): (ADMIN, None),
+    ("GET", "/api/v1/datasets"): (ANYONE, None),
+    ("POST", "/api/v1/datasets"): (ADMIN, {"slug": "{new}"}),
+    ("GET", "/api/v1/datasets/{slug}"): (ANYONE, None),
+    ("POST", "/api/v1/datasets/{slug}/versions"): (
+        ADMIN,
+        {"version": "9", "prepared_path": "/nonexistent"},
+    ),
+    ("GET", "/api/v1/datasets/{slug}/versions/{version}/benchmark-plan"): (ADMIN, None),
+    ("POST", "/api/v1/datasets/{slug}/versions/{version}/benchmark"): (ADMIN, None),
+    # Held-out data: admins only (public samples: anyone signed in, tested elsewhere).
+    ("GET", "/api/v1/datasets/{slug}/versions/{version}/recordings"): (ADMIN, None),
+    ("GET", "/api/v1/datasets/{slug}/versions/{version}/recordings/{key}/annotations"): (
+        ADMIN,
+        None,
+    ),
+    ("GET", "/api/v1/datasets/{slug}/versions/{version}/recordings/{key}/eeg"): (ADMIN, None),
+    ("GET", "/api/v1/evaluations"): (ANYONE, None),
+    ("POST", "/api/v1/evaluations"): (
+        OWNER,
+        {"algorithm_version_id": "{version_id}", "dataset": "{slug}"},
+    ),
+    ("GET", "/api/v1/evaluations/{evaluation_id}"): (ANYONE, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/progress"): (ANYONE, None),
+    ("POST", "/api/v1/evaluations/{evaluation_id}/cancel"): (OWNER, None),
+    ("POST", "/api/v1/evaluations/{evaluation_id}/rerun"): (OWNER, None),
+    ("POST", "/api/v1/evaluations/{evaluation_id}/rescore"): (OWNER, {"scoring_params": {}}),
+    ("POST", "/api/v1/evaluations/{evaluation_id}/publish"): (ADMIN, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/result"): (ANYONE, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/subjects"): (ANYONE, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/subjects/download"): (ANYONE, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/recordings"): (ANYONE, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/recordings/download"): (ANYONE, None),
+    # Detections on held-out data: admins only, not even the owner.
+    ("GET", "/api/v1/evaluations/{evaluation_id}/recordings/{run_id}/detections"): (ADMIN, None),
+    ("GET", "/api/v1/leaderboards"): (ANYONE, None),
+    ("GET", "/api/v1/leaderboards/{slug}"): (ANYONE, None),
+    ("GET", "/api/v1/leaderboards/{slug}/download"): (ANYONE, None),
+    ("GET", "/healthz"): (PROBE, None),
+    ("GET", "/readyz"): (PROBE, None),
+    ("GET", "/metrics"): (PROBE, None),
+}
+
+
+def _normalise(path: str) -> str:
+    return path.replace("/phases/{slug}", "/phases/{phase}")
+
+
+def test_table_names_every_operation(app: FastAPI) -> None:
+    operations = {
+        (method.upper(), _normalise(path))
+        for path, ops in app.openapi()["paths"].items()
+        for method in ops
+    }
+    assert operations == set(TABLE)
+
+
+@dataclass
+class Objects:
+    params: dict[str, Any]
+    users: dict[str, Any]
+
+
+@pytest.fixture
+def objects(db_session: Session) -> Objects:
+    s = db_session
+    users = {
+        "centre": f.user(s, Role.CENTRE),
+        "other": f.user(s),
+        "owner": f.user(s, password="s3cret-pass"),
+        "admin": f.user(s, Role.ADMIN),
+    }
+    owner = users["owner"]
+    algo = f.algorithm(s, owner)
+    version = f.version(s, algo)
+    ds = f.dataset(s, DatasetKind.HELD_OUT)
+    dv = f.dataset_version(s, ds, version="1.0")
+    rec = f.recording(s, dv)
+    ev = f.evaluation(s, version, dv)
+    f.result(s, ev, {"01": {"event_f1": 0.5, "event_sensitivity": 0.5}})
+    run = f.run(s, ev, rec, detections_tsv="onset\n")
+    phase = f.phase(s)
+    token, _ = f.token(s, owner)
+    return Objects(
+        params={
+            "token_id": token.id,
+            "user_id": users["other"].id,
+            "algorithm_id": algo.id,
+            "version_id": version.id,
+            "phase": phase.slug,
+            "slug": ds.slug,
+            "version": dv.version,
+            "key": rec.key,
+            "evaluation_id": ev.id,
+            "run_id": run.id,
+            "owner_email": owner.email,
+        },
+        users=users,
+    )
+
+
+def _fill(value: Any, params: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        if value == "{version_id}":
+            return params["version_id"]
+        return value.format(new=f"n{f.n()}", **params)
+    if isinstance(value, dict):
+        return {k: _fill(v, params) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(TABLE))
+def test_authorization(
+    method: str, path: str, client: TestClient, db_session: Session, objects: Objects
+) -> None:
+    level, body = TABLE[(method, path)]
+    for role in ROLES:
+        params = dict(objects.params)
+        headers: dict[str, str] = {}
+        if role != "anonymous":
+            headers = f.headers(db_session, objects.users[role])
+        if "{upload_id}" in path:
+            params["upload_id"] = uploads.create_upload(
+                objects.users["owner"], filename="a.tar", size_bytes=5
+            ).id
+        url = path.format(**params)
+        kwargs: dict[str, Any] = {"headers": headers}
+        if isinstance(body, bytes):
+            kwargs["content"] = body
+            kwargs["params"] = {"offset": 0}
+        elif body is not None:
+            kwargs["json"] = _fill(body, params)
+        response = client.request(method, url, **kwargs)
+        status = response.status_code
+        assert status < 500 or status == 503, (role, status, response.text)
+        if role in ALLOWED[level]:
+            assert status not in (401, 403), (role, status, response.text)
+        elif role == "anonymous":
+            assert status == 401, (role, status, response.text)
+        elif level == OWNER:
+            # Someone else's object: refused, or not even acknowledged.
+            assert status in (403, 404), (role, status, response.text)
+        else:
+            assert status == 403, (role, status, response.text)
+        if status >= 400 and level != PROBE:
+            body_json = response.json()
+            assert set(body_json) == {"error", "detail"}, body_json

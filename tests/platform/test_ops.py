@@ -1,0 +1,133 @@
+"""/healthz, /readyz and /metrics against real databases and Redis; the error envelope."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from fastapi.testclient import TestClient
+
+from szbench import db, migrate
+from szbench.app import create_app
+from szbench.config import get_settings
+from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome
+from tests.platform import factories as f
+
+
+def _client(monkeypatch: pytest.MonkeyPatch, **env: str) -> TestClient:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    db.reset_engine()
+    return TestClient(create_app(), raise_server_exceptions=False)
+
+
+def test_healthz(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_readyz_postgres_and_redis(settings_env: pytest.MonkeyPatch, pg_url: str) -> None:
+    client = _client(
+        settings_env, SZBENCH_DATABASE_URL=pg_url, SZBENCH_BROKER_URL="redis://127.0.0.1:6379/15"
+    )
+    r = client.get("/readyz")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+    client = _client(settings_env, SZBENCH_BROKER_URL="redis://127.0.0.1:1/0")
+    r = client.get("/readyz")
+    assert r.status_code == 503
+    assert r.json()["checks"]["broker"].startswith("broker unreachable")
+    assert r.json()["checks"]["database"] == "ok"
+
+
+def test_readyz_unmigrated_database(settings_env: pytest.MonkeyPatch, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
+    migrate.upgrade(url, "0001")
+    client = _client(settings_env, SZBENCH_DATABASE_URL=url)
+    r = client.get("/readyz")
+    assert r.status_code == 503
+    assert "migrations at" in r.json()["checks"]["database"]
+    migrate.upgrade(url)
+    assert client.get("/readyz").status_code == 200
+
+
+def test_metrics_read_from_the_database(settings_env: pytest.MonkeyPatch, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    migrate.upgrade(url)
+    client = _client(settings_env, SZBENCH_DATABASE_URL=url)
+    with db.session_scope() as s:
+        owner = f.user(s)
+        version = f.version(s, f.algorithm(s, owner))
+        dv = f.dataset_version(s, f.dataset(s, DatasetKind.HELD_OUT))
+        done = f.evaluation(s, version, dv)
+        running = f.evaluation(s, version, dv, status=EvaluationStatus.RUNNING, queue="gpu")
+        for i, outcome in enumerate([RunOutcome.OK, RunOutcome.OK, RunOutcome.TIMEOUT]):
+            f.run(
+                s,
+                done,
+                f.recording(s, dv, subject=f"{i}"),
+                outcome=outcome,
+                wall_time_s=30.0 * (i + 1),
+            )
+        f.run(s, running, f.recording(s, dv), outcome=None, wall_time_s=None,
+              started_at=datetime.now(UTC), gpu_model="H100", worker_host="gpu-host-1")  # fmt: skip
+        f.run(s, running, f.recording(s, dv), outcome=None, wall_time_s=None)
+    assert client.get("/api/v1/algorithms").status_code == 200
+    client.get("/api/v1/evaluations/12345")
+    text = client.get("/metrics").text
+    assert 'szbench_runs_finished_total{outcome="ok"} 2.0' in text
+    assert 'szbench_runs_finished_total{outcome="timeout"} 1.0' in text
+    assert 'szbench_runs_waiting{queue="gpu"} 1.0' in text
+    assert 'szbench_runs_running{queue="gpu"} 1.0' in text
+    assert 'szbench_gpus_in_use{host="gpu-host-1"} 1.0' in text
+    assert 'szbench_evaluations{status="running"} 1.0' in text
+    assert 'szbench_run_duration_seconds_bucket{le="60.0"} 2.0' in text
+    assert "szbench_run_duration_seconds_count 3.0" in text
+    assert "szbench_metrics_db_up 1.0" in text
+    # Requests are labelled by route template, not by raw path.
+    assert 'route="/api/v1/algorithms",status="200"' in text
+    assert 'route="/api/v1/evaluations/{evaluation_id}",status="404"' in text
+    assert "12345" not in text
+
+
+def test_metrics_survive_a_dead_database(settings_env: pytest.MonkeyPatch) -> None:
+    client = _client(
+        settings_env, SZBENCH_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/x"
+    )
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    assert "szbench_metrics_db_up 0.0" in r.text
+
+
+def test_error_envelope_everywhere(client: TestClient, db_session) -> None:
+    r = client.get("/api/v1/no/such/route")
+    assert r.status_code == 404
+    assert r.json() == {"error": "NotFound", "detail": "no such route: GET /api/v1/no/such/route"}
+    r = client.delete("/api/v1/leaderboards")
+    assert r.status_code == 405
+    assert r.json()["error"] == "MethodNotAllowed"
+    r = client.get("/api/v1/algorithms", params={"limit": 100000})
+    assert r.status_code == 422
+    assert r.json()["error"] == "ValidationError"
+    assert "query.limit" in r.json()["detail"]
+    h = f.headers(db_session, f.user(db_session, Role.ADMIN))
+    r = client.post(
+        "/api/v1/phases", headers={**h, "Content-Type": "application/json"}, content=b"{not json"
+    )
+    assert r.status_code == 422
+    assert r.json()["error"] == "ValidationError"
+    r = client.post("/api/v1/phases", headers=h, json={"slug": "Bad Slug!"})
+    assert r.status_code == 422
+    assert "body.slug" in r.json()["detail"]
+    r = client.get("/api/v1/evaluations/not-a-number")
+    assert r.status_code == 422
+    assert "path.evaluation_id" in r.json()["detail"]
+
+
+def test_openapi_documents_every_route(app) -> None:
+    schema = app.openapi()
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            assert op.get("description") or op.get("summary"), f"{method} {path}"
+            if path.startswith("/api/v1"):
+                assert "422" in op["responses"] or "404" in op["responses"], f"{method} {path}"
