@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import math
 import shutil
+import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -465,8 +466,10 @@ def run_recording(run_id: int) -> RunStep:
         return claim
     deps = get_dependencies()
     gpus = gpu_assignment.gpus_for_queue(claim.queue, settings)
-    output_dir = work_dir(settings) / f"eval-{claim.evaluation_id}" / f"run-{run_id}"
-    shutil.rmtree(output_dir, ignore_errors=True)
+    base = work_dir(settings) / f"eval-{claim.evaluation_id}"
+    base.mkdir(parents=True, exist_ok=True)
+    # Unique per attempt: two deliveries of one run on one host must not share a folder.
+    output_dir = Path(tempfile.mkdtemp(prefix=f"run-{run_id}-", dir=base))
     try:
         try:
             image = deps.resolve_image(claim.image)
