@@ -323,7 +323,7 @@ def main() -> None:
     print(f"\n{n} recordings (30 s, 19 ch), image exits at once after writing its TSV\n")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(
-        f"{'workers':>7}  {'pipeline ms/rec':>15}  {'bare docker ms/rec':>18}  "
+        f"{'workers':>7}  {'pipeline ms/rec':>15}  {'floor ms/rec':>18}  "
         f"{'ratio vs floor':>14}  {'speed-up':>8}  {'efficiency':>10}"
     )
     for w, per_rec, floor_w, speedup in rows:
