@@ -4,11 +4,14 @@ The worker is a real ``celery worker`` process started by the test; containers r
 real engine. Covered: the hostile images' outcomes through the whole pipeline with the
 other results intact; a worker SIGKILLed while a container runs (after a restart the
 evaluation completes with every recording scored exactly once); a warm shutdown (SIGTERM)
-that finishes the run in progress.
+that finishes the run in progress; a Docker daemon that cannot be reached (retried, then
+recorded as the platform's fault); and a smoke test that loads an uploaded tarball the
+engine has never seen (or rejects a broken one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,8 +33,10 @@ from szbench.evaluations import service as evaluations
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
+    DatasetKind,
     DatasetResult,
     Evaluation,
+    EvaluationKind,
     EvaluationStatus,
     RecordingRun,
     RunOutcome,
@@ -448,3 +453,108 @@ def test_infrastructure_fault_is_retried_with_backoff_then_recorded(
         assert "docker" not in run.submitter_message.lower()
     log = (workers.log_dir / "nodocker.log").read_text(errors="replace")
     assert log.count("retry: Retry in") == 2
+
+
+@pytest.fixture
+def direct_docker(
+    pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path, docker_client: Any
+) -> Iterator[list[tuple[str, str, dict[str, Any]]]]:
+    """The pipeline called directly (no broker: sends captured) with the real Docker runner."""
+    from szbench_worker import pipeline
+
+    host = f"pipeline-test-{uuid.uuid4().hex[:8]}"
+    for key, value in {
+        "SZBENCH_DATABASE_URL": pg_url,
+        "SZBENCH_RUNNER_BACKEND": "docker",
+        "SZBENCH_RUNNER_WORK_DIR": str(tmp_path / "runs"),
+        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
+        "SZBENCH_WORKER_HOST": host,
+    }.items():
+        settings_env.setenv(key, value)
+    get_settings.cache_clear()
+    db.reset_engine()
+    pipeline.set_dependencies(None)
+    sent: list[tuple[str, str, dict[str, Any]]] = []
+    queue.set_sender(lambda name, q, kwargs: sent.append((name, q, kwargs)))
+    try:
+        yield sent
+    finally:
+        queue.set_sender(None)
+        pipeline.set_dependencies(None)
+        with session_scope() as session:
+            truncate_all(session)
+
+
+def test_smoke_test_loads_the_uploaded_tarball_and_activates(
+    direct_docker: list[Any], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    from szbench_worker import pipeline
+    from szbench_worker.docker_runner import build_image, inspect_image
+    from szbench_worker.runner import ImageError
+
+    # A fresh image, saved as an upload and removed from the engine: the worker must load it.
+    context = tmp_path / "upload-image"
+    context.mkdir()
+    (context / "run.py").write_text(SLOW_GOOD)
+    (context / "Dockerfile").write_text(
+        f'FROM {slow_image}\nENV SLOW_S=0 MARKER={uuid.uuid4().hex}\nCMD ["python3", "/run.py"]\n'
+    )
+    tag = f"szbench-test/pipeline-upload:{uuid.uuid4().hex[:8]}"
+    digest = build_image(context, tag, docker_client).digest
+    (tmp_path / "uploads" / "images").mkdir(parents=True)
+    tarball = tmp_path / "uploads" / "images" / "upload.tar"
+    subprocess.run(["docker", "save", "-o", str(tarball), tag], check=True)
+    docker_client.images.remove(tag, force=True)
+    with pytest.raises(ImageError):
+        inspect_image(digest, docker_client)
+
+    recs = [Rec("sub-01", "run-00", 600, ((100, 20),))]
+    sample = make_prepared_dataset(tmp_path / "sample", recs)
+    held = make_prepared_dataset(tmp_path / "held", recs, seed=3)
+    with session_scope() as session:
+        world = seed_world(
+            session,
+            sample,
+            recs,
+            slug="public-sample",
+            kind=DatasetKind.PUBLIC_SAMPLE,
+            digest=digest,
+            status=VersionStatus.PENDING,
+        )
+        world.version.image_reference = None
+        world.version.tarball_path = "images/upload.tar"
+        bad = AlgorithmVersion(
+            algorithm_id=world.version.algorithm_id,
+            version="broken",
+            image_digest="sha256:" + "e" * 64,
+            tarball_path="images/broken.tar",
+            status=VersionStatus.PENDING,
+        )
+        session.add(bad)
+        seed_world(session, held, recs, slug="held", digest=digest)
+        version_id, bad_id = world.version.id, bad.id
+    (tmp_path / "uploads" / "images" / "broken.tar").write_bytes(b"not an image archive")
+    try:
+        outcome = pipeline.smoke_test(version_id)
+        assert outcome.status == VersionStatus.ACTIVE, outcome.message
+        assert outcome.evaluations_queued == 1
+        assert inspect_image(digest, docker_client).digest == digest
+        with session_scope() as session:
+            smoke = session.scalars(
+                select(Evaluation).where(
+                    Evaluation.algorithm_version_id == version_id,
+                    Evaluation.kind == EvaluationKind.SMOKE_TEST,
+                )
+            ).one()
+            (run,) = smoke.runs
+            assert run.outcome == RunOutcome.OK
+            assert run.event_tp == 1
+        assert queue.TASK_START_EVALUATION in [name for name, _, _ in direct_docker]
+
+        rejected = pipeline.smoke_test(bad_id)
+        assert rejected.status == VersionStatus.REJECTED
+        assert "broken.tar" in rejected.message
+        assert str(tmp_path) not in rejected.message
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(digest, force=True)
