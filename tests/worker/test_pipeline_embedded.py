@@ -132,7 +132,7 @@ def test_cli_evaluate_local_process_end_to_end(embedded: Path, tmp_path: Path) -
     )
     assert result.exit_code == 0, result.output
     assert "NOT sandboxed" in result.output
-    assert "Sensitivity" in result.output
+    assert "sensitivity" in result.output
     payload = json.loads(out.read_text())
     assert set(payload) == {"sample_results", "event_results", "recordings"}
     assert "f1_std" in payload["event_results"]
