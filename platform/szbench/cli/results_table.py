@@ -36,7 +36,12 @@ def report_table(report: dict[str, Any], *, title: str = "SzCORE scores") -> Tab
     >>> table.row_count
     2
     """
-    table = Table(title=f"{title} (mean ± std over subjects; pooled)", title_justify="left")
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption="event/sample: mean ± std over subjects; (pooled): ratios of the summed counts",
+        caption_justify="left",
+    )
     table.add_column("scoring")
     for header in ("sensitivity", "precision", "F1", "FP/day"):
         table.add_column(header, justify="right")
