@@ -558,3 +558,45 @@ def test_smoke_test_loads_the_uploaded_tarball_and_activates(
     finally:
         with contextlib.suppress(Exception):
             docker_client.images.remove(digest, force=True)
+
+
+def test_cold_shutdown_hands_the_run_back_and_removes_its_container(
+    celery_env: tuple[Workers, str], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    workers, host = celery_env
+    recs = [Rec(f"sub-0{i}", "run-00", 600, ((100, 20),)) for i in range(1, 3)]
+    data = make_prepared_dataset(tmp_path / "data", recs)
+    with session_scope() as session:
+        world = seed_world(session, data, recs, run_limits={**LIMITS, "timeout_s": 60})
+        version = add_version(session, slow_image, docker_client)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=version, dataset_version=world.dataset_version
+        ).id
+    first = workers.start("cold")
+    wait_until(
+        lambda: any(c.status == "running" for c in our_containers(docker_client, host)),
+        60,
+        "a running container",
+        workers,
+    )
+    first.send_signal(signal.SIGQUIT)
+    first.wait(60)
+    # The interrupted run's container and staging are gone with the worker.
+    assert our_containers(docker_client, host) == []
+    with session_scope() as session:
+        unfinished = session.scalars(
+            select(RecordingRun).where(
+                RecordingRun.evaluation_id == evaluation_id, RecordingRun.finished_at.is_(None)
+            )
+        ).all()
+        assert unfinished
+    # Handed back to the queue at once (no visibility timeout to wait for).
+    workers.start("cold-after")
+    wait_until(all_finished([evaluation_id]), 90, "the evaluation", workers)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.DONE
+        assert ev.recordings_done == 2
+        assert all(r.outcome == RunOutcome.OK for r in ev.runs)
+        assert sorted(r.attempts for r in ev.runs) == [1, 2]
+    assert "handed back" in (workers.log_dir / "cold.log").read_text(errors="replace")
