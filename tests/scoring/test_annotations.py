@@ -284,12 +284,12 @@ def test_trailing_blank_lines_are_skipped():
 
 def test_usual_numbers_take_the_word_path(monkeypatch):
     """Writers' usual layouts never reach the general (slower) conversion."""
-    import szbench_scoring.annotations as A
+    import szbench_scoring.annotations as ann_module
 
     def forbidden(fields):
         raise AssertionError(f"general conversion used for {fields[:3]}")
 
-    monkeypatch.setattr(A, "_to_float", forbidden)
+    monkeypatch.setattr(ann_module, "_to_float", forbidden)
     texts = [f"{x:.2f}" for x in np.linspace(0, 99999, 500)] + ["3600", "12", "0.5", "7.125"]
     values, bad = _parse_fields(texts)
     assert not bad.any()
