@@ -36,7 +36,7 @@ fi
 # dockerd runs with --userns-remap=default (container root is an unprivileged host uid, as
 # docs/algorithm-contract.md recommends for worker hosts); SZBENCH_DOCKER_USERNS=0 turns it off.
 # An engine that is already running is used as it is: the runner works either way.
-apt_install docker.io debootstrap docker-registry
+apt_install docker.io debootstrap docker-registry docker-compose
 # Browser tests: Debian's Chromium driven by Playwright (never Playwright's own download).
 apt_install chromium fonts-liberation
 if ! docker info >/dev/null 2>&1; then
