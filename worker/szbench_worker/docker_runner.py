@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
-import docker
 from szbench_worker.runner import (
     CONTAINER_DATA_DIR,
     CONTAINER_OUTPUT_DIR,
