@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -215,6 +216,8 @@ async def load(base: str, paths: list[str], *, requests: int, concurrency: int) 
 
 
 def main() -> None:
+    # `timeout` and Ctrl-C must still stop the servers and drop the scratch database.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=3000, help="Requests per endpoint.")
     parser.add_argument("--concurrency", type=int, default=100)

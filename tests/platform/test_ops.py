@@ -131,3 +131,13 @@ def test_openapi_documents_every_route(app) -> None:
             assert op.get("description") or op.get("summary"), f"{method} {path}"
             if path.startswith("/api/v1"):
                 assert "422" in op["responses"] or "404" in op["responses"], f"{method} {path}"
+
+
+def test_unreachable_database_is_503_not_500(settings_env: pytest.MonkeyPatch) -> None:
+    client = _client(
+        settings_env, SZBENCH_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/x"
+    )
+    r = client.get("/api/v1/algorithms")
+    assert r.status_code == 503
+    assert r.json()["error"] == "ServiceUnavailable"
+    assert r.headers["retry-after"] == "5"

@@ -176,14 +176,13 @@ def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], s
     else:
         natural = "asc" if sort in _LOWER_IS_BETTER else "desc"
         # Best first, None/NaN last in both directions.
-        sign = 1 if natural == "desc" else -1
-        ordered = sorted(
-            rows,
-            key=lambda r: (
-                _desc_key(None if r.metrics[sort] is None else sign * r.metrics[sort]),
-                r.rank,
-            ),
-        )
+        sign = 1.0 if natural == "desc" else -1.0
+
+        def best_first(r: Row) -> tuple[float, int]:
+            value = r.metrics[sort]
+            return (_desc_key(None if value is None else sign * value), r.rank)
+
+        ordered = sorted(rows, key=best_first)
     order = order or natural
     if order not in ("asc", "desc"):
         raise BadRequest(f"order: {order!r} is not asc or desc")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
@@ -22,7 +22,9 @@ from szbench.results.schemas import AlgorithmResultRow, AlgorithmResults
 router = APIRouter(tags=["results"], responses=ERROR_RESPONSES)
 
 Format = Annotated[Literal["csv", "json"], Query(description="Download format.")]
-_DOWNLOAD = {200: {"content": {"text/csv": {}, "application/json": {}}}}
+_DOWNLOAD: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {}, "application/json": {}}}
+}
 
 
 @router.get("/evaluations/{evaluation_id}/result", response_model=DatasetResultOut)
