@@ -29,6 +29,7 @@ from szbench.phases.router import router as phases_router
 from szbench.results.router import router as results_router
 from szbench.uploads.router import router as uploads_router
 from szbench.users.router import router as users_router
+from szbench.web import install as install_web
 
 API_PREFIX = "/api/v1"
 
@@ -85,6 +86,7 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     for router in API_ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(ops_router)
+    install_web(app)
     for hook in [*EXTRA_ROUTERS, *(extra or [])]:
         hook(app)
 

@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
     runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"
     runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
+    runner_output_tmpfs: bool | None = None  # /output as a size-capped tmpfs; None: when root
     runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local
     # --- Platform API (auth, uploads, leaderboards) ---
     # Signs the web session cookie; empty means a random key kept in data_dir/secret_key.
@@ -82,6 +83,35 @@ class Settings(BaseSettings):
     smoke_test_dataset: str = "public-sample"
     # Staged recordings and run outputs; default data_dir / "work".
     pipeline_work_dir: Path | None = None
+
+    # Logs (szbench.logging): level name, and "text" for a terminal or "json" for collectors.
+    log_level: str = "INFO"
+    log_format: str = "text"  # text | json
+    # Clinical-centre mode: no public sign-up and nothing is pushed off the host (no outbound
+    # publishing of results or notifications); see docs/self-hosting.md.
+    centre_mode: bool = False
+    # Which algorithm images may run, comma-separated; empty allows every image. Each entry is
+    # an image digest ("sha256:<64 hex>") or a reference prefix ("localhost:5000/approved/").
+    # An image runs when its digest is listed or its reference starts with a listed prefix.
+    allowed_images: str = ""
+
+    def image_is_allowed(self, *, digest: str | None = None, reference: str | None = None) -> bool:
+        """Whether an algorithm image passes ``allowed_images`` (everything when it is empty).
+
+        Prefixes compare against the reference as written ("registry/name:tag" or
+        "registry/name@sha256:..."), digests exactly; a tarball upload has no reference,
+        so only a listed digest admits it.
+        """
+        rules = [r.strip() for r in self.allowed_images.split(",") if r.strip()]
+        if not rules:
+            return True
+        for rule in rules:
+            if rule.startswith("sha256:"):
+                if digest is not None and digest == rule:
+                    return True
+            elif reference is not None and reference.startswith(rule):
+                return True
+        return False
 
     @property
     def effective_database_url(self) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
@@ -81,7 +81,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             # Unacknowledged messages of a vanished worker come back after this long.
             "visibility_timeout": settings.queue_visibility_timeout_s,
         }
-    exchange = Exchange("szbench", type="direct")
+    exchange = Exchange("szbench", type="direct")  # type: ignore[no-untyped-call]
     return {
         "broker_url": broker,
         "broker_transport_options": transport_options,
@@ -98,7 +98,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_on_failure_or_timeout": True,
         "worker_prefetch_multiplier": 1,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
-        "task_queues": tuple(Queue(q, exchange, routing_key=q) for q in QUEUES),
+        "task_queues": tuple(
+            Queue(q, exchange, routing_key=q)  # type: ignore[no-untyped-call]
+            for q in QUEUES
+        ),
         "task_default_queue": QUEUE_CPU,
         "task_default_exchange": "szbench",
         "task_default_routing_key": QUEUE_CPU,

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-from szbench_scoring.annotations import AnnotationError, Annotations, _parse_many
+import numpy as np
+
+from szbench_scoring.annotations import AnnotationError, _parse_arrays, _Parsed
 from szbench_scoring.report import DatasetReport, RecordingResult, aggregate
-from szbench_scoring.scoring import ScoringParams, score_many
+from szbench_scoring.scoring import ScoringParams, _score_batch
 
 __all__ = ["DatasetLayoutError", "find_recordings", "score_dataset"]
 
 # Files are read and scored in batches of about this many bytes: large enough to amortise
 # numpy's per-call cost over many small files, small enough to bound memory.
-_BATCH_BYTES = 8 << 20
+_BATCH_BYTES = 4 << 20
 
 
 class DatasetLayoutError(ValueError):
@@ -94,18 +96,13 @@ def find_recordings(
     if not subjects:
         raise DatasetLayoutError(f"no sub-* folder in the reference folder {root}")
     recordings: list[RecordingFiles] = []
+    prefix = len(os.path.join(root, ""))
     for s in subjects:
         for path in _walk(os.path.join(root, s), pattern):
-            rel = os.path.relpath(path, root)
-            recordings.append(
-                RecordingFiles(s, Path(rel).as_posix(), path, os.path.join(hyp_root, rel))
-            )
+            rel = path[prefix:]
+            rec_id = rel if os.sep == "/" else rel.replace(os.sep, "/")
+            recordings.append(RecordingFiles(s, rec_id, path, os.path.join(hyp_root, rel)))
     return subjects, recordings
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 def score_dataset(
@@ -162,72 +159,155 @@ def score_dataset(
     p = params or ScoringParams()
     subjects, recordings = find_recordings(ref_dir, hyp_dir, pattern)
     results: list[RecordingResult] = []
-    batch: list[RecordingFiles] = []
-    size = 0
-    for rec in recordings:
-        batch.append(rec)
-        with contextlib.suppress(OSError):  # an unreadable file is reported when read
-            size += os.path.getsize(rec.ref_path)
-        if size >= _BATCH_BYTES:
-            results += _score_batch(batch, p, strict)
-            batch, size = [], 0
-    if batch:
-        results += _score_batch(batch, p, strict)
-    return aggregate(results, subjects=subjects, params=p)
+    with _gc_paused():
+        batch = _Batch()
+        for rec in recordings:
+            batch.add(rec)
+            if batch.size >= _BATCH_BYTES:
+                results += batch.score(p, strict)
+                batch = _Batch()
+        if batch.files:
+            results += batch.score(p, strict)
+        return aggregate(results, subjects=subjects, params=p)
 
 
-def _score_batch(
-    batch: list[RecordingFiles], params: ScoringParams, strict: bool
-) -> list[RecordingResult]:
-    # Unreadable files become errors of their recording; a missing hypothesis is no detection.
-    texts: list[tuple[bytes, str]] = []
-    read_errors: dict[tuple[int, int], AnnotationError] = {}
-    missing: list[bool] = []
-    for i, rec in enumerate(batch):
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: scoring creates many small objects that all stay
+    alive and no reference cycles, so its scans would only cost time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        # Ask for the size (+1 to see the end): asking for much more than the file makes
+        # Python allocate, then shrink, a buffer that large, which costs more than the read.
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size + 1)
+        if len(data) <= size:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class _Batch:
+    """Recordings read but not yet scored (their text is parsed and scored together)."""
+
+    def __init__(self) -> None:
+        self.files: list[RecordingFiles] = []
+        self.texts: list[tuple[bytes, str]] = []  # references, then hypotheses
+        self.hyp_texts: list[tuple[bytes, str]] = []
+        self.hyp_of: list[int] = []  # index in hyp_texts, -1 when missing
+        self.errors: dict[tuple[int, int], AnnotationError] = {}
+        self.size = 0
+
+    def add(self, rec: RecordingFiles) -> None:
+        i = len(self.files)
+        self.files.append(rec)
+        # Unreadable files become errors of their recording; a missing hypothesis is no
+        # detection.
         try:
-            texts.append((_read(rec.ref_path), rec.ref_path))
+            data = _read(rec.ref_path)
         except OSError as e:
-            texts.append((b"", rec.ref_path))
-            read_errors[(0, i)] = AnnotationError(rec.ref_path, None, f"cannot read: {e}")
-    hyp_texts: list[tuple[bytes, str]] = []
-    hyp_index: list[int] = []
-    for i, rec in enumerate(batch):
+            data = b""
+            self.errors[(0, i)] = AnnotationError(rec.ref_path, None, f"cannot read: {e}")
+        self.texts.append((data, rec.ref_path))
+        self.size += len(data)
         try:
             data = _read(rec.hyp_path)
         except FileNotFoundError:
-            missing.append(True)
-            continue
+            self.hyp_of.append(-1)
+            return
         except OSError as e:
             data = b""
-            read_errors[(1, i)] = AnnotationError(rec.hyp_path, None, f"cannot read: {e}")
-        missing.append(False)
-        hyp_index.append(i)
-        hyp_texts.append((data, rec.hyp_path))
-    parsed = _parse_many(texts + hyp_texts)
-    refs = [read_errors.get((0, i), r) for i, r in enumerate(parsed[: len(texts)])]
-    hyps: list[Annotations | AnnotationError | None] = [None] * len(batch)
-    for i, h in zip(hyp_index, parsed[len(texts) :], strict=True):
-        hyps[i] = read_errors.get((1, i), h)
-    out: list[RecordingResult | None] = [None] * len(batch)
-    pairs: list[tuple[Annotations, Annotations | None]] = []
-    pair_index: list[int] = []
-    for i, (rec, ref, hyp) in enumerate(zip(batch, refs, hyps, strict=True)):
-        err = ref if isinstance(ref, AnnotationError) else hyp
-        if isinstance(err, AnnotationError):
-            if strict:
-                raise err
-            out[i] = RecordingResult(rec.subject, rec.recording, None, err, missing[i])
-            continue
-        assert isinstance(ref, Annotations)
-        assert not isinstance(hyp, AnnotationError)
-        pairs.append((ref, hyp))
-        pair_index.append(i)
-    for i, res in zip(pair_index, score_many(pairs, params), strict=True):
-        rec = batch[i]
-        if isinstance(res, AnnotationError):
-            if strict:
-                raise res
-            out[i] = RecordingResult(rec.subject, rec.recording, None, res, missing[i])
-        else:
-            out[i] = RecordingResult(rec.subject, rec.recording, res, None, missing[i])
-    return [r for r in out if r is not None]
+            self.errors[(1, i)] = AnnotationError(rec.hyp_path, None, f"cannot read: {e}")
+        self.hyp_of.append(len(self.hyp_texts))
+        self.hyp_texts.append((data, rec.hyp_path))
+        self.size += len(data)
+
+    def score(self, params: ScoringParams, strict: bool) -> list[RecordingResult]:
+        n = len(self.files)
+        parsed = _parse_arrays(self.texts + self.hyp_texts)
+        fs = params.mask_fs_hz
+        hyp_file = np.asarray(self.hyp_of, dtype=np.int64)
+        has_hyp = hyp_file >= 0
+        hyp_file = np.where(has_hyp, hyp_file + n, -1)
+        # int(recordingDuration * fs): NaN (a file with an error) becomes -1, never used.
+        dur = np.nan_to_num(parsed.durations * fs, nan=-1.0)
+        n_mask_file = np.floor(dur).astype(np.int64)
+        n_ref = n_mask_file[:n]
+        n_hyp = np.where(has_hyp, n_mask_file[np.maximum(hyp_file, 0)], n_ref)
+
+        out: list[RecordingResult | None] = [None] * n
+        errors = parsed.errors
+        scored: list[int] = []
+        for i, rec in enumerate(self.files):
+            missing = not has_hyp[i]
+            err = self.errors.get((0, i)) or errors[i]
+            if err is None and not missing:
+                err = self.errors.get((1, i)) or errors[hyp_file[i]]
+            if err is None:
+                err = _duration_error(parsed, i, int(hyp_file[i]), int(n_ref[i]), int(n_hyp[i]), fs)
+            if err is not None:
+                out[i] = RecordingResult(rec.subject, rec.recording, None, err, missing)
+            else:
+                scored.append(i)
+
+        # Events of the scored recordings, numbered 0..len(scored)-1, from the parsed arrays.
+        rec_of_file = np.full(len(parsed.errors), -1, dtype=np.int64)
+        idx = np.asarray(scored, dtype=np.int64)
+        rec_of_file[idx] = np.arange(idx.shape[0])
+        ref_rec = rec_of_file[parsed.file]
+        rec_of_file[:] = -1
+        rec_of_file[hyp_file[idx][has_hyp[idx]]] = np.flatnonzero(has_hyp[idx])
+        hyp_rec = rec_of_file[parsed.file]
+        keep_ref, keep_hyp = ref_rec >= 0, hyp_rec >= 0
+        scores = _score_batch(
+            parsed.events[keep_ref],
+            ref_rec[keep_ref],
+            parsed.events[keep_hyp],
+            hyp_rec[keep_hyp],
+            n_ref[idx],
+            params,
+        )
+        for i, score in zip(scored, scores, strict=True):
+            rec = self.files[i]
+            out[i] = RecordingResult(rec.subject, rec.recording, score, None, not has_hyp[i])
+        results = [r for r in out if r is not None]
+        if strict:
+            for r in results:
+                if r.error is not None:
+                    raise r.error
+        return results
+
+
+def _duration_error(
+    parsed: _Parsed, ref: int, hyp: int, n_ref: int, n_hyp: int, fs: int
+) -> AnnotationError | None:
+    """The same checks as :func:`score_many`, on parsed arrays."""
+    ref_dur = float(parsed.durations[ref])
+    if n_ref <= 0:
+        return AnnotationError(
+            parsed.sources[ref],
+            None,
+            f"recordingDuration {ref_dur} s is shorter than one mask sample at {fs} Hz",
+        )
+    if hyp >= 0 and n_hyp != n_ref:
+        return AnnotationError(
+            parsed.sources[hyp],
+            None,
+            f"recordingDuration {float(parsed.durations[hyp])} s does not match the "
+            f"reference's {ref_dur} s ({n_hyp} vs {n_ref} samples at {fs} Hz)",
+        )
+    return None

@@ -288,21 +288,40 @@ def aggregate(
         items = list(results)
     items.sort(key=lambda r: (r.subject, r.recording))
     names = sorted({*subjects, *(r.subject for r in items)})
-    zero = RecordingScore.zero(p)
-    sums: dict[str, list[Any]] = {s: [zero, 0, 0, 0] for s in names}
-    pooled = zero
-    for r in items:
-        acc = sums[r.subject]
-        acc[1] += 1
-        acc[2] += int(r.hypothesis_missing)
-        if r.score is None:
-            acc[3] += 1
-            continue
-        acc[0] = acc[0] + r.score
-        pooled = pooled + r.score
+    index = {s: i for i, s in enumerate(names)}
+    n_subj = len(names)
+    subj = np.array([index[r.subject] for r in items], dtype=np.int64)
+    scored = np.array([r.score is not None for r in items], dtype=bool)
+    missing = np.array([r.hypothesis_missing for r in items], dtype=bool)
+    # Columns: event tp, fp, ref_true, num_samples, then the same for sample scoring.
+    table = np.array(
+        [
+            (e.tp, e.fp, e.ref_true, e.num_samples, s.tp, s.fp, s.ref_true, s.num_samples)
+            for r in items
+            if r.score is not None
+            for e, s in ((r.score.event, r.score.sample),)
+        ],
+        dtype=np.int64,
+    ).reshape(-1, 8)
+    sums = np.zeros((n_subj, 8), dtype=np.int64)
+    np.add.at(sums, subj[scored], table)
+    n_rec = np.bincount(subj, minlength=n_subj)
+    n_missing = np.bincount(subj, weights=missing, minlength=n_subj).astype(np.int64)
+    n_err = np.bincount(subj, weights=~scored, minlength=n_subj).astype(np.int64)
+
+    def score_of(row: list[int]) -> RecordingScore:
+        return RecordingScore(
+            Counts(row[0], row[1], row[2], row[3], p.event_fs_hz),
+            Counts(row[4], row[5], row[6], row[7], p.mask_fs_hz),
+        )
+
     subject_results = tuple(
-        SubjectResult(s, acc[0], acc[1], acc[2], acc[3]) for s, acc in sums.items()
+        SubjectResult(name, score_of(row), int(nr), int(nm), int(ne))
+        for name, row, nr, nm, ne in zip(
+            names, sums.tolist(), n_rec.tolist(), n_missing.tolist(), n_err.tolist(), strict=True
+        )
     )
+    pooled = score_of(sums.sum(axis=0).tolist())
 
     def across(kind: str) -> tuple[Metrics, Metrics]:
         per = [getattr(s, kind) for s in subject_results]

@@ -478,34 +478,48 @@ def score_many(
             )
             valid[i] = False
     ok = np.flatnonzero(valid)
-    n_mask = n_mask_all[ok]
-    off_m = _exclusive_cumsum(n_mask + 1)
 
-    def side(which: int) -> _Side:
+    def side(which: int) -> tuple[FloatArray, IntArray]:
         arrays = []
-        recs = []
-        for j, i in enumerate(ok.tolist()):
+        counts = []
+        for i in ok.tolist():
             ann = pairs[i][which]
-            if ann is not None and ann.events.shape[0]:
-                arrays.append(ann.events)
-                recs.append(np.full(ann.events.shape[0], j, dtype=np.int64))
-        if arrays:
-            ev = np.concatenate(arrays)
-            rec = np.concatenate(recs)
-        else:
-            ev = np.empty((0, 2))
-            rec = np.empty(0, dtype=np.int64)
-        return _runs(ev[:, 0], ev[:, 1], rec, n_mask, off_m, fs)
+            arrays.append(ann.events if ann is not None else _NO_EVENTS)
+            counts.append(0 if ann is None else ann.events.shape[0])
+        ev = np.concatenate(arrays) if arrays else _NO_EVENTS
+        return ev, np.repeat(np.arange(ok.shape[0]), counts)
 
-    counts = _score_arrays(side(0), side(1), n_mask, off_m, p)
-    tp_s, fp_s, rt_s, tp_e, fp_e, rt_e, n_ev = (c.tolist() for c in counts)
-    nm = n_mask.tolist()
-    for j, i in enumerate(ok.tolist()):
-        results[i] = RecordingScore(
-            event=Counts(tp_e[j], fp_e[j], rt_e[j], n_ev[j], p.event_fs_hz),
-            sample=Counts(tp_s[j], fp_s[j], rt_s[j], nm[j], fs),
-        )
+    scores = _score_batch(*side(0), *side(1), n_mask_all[ok], p)
+    for i, score in zip(ok.tolist(), scores, strict=True):
+        results[i] = score
     return [r for r in results if r is not None]
+
+
+_NO_EVENTS: Final = np.empty((0, 2))
+
+
+def _score_batch(
+    ref_events: FloatArray,
+    ref_rec: IntArray,
+    hyp_events: FloatArray,
+    hyp_rec: IntArray,
+    n_mask: IntArray,
+    p: ScoringParams,
+) -> list[RecordingScore]:
+    """Scores of recordings ``0..len(n_mask)-1`` from their events (``*_rec``: recording)."""
+    off_m = _exclusive_cumsum(n_mask + 1)
+    fs = p.mask_fs_hz
+    ref = _runs(ref_events[:, 0], ref_events[:, 1], ref_rec, n_mask, off_m, fs)
+    hyp = _runs(hyp_events[:, 0], hyp_events[:, 1], hyp_rec, n_mask, off_m, fs)
+    counts = _score_arrays(ref, hyp, n_mask, off_m, p)
+    tp_s, fp_s, rt_s, tp_e, fp_e, rt_e, n_ev = (c.tolist() for c in counts)
+    fs_e = p.event_fs_hz
+    return [
+        RecordingScore(Counts(a, b, c, d, fs_e), Counts(e, f, g, h, fs))
+        for a, b, c, d, e, f, g, h in zip(
+            tp_e, fp_e, rt_e, n_ev, tp_s, fp_s, rt_s, n_mask.tolist(), strict=True
+        )
+    ]
 
 
 def score_recording(

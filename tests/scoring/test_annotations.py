@@ -214,3 +214,69 @@ def test_error_pickles_with_its_fields():
 
     e = pickle.loads(pickle.dumps(AnnotationError("p", 3, "why")))
     assert (e.path, e.row, e.reason, str(e)) == ("p", 3, "why", "p:3: why")
+
+
+def _parse_fields(texts: list[str]):
+    from szbench_scoring.annotations import _Fields
+
+    joined = ("\n".join(texts) + "\n").encode()
+    ends = np.cumsum([len(t) + 1 for t in texts]) - 1
+    starts = ends - np.array([len(t) for t in texts])
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    return _Fields(joined, buf).numbers(starts.astype(np.int64), ends.astype(np.int64))
+
+
+def test_number_parsing_equals_python_float():
+    rng = np.random.default_rng(11)
+    texts = []
+    for _ in range(20000):
+        digits = int(rng.integers(0, 9))
+        decimals = int(rng.integers(-1, 7))
+        whole = str(int(rng.integers(0, 10**digits))) if digits else ""
+        whole = whole.zfill(int(rng.integers(len(whole), 9))) if rng.random() < 0.1 else whole
+        if decimals < 0:
+            texts.append(whole or "0")
+        else:
+            frac = "".join(str(d) for d in rng.integers(0, 10, decimals))
+            texts.append(f"{whole}.{frac}" if (whole or frac) else "0.")
+    texts += [
+        "0",
+        "0.0",
+        ".5",
+        "5.",
+        "00000.01",
+        "99999999",
+        "9999999.9",
+        "123456789.5",
+        "1e3",
+        "+1.5",
+        " 1.5",
+        "1.5 ",
+        "1_0",
+        "inf",
+        "nan",
+        "-0.0",
+        "3600.00",
+    ]
+    values, bad = _parse_fields(texts)
+    assert not bad.any()
+    expected = np.array([float(t) for t in texts])
+    np.testing.assert_array_equal(values, expected)
+    # Mixed layouts in one column, and runs of repeated values.
+    mixed = ["1.00"] * 50 + ["3600"] * 50 + ["12.5", "7.125", "0.333333", "3600.00"] * 30
+    values, bad = _parse_fields(mixed)
+    assert not bad.any()
+    np.testing.assert_array_equal(values, [float(t) for t in mixed])
+
+
+def test_number_parsing_flags_non_numbers():
+    texts = ["1.0", "n/a", "", "1..2", "1.2.3", "abc", "1,5", "12:30", "1.0"]
+    values, bad = _parse_fields(texts)
+    assert bad.tolist() == [False, True, True, True, True, True, True, True, False]
+    assert values[0] == 1.0
+
+
+def test_trailing_blank_lines_are_skipped():
+    assert parse_annotations(tsv(row("1", "2")) + "\n\n\n").events.tolist() == [[1.0, 3.0]]
+    e = err(tsv(row(), row(duration="-1")) + "\n\n")
+    assert e.row == 3

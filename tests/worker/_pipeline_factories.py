@@ -112,13 +112,24 @@ def make_prepared_dataset(root: Path, recs: Sequence[Rec], seed: int = 0) -> Pat
                 "session": "ses-01",
                 "run": rec.run,
                 "duration_s": float(rec.duration_s),
-                "sfreq_hz": 256.0,
+                "source_sfreq_hz": 256.0,
+                "source_checksum": "",
                 "checksum": "sha256:" + hashlib.sha256((root / eeg).read_bytes()).hexdigest(),
-                "eeg": eeg,
-                "annotations": ann,
+                "eeg_path": eeg,
+                "annotations_path": ann,
+                "flags": [],
             }
         )
-    (root / "manifest.json").write_text(json.dumps({"format": 1, "recordings": entries}, indent=1))
+    # The layout of `szbench dataset prepare` (docs/datasets.md).
+    manifest = {
+        "format": 1,
+        "name": root.name,
+        "created": "2026-01-01T00:00:00+00:00",
+        "channels": ["Cz-Avg"],
+        "sfreq_hz": 256,
+        "recordings": entries,
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return root
 
 

@@ -83,7 +83,10 @@ def docker_client() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def test_images(docker_client: object) -> dict[str, str]:
-    """Build every image under tests/worker/images once, offline, from the local base image."""
+    """Build every image under tests/worker/images once, offline, from the local base image.
+
+    Returns the image id of each, by directory name.
+    """
     from szbench_worker.docker_runner import build_image, inspect_image
     from szbench_worker.runner import ImageError
 
@@ -91,12 +94,13 @@ def test_images(docker_client: object) -> dict[str, str]:
         inspect_image(BASE_IMAGE, docker_client)  # type: ignore[arg-type]
     except ImageError:
         subprocess.run([str(REPO / "scripts" / "build-base-images.sh")], check=True)
-    tags = {}
+    images = {}
     for directory in sorted(p for p in IMAGES_DIR.iterdir() if (p / "Dockerfile").is_file()):
         tag = f"{TEST_IMAGE_PREFIX}{directory.name}:latest"
-        build_image(directory, tag, docker_client)  # type: ignore[arg-type]
-        tags[directory.name] = tag
-    return tags
+        # Tests run these by image id: a tag is shared with anything else building on this
+        # engine (another checkout's test session) and may move under a running session.
+        images[directory.name] = build_image(directory, tag, docker_client).digest  # type: ignore[arg-type]
+    return images
 
 
 @pytest.fixture
@@ -106,3 +110,8 @@ def recording(tmp_path: Path) -> Path:
     dataset.mkdir(parents=True)
     write_edf(dataset / "sub-01_ses-01_task-szMonitoring_run-01_eeg.edf", duration_s=30, seed=2)
     return write_edf(dataset / "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf", duration_s=30)
+
+
+# The hostile images' entry points are scripts for inside their containers (one forks without
+# end, one prints without end): pytest must never import them, not even for doctests.
+collect_ignore_glob = ["images/*"]

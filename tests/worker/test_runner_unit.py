@@ -217,8 +217,14 @@ def test_check_output_outcomes(tmp_path: Path) -> None:
     assert len(bad.message) <= len("/output/rec_events.tsv row 2: ") + MAX_SUBMITTER_DETAIL
 
     tsv.unlink()
+    (tmp_path / "elsewhere.tsv").write_text(bckg_tsv(60.0))
     tsv.symlink_to(tmp_path / "elsewhere.tsv")
-    assert check_output(tsv, **kwargs).outcome is Outcome.NO_OUTPUT  # type: ignore[arg-type]
+    link = check_output(tsv, **kwargs)  # type: ignore[arg-type]
+    assert link.outcome is Outcome.INVALID_OUTPUT
+    assert link.message == "/output/rec_events.tsv must be a regular file."
+    tsv.unlink()
+    tsv.mkdir()
+    assert check_output(tsv, **kwargs).outcome is Outcome.INVALID_OUTPUT  # type: ignore[arg-type]
 
 
 def test_bounded_keeps_head_and_tail() -> None:

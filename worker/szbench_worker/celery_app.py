@@ -79,13 +79,13 @@ def project_task(name: str, *, queue: str = QUEUE_CPU) -> Callable[[F], Any]:
     return decorator
 
 
-@signals.worker_process_init.connect
+@signals.worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_connections_after_fork(**_: Any) -> None:
     # A forked pool process must not share the parent's database connections.
     db.reset_engine()
 
 
-@signals.worker_ready.connect
+@signals.worker_ready.connect  # type: ignore[untyped-decorator]
 def _remove_orphans(**_: Any) -> None:
     # Containers of a worker that was killed (SIGKILL, OOM, power loss) are still there:
     # remove them before taking new work. Their unacknowledged tasks come back by themselves.

@@ -314,6 +314,23 @@ def _umount(target: Path) -> None:
             raise
 
 
+def _shares_mounts_with_dockerd() -> bool:
+    """Whether a local dockerd runs in this process's mount namespace (so it sees our mounts)."""
+    try:
+        own = os.readlink("/proc/self/ns/mnt")
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{entry.name}/comm", encoding="ascii", errors="replace") as f:
+                    if f.read().strip() != "dockerd":
+                        continue
+                return os.readlink(f"/proc/{entry.name}/ns/mnt") == own
+    except OSError:
+        pass
+    return False
+
+
 def _dir_size(path: Path) -> int:
     total = 0
     for root, dirs, files in os.walk(path, followlinks=False):
@@ -377,14 +394,18 @@ class DockerRunner:
         os.chmod(self.work_dir, 0o711)  # noqa: S103 (a remapped container uid must traverse or read it)
         self.host = host or worker_host()
         self.owner = owner_token()
-        self.output_tmpfs = (os.geteuid() == 0) if output_tmpfs is None else output_tmpfs
+        if output_tmpfs is None:
+            # Mounting needs root, and the mount must be visible to dockerd: a worker inside a
+            # container has its own mount namespace, so there the plain directory is used.
+            output_tmpfs = os.geteuid() == 0 and _shares_mounts_with_dockerd()
+        self.output_tmpfs = output_tmpfs
         self._userns = _userns_base(self.client)
 
     @classmethod
     def from_settings(cls, settings: Any) -> DockerRunner:
         """A runner configured by ``SZBENCH_RUNNER_*`` (work dir default: data_dir/runs)."""
         work_dir = settings.runner_work_dir or Path(settings.data_dir) / "runs"
-        return cls(work_dir=work_dir)
+        return cls(work_dir=work_dir, output_tmpfs=settings.runner_output_tmpfs)
 
     # The Runner protocol.
     def run(
@@ -443,12 +464,17 @@ class DockerRunner:
             host_uid, host_gid = base[0] + uid, base[1] + gid
         out.mkdir()
         if self.output_tmpfs:
-            # Slack of one page over the limit so "more than the limit" stays detectable.
-            _mount_tmpfs(out, limits.output_bytes + 4096, host_uid, host_gid)
-            return
-        if host_uid is not None and (host_uid, host_gid) != (os.geteuid(), os.getegid()):
             try:
-                os.chown(out, host_uid, host_gid)  # type: ignore[arg-type]
+                # Slack of one page over the limit so "more than the limit" stays detectable.
+                _mount_tmpfs(out, limits.output_bytes + 4096, host_uid, host_gid)
+                return
+            except PermissionError:
+                log.warning("cannot mount a tmpfs for /output; using a watched directory")
+                self.output_tmpfs = False
+        if host_uid is not None:
+            try:
+                if host_uid != os.geteuid():
+                    os.chown(out, host_uid, host_gid)  # type: ignore[arg-type]
                 os.chmod(out, 0o700)
                 return
             except PermissionError:
@@ -568,7 +594,11 @@ class DockerRunner:
             if tsv.is_file() and not tsv.is_symlink():
                 output_dir.mkdir(parents=True, exist_ok=True)
                 copied = output_dir / output_name
-                shutil.copyfile(tsv, copied)
+                try:
+                    shutil.copyfile(tsv, copied)
+                except OSError:  # e.g. mode 0600 for a foreign uid: the check below says so
+                    copied.unlink(missing_ok=True)
+                    copied = None
             check = check_output(
                 copied if copied is not None else tsv,
                 contract_name=output_name,

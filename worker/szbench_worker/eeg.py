@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 from scipy.signal import resample_poly
@@ -294,7 +294,7 @@ class SourceInfo:
         return n_out // TARGET_SFREQ_HZ
 
 
-def _open_raw(path: Path, include: Sequence[str] | None = None):  # type: ignore[no-untyped-def]
+def _open_raw(path: Path, include: Sequence[str] | None = None) -> Any:
     import mne  # imported here so that importing this module stays cheap
 
     mne.set_log_level("ERROR")
@@ -414,7 +414,9 @@ def _physical_range(lo: float, hi: float) -> tuple[str, str]:
     if not np.isfinite(lo) or not np.isfinite(hi) or hi - lo < 1.0:
         mid = 0.0 if not np.isfinite(lo + hi) else (lo + hi) / 2
         lo, hi = mid - 1.0, mid + 1.0
-    lo_s, hi_s = _fmt(np.floor(lo * 10) / 10), _fmt(np.ceil(hi * 10) / 10)
+    lo_s, hi_s = _fmt(lo), _fmt(hi)
+    if float(lo_s) != lo or float(hi_s) != hi:
+        lo_s, hi_s = _fmt(np.floor(lo * 10) / 10), _fmt(np.ceil(hi * 10) / 10)
     # Formatting may round inwards when precision is dropped; widen until it covers the range.
     while float(lo_s) > lo:
         lo_s = _fmt(float(lo_s) - max(1.0, abs(float(lo_s)) * 1e-4))
@@ -438,8 +440,8 @@ class EdfStreamWriter:
         path: str | os.PathLike[str],
         *,
         labels: Sequence[str],
-        physical_min: Sequence[float],
-        physical_max: Sequence[float],
+        physical_min: Sequence[float] | np.ndarray,
+        physical_max: Sequence[float] | np.ndarray,
         n_records: int,
         sfreq_hz: int = TARGET_SFREQ_HZ,
         start: dt.datetime | None = None,
@@ -587,7 +589,7 @@ def file_checksum(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 22) -
 
 
 def _chunks(
-    raw,
+    raw: Any,
     picks: Sequence[str],
     n_samples: int,
     chunk: int,
@@ -658,7 +660,8 @@ def standardise_recording(
         lo - _RESAMPLE_HEADROOM * span * (ratio != 1),
         hi + _RESAMPLE_HEADROOM * span * (ratio != 1),
     )
-    full_lo, full_hi = np.full(len(CHANNELS), -1.0), np.full(len(CHANNELS), 1.0)
+    # Flat-filled channels: a range in which 0 is exactly a digital value.
+    full_lo, full_hi = np.full(len(CHANNELS), -32.768), np.full(len(CHANNELS), 32.767)
     full_lo[index], full_hi[index] = lo, hi
 
     start = _meas_date(raw)
@@ -702,7 +705,9 @@ def standardise_recording(
     )
 
 
-def _scan_bounds(raw, picks: Sequence[str], n_samples: int, chunk: int):  # type: ignore[no-untyped-def]
+def _scan_bounds(
+    raw: Any, picks: Sequence[str], n_samples: int, chunk: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel min and max (µV), one chunk at a time, for formats without a header range."""
     lo = np.full(len(picks), np.inf)
     hi = np.full(len(picks), -np.inf)
@@ -714,7 +719,7 @@ def _scan_bounds(raw, picks: Sequence[str], n_samples: int, chunk: int):  # type
     return lo, hi
 
 
-def _meas_date(raw) -> dt.datetime:  # type: ignore[no-untyped-def]
+def _meas_date(raw: Any) -> dt.datetime:
     meas = raw.info.get("meas_date")
     if meas is None:
         return dt.datetime(2000, 1, 1)

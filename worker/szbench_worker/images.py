@@ -1,10 +1,11 @@
 """Getting an algorithm version's image onto this worker, and the reference to run it by.
 
-Uploaded tarballs are loaded from the uploads volume (``SZBENCH_UPLOADS_DIR`` when the
-platform defines it, else ``data_dir/uploads``); image references are used when present
-on the engine and pulled by digest otherwise. The result is the image id (``sha256:...``),
-checked against the digest recorded for the version: the digest is part of every result's
-idempotency key, so an image that changed under its name must not run.
+Uploaded tarballs are loaded from the uploads volume (``SZBENCH_UPLOADS_DIR``, default
+``data_dir/uploads``); image references (``name@sha256:...``) are used when present on the
+engine and pulled by digest otherwise. The result is the image id (``sha256:...``), checked
+against the digest recorded for the version (the image id for tarballs, the registry's
+manifest digest for references): the digest is part of every result's idempotency key, so
+an image that changed under its name must not run.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ from szbench_worker.runner import ImageError, Runner
 
 def uploads_dir(settings: Settings) -> Path:
     """Where uploaded image tarballs are kept (relative ``tarball_path`` values resolve here)."""
-    configured = getattr(settings, "uploads_dir", None)
-    return Path(configured) if configured else Path(settings.data_dir) / "uploads"
+    return Path(settings.effective_uploads_dir)
+
+
+def _matches(recorded: str, info: Any) -> bool:
+    # Tarballs record the image id; references record the registry's manifest digest.
+    return recorded == info.digest or any(d.endswith("@" + recorded) for d in info.repo_digests)
 
 
 def resolve_docker_image(version: AlgorithmVersion, *, client: Any, settings: Settings) -> str:
@@ -51,7 +56,7 @@ def resolve_docker_image(version: AlgorithmVersion, *, client: Any, settings: Se
             info = pull_image(version.image_reference, client)
     else:
         raise ImageError("the algorithm version has neither an image tarball nor a reference")
-    if recorded and info.digest != recorded:
+    if recorded and not _matches(recorded, info):
         raise ImageError(f"the image's digest {info.digest} differs from the recorded {recorded}")
     return info.digest
 

@@ -487,7 +487,7 @@ def run_recording(run_id: int) -> RunStep:
             limits=claim.limits,
             gpus=gpus,
         )
-        return _store_result(run_id, result)
+        return _store_result(run_id, result, ran_image=image)
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
 
@@ -543,7 +543,7 @@ def _finish_run(session: Session, run: RecordingRun) -> tuple[int, int]:
     return done, total
 
 
-def _store_result(run_id: int, result: RunResult) -> RunStep:
+def _store_result(run_id: int, result: RunResult, ran_image: str = "") -> RunStep:
     with session_scope() as session:
         run = _lock_run(session, run_id)
         if run is None:

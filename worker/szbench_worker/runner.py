@@ -19,6 +19,7 @@ smuggle it out through an error message). :attr:`RunResult.admin_log` has everyt
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -252,7 +253,9 @@ def check_output(
     from szbench_scoring import AnnotationError, read_annotations
 
     shown = f"{CONTAINER_OUTPUT_DIR}/{contract_name}"
-    if not tsv.is_file() or tsv.is_symlink():
+    if tsv.is_symlink() or (tsv.exists() and not tsv.is_file()):
+        return OutputCheck(Outcome.INVALID_OUTPUT, f"{shown} must be a regular file.")
+    if not tsv.is_file():
         return OutputCheck(Outcome.NO_OUTPUT, f"The algorithm wrote no {shown}.")
     try:
         annotations = read_annotations(tsv)
@@ -313,6 +316,7 @@ def worker_host() -> str:
     return os.environ.get("SZBENCH_WORKER_HOST") or socket.gethostname()
 
 
+@functools.lru_cache(maxsize=16)
 def describe_gpus(device_ids: tuple[str, ...]) -> GpuInfo | None:
     """Model and driver of the given GPUs from ``nvidia-smi`` (ids only when it is absent)."""
     if not device_ids:

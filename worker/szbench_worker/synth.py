@@ -106,7 +106,7 @@ def _pink_sos() -> np.ndarray:
     poles = -2 * np.pi * freqs
     zeros = -2 * np.pi * freqs * step
     z, p, k = signal.bilinear_zpk(zeros, poles, 1.0, FS)
-    return signal.zpk2sos(z, p, k)
+    return np.asarray(signal.zpk2sos(z, p, k))
 
 
 _PINK = _pink_sos()
@@ -228,7 +228,8 @@ def generate_recording(
     zi_pink = np.zeros((_PINK.shape[0], len(CHANNELS), 2))
     zi_slow = np.zeros((_SLOW.shape[0], len(CHANNELS), 2))
     zi_alpha = np.zeros((_ALPHA.shape[0], 2))
-    zi_muscle = np.zeros((_MUSCLE.shape[0], len(CHANNELS), 2))
+    temporal = np.concatenate([_LEFT_TEMPORAL, _RIGHT_TEMPORAL])
+    zi_muscle = np.zeros((_MUSCLE.shape[0], temporal.size, 2))
     pink_gain = _gain_at(_PINK, np.linspace(1, 30, 30))
     chunk = _CHUNK_S * FS
     sigma = 0.08 * FS
@@ -266,8 +267,10 @@ def generate_recording(
                 bump = amp * np.exp(-0.5 * ((t[lo - t0 : hi - t0] - centre) / sigma) ** 2)
                 x[:, lo - t0 : hi - t0] += _BLINK_WEIGHT[:, None] * bump[None, :]
             # Muscle: high-frequency noise gated by the bursts over one temporal region.
-            hf, zi_muscle = signal.sosfilt(
-                _MUSCLE, noise_rng.standard_normal((len(CHANNELS), n)), axis=-1, zi=zi_muscle
+            # Only the temporal electrodes ever carry muscle: filter noise for those alone.
+            hf = np.zeros((len(CHANNELS), n))
+            hf[temporal], zi_muscle = signal.sosfilt(
+                _MUSCLE, noise_rng.standard_normal((temporal.size, n)), axis=-1, zi=zi_muscle
             )
             for on, length, amp, side in zip(
                 muscle_on, muscle_len, muscle_amp, muscle_side, strict=True

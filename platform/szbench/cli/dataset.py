@@ -18,12 +18,15 @@ from rich.table import Table
 app = typer.Typer(
     help="Check and prepare EEG datasets (BIDS, SzCORE layout).", no_args_is_help=True
 )
-console = Console()
-err_console = Console(stderr=True)
+
+
+def _consoles() -> tuple[Console, Console]:
+    # Built per command (not at import) so that the terminal width is read when it runs.
+    return Console(), Console(stderr=True)
 
 
 @contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int, str], None]]:
+def _progress(label: str, err_console: Console) -> Iterator[Callable[[int, int, str], None]]:
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -51,8 +54,9 @@ def check(
     """Check a dataset and report every problem; writes nothing."""
     from szbench_worker.datasets import DatasetError, check_dataset
 
+    console, err_console = _consoles()
     try:
-        with _progress("checking") as update:
+        with _progress("checking", err_console) as update:
             report = check_dataset(path, allow_flat_fill=allow_flat_fill, progress=update)
     except DatasetError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
@@ -98,8 +102,9 @@ def prepare(
     """Standardise a dataset into OUT: 19 ch, common average, 256 Hz EDF, checked annotations."""
     from szbench_worker.datasets import DatasetError, prepare_dataset
 
+    console, err_console = _consoles()
     try:
-        with _progress("preparing") as update:
+        with _progress("preparing", err_console) as update:
             report = prepare_dataset(
                 path, out, allow_flat_fill=allow_flat_fill, name=name, progress=update
             )

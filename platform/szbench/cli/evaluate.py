@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,25 +41,31 @@ def prepared_dataset(directory: Path, data_dir: Path) -> tuple[Path, bool]:
     """The prepared folder for ``directory``, and whether it was a raw BIDS tree.
 
     A folder with ``manifest.json`` is already prepared. Otherwise it is prepared once into
-    ``data_dir/datasets/<content hash>`` (reused while the input's bytes stay the same).
+    ``data_dir/datasets/<content hash>`` and reused while the input's bytes stay the same
+    (an interrupted preparation resumes: the preparer keeps what it finished).
     """
     if (directory / "manifest.json").is_file():
         return directory, False
     key = dataset_content_key(directory)
     target = data_dir / "datasets" / key[:32]
-    if (target / "manifest.json").is_file():
+    done_marker = target / ".szbench-prepared"
+    if done_marker.is_file():
         console.print(f"Using the prepared copy of {directory} ({target}).")
         return target, True
-    from szbench_worker.datasets import prepare_dataset
+    from szbench_worker.datasets import DatasetError, prepare_dataset
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".prepare-", dir=target.parent))
     console.print(f"Preparing {directory} (standardising the EEG once; cached by content)...")
     try:
-        prepare_dataset(directory, scratch)
-        scratch.rename(target)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        report = prepare_dataset(directory, target)
+    except DatasetError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    for problem in report.problems:
+        console.print(f"[yellow]skipped {problem}[/yellow]")
+    if not report.manifest.recordings:
+        console.print("[red]No recording could be prepared.[/red]")
+        raise typer.Exit(2)
+    done_marker.write_text(key + "\n")
     return target, True
 
 
@@ -75,8 +79,8 @@ def _runner_and_digest(
     if local_process is not None:
         from szbench_worker.local_runner import LocalProcessRunner
 
-        runner = LocalProcessRunner(local_process, cwd=Path.cwd())
-        return runner, runner.digest, local_process, "trusted local process (NOT sandboxed)"
+        local = LocalProcessRunner(local_process, cwd=Path.cwd())
+        return local, local.digest, local_process, "trusted local process (NOT sandboxed)"
     from szbench_worker import docker_runner
     from szbench_worker.runner import ImageError
 

@@ -41,6 +41,7 @@ from szbench.cli import dataset as _dataset  # noqa: E402
 from szbench.cli import db as _db  # noqa: E402
 from szbench.cli import evaluate as _evaluate  # noqa: E402
 from szbench.cli import leaderboard as _leaderboard  # noqa: E402
+from szbench.cli import score as _score  # noqa: E402
 from szbench.cli import serve as _serve  # noqa: E402
 from szbench.cli import synth as _synth  # noqa: E402
 from szbench.cli import tokens as _tokens  # noqa: E402
@@ -50,6 +51,7 @@ app.add_typer(_dataset.app, name="dataset")
 app.add_typer(_db.app, name="db")
 app.command(name="evaluate")(_evaluate.evaluate)
 app.command("synth")(_synth.synth)
+app.command("score")(_score.score)
 app.command("serve")(_serve.serve)
 app.add_typer(_users.app, name="user")
 app.add_typer(_tokens.app, name="token")

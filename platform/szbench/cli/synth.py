@@ -8,8 +8,6 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-console = Console()
-
 
 def synth(
     out: Path = typer.Argument(..., help="Folder to write the dataset into."),
@@ -26,6 +24,7 @@ def synth(
     """Generate synthetic EEG (19 ch, 256 Hz, seizures with their _events.tsv)."""
     from szbench_worker.synth import generate_dataset
 
+    console = Console()
     try:
         with Progress(
             TextColumn("[bold]generating"),

@@ -129,7 +129,8 @@ def read_manifest(prepared_path: Path) -> tuple[list[dict[str, Any]], str]:
         duration = _first(entry, "duration_s", "duration")
         if isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0:
             raise BadRequest(f"{where}.duration_s: must be a positive number, got {duration!r}")
-        sfreq = _first(entry, "sfreq_hz", "sfreq") or 256.0
+        # The standardised rate is the dataset's (top level); per entry only as a fallback.
+        sfreq = data.get("sfreq_hz") or _first(entry, "sfreq_hz", "sfreq") or 256.0
         flags = entry.get("flags") or []
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
             raise BadRequest(f"{where}.flags: must be a list of strings")
@@ -144,12 +145,12 @@ def read_manifest(prepared_path: Path) -> tuple[list[dict[str, Any]], str]:
                 "source_checksum": str(entry.get("source_checksum") or ""),
                 "checksum": checksum,
                 "eeg_path": _relative_file(
-                    prepared_path, _first(entry, "eeg", "eeg_path"), f"{where}.eeg"
+                    prepared_path, _first(entry, "eeg_path", "eeg"), f"{where}.eeg_path"
                 ),
                 "annotations_path": _relative_file(
                     prepared_path,
-                    _first(entry, "annotations", "annotations_path", "events"),
-                    f"{where}.annotations",
+                    _first(entry, "annotations_path", "annotations"),
+                    f"{where}.annotations_path",
                 ),
                 "flags": flags,
             }

@@ -2,5 +2,11 @@
 
 import sys
 
-print("Traceback (most recent call last): model weights not found", file=sys.stderr, flush=True)
-sys.exit(3)
+
+def main() -> None:
+    print("Traceback (most recent call last): model weights not found", file=sys.stderr, flush=True)
+    sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

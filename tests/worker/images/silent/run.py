@@ -1,3 +1,9 @@
 """Exits 0 without writing the output TSV."""
 
-print("done, nothing written", flush=True)
+
+def main() -> None:
+    print("done, nothing written", flush=True)
+
+
+if __name__ == "__main__":
+    main()

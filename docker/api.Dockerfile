@@ -1,0 +1,38 @@
+# The API image: the szbench package with its core dependencies only (FastAPI, SQLAlchemy,
+# Celery client). No docker SDK and no MNE: the API enqueues work by task name and never runs
+# containers or reads EEG. Built by scripts/build-project-images.sh, whose build context holds
+# the wheels (built on the host) and the migrations; nothing is downloaded here.
+FROM szbench/python-base:bookworm AS build
+COPY wheels /wheels
+# Dependencies first (their layer stays cached while only szbench changes), then szbench.
+RUN python3 -m venv /opt/szbench \
+    && /opt/szbench/bin/pip install --no-index --no-deps --no-compile -q -r /wheels/api.txt
+COPY project /project
+RUN /opt/szbench/bin/pip install --no-index --no-deps --no-compile -q /project/szbench-*.whl \
+    && /opt/szbench/bin/pip check \
+    && /opt/szbench/bin/python -m compileall -q /opt/szbench/lib
+
+FROM szbench/python-base:bookworm
+RUN groupadd --gid 10001 szbench \
+    && useradd --uid 10001 --gid 10001 --home-dir /var/lib/szbench --no-create-home \
+        --shell /usr/sbin/nologin szbench \
+    && install -d -o 10001 -g 10001 /var/lib/szbench
+COPY --from=build /opt/szbench /opt/szbench
+COPY migrations /opt/szbench/migrations
+ENV PATH=/opt/szbench/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    SZBENCH_MIGRATIONS_DIR=/opt/szbench/migrations \
+    SZBENCH_DATA_DIR=/var/lib/szbench \
+    SZBENCH_LOG_FORMAT=json
+USER 10001:10001
+WORKDIR /var/lib/szbench
+EXPOSE 8000
+# tini reaps children and forwards SIGTERM, so uvicorn shuts down gracefully on `docker stop`.
+# Uvicorn re-raises the SIGTERM after its graceful shutdown (exit 143): -e 143 reports that
+# planned stop as success, so a crash stays distinguishable from a stop.
+ENTRYPOINT ["/usr/bin/tini", "-e", "143", "--"]
+# The app factory directly (not `szbench serve`): no embedded worker in this image, and
+# uvicorn reads UVICORN_* variables (e.g. UVICORN_WORKERS) for tuning.
+CMD ["uvicorn", "--factory", "szbench.app:create_app", "--host", "0.0.0.0", "--port", "8000", \
+     "--proxy-headers", "--forwarded-allow-ips", "*"]

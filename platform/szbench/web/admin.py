@@ -1,0 +1,277 @@
+"""Admin pages: datasets and versions, continuous benchmarking, users and roles,
+publishing hidden results, the queue. Every route requires the admin role."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+
+from szbench import pipeline
+from szbench.api.deps import SessionDep
+from szbench.auth import service as auth
+from szbench.auth.dependencies import AdminOnly
+from szbench.datasets import queries as datasets
+from szbench.datasets import router as datasets_api
+from szbench.datasets.schemas import DatasetVersionCreate
+from szbench.errors import BadRequest, SzbenchError
+from szbench.evaluations import queries as evaluations
+from szbench.models import DatasetKind, Role
+from szbench.phases import service as phases
+from szbench.web import queries as web_queries
+from szbench.web.common import CsrfChecked, redirect, render
+
+router = APIRouter(prefix="/admin", include_in_schema=False)
+
+
+@router.get("", response_class=HTMLResponse)
+def admin_home(request: Request, session: SessionDep, caller: AdminOnly) -> Response:
+    """Admin overview."""
+    queue = web_queries.queue_view(session)
+    return render(request, "admin/home.html", caller, {"title": "Admin", "queue": queue})
+
+
+# --- datasets ----------------------------------------------------------------------------------
+
+
+def _datasets_page(
+    request: Request,
+    session: SessionDep,
+    caller: AdminOnly,
+    *,
+    error: str | None = None,
+    check: object | None = None,
+    form: dict[str, str] | None = None,
+    status_code: int = 200,
+) -> Response:
+    rows, _ = datasets.list_datasets(session, limit=500, offset=0)
+    counts = {d.id: datasets.recording_counts(session, d) for d in rows}
+    context = {
+        "title": "Datasets",
+        "datasets": rows,
+        "counts": counts,
+        "kinds": list(DatasetKind),
+        "error": error,
+        "check": check,
+        "form": form or {},
+    }
+    return render(request, "admin/datasets.html", caller, context, status_code=status_code)
+
+
+@router.get("/datasets", response_class=HTMLResponse)
+def datasets_page(request: Request, session: SessionDep, caller: AdminOnly) -> Response:
+    """Datasets and their versions; forms to create and register."""
+    return _datasets_page(request, session, caller)
+
+
+@router.post("/datasets", response_class=HTMLResponse)
+def create_dataset(
+    request: Request,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    slug: Annotated[str, Form(max_length=100)] = "",
+    title: Annotated[str, Form(max_length=200)] = "",
+    description: Annotated[str, Form(max_length=5000)] = "",
+    kind: Annotated[str, Form(max_length=30)] = DatasetKind.HELD_OUT.value,
+) -> Response:
+    """Create a dataset."""
+    try:
+        kind_value = DatasetKind(kind)
+    except ValueError:
+        return _datasets_page(
+            request, session, caller, error=f"kind: unknown kind {kind!r}", status_code=400
+        )
+    try:
+        pipeline.dataset_service().create_dataset(
+            session, slug=slug.strip(), title=title, description=description, kind=kind_value
+        )
+    except SzbenchError as exc:
+        session.rollback()
+        return _datasets_page(
+            request, session, caller, error=exc.detail, status_code=exc.status_code
+        )
+    return redirect("/admin/datasets", f"Dataset {slug} created.")
+
+
+@router.post("/datasets/{slug}/versions", response_class=HTMLResponse)
+def register_version(
+    request: Request,
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    version: Annotated[str, Form(max_length=100)] = "",
+    prepared_path: Annotated[str, Form(max_length=1000)] = "",
+    action: Annotated[str, Form(max_length=20)] = "check",
+) -> Response:
+    """Check a prepared version (dry run: who would be queued), or register it and queue."""
+    form = {"slug": slug, "version": version, "prepared_path": prepared_path}
+    try:
+        if not version.strip() or not prepared_path.strip():
+            raise BadRequest("version and prepared_path: both are required")
+        body = DatasetVersionCreate(version=version.strip(), prepared_path=prepared_path.strip())
+        result = datasets_api.register_version(
+            slug, body, session, caller, dry_run=(action != "register")
+        )
+    except SzbenchError as exc:
+        session.rollback()
+        return _datasets_page(
+            request, session, caller, error=exc.detail, form=form, status_code=exc.status_code
+        )
+    except ValueError as exc:  # pydantic validation of the body
+        return _datasets_page(request, session, caller, error=str(exc), form=form, status_code=400)
+    if action != "register":
+        return _datasets_page(request, session, caller, check=result, form=form)
+    return redirect(
+        "/admin/datasets",
+        f"{slug} {result.version} registered: {result.recordings} recordings, "
+        f"{len(result.evaluation_ids)} evaluations queued.",
+    )
+
+
+@router.get("/datasets/{slug}/versions/{version}/benchmark", response_class=HTMLResponse)
+def benchmark_plan(
+    request: Request, slug: str, version: str, session: SessionDep, caller: AdminOnly
+) -> Response:
+    """Dry run of continuous benchmarking on a version, with a button to confirm."""
+    planned = datasets_api.benchmark_plan(slug, version, session, caller)
+    context = {
+        "title": f"Benchmark {slug} {version}",
+        "slug": slug,
+        "version": version,
+        "planned": planned,
+    }
+    return render(request, "admin/benchmark.html", caller, context)
+
+
+@router.post("/datasets/{slug}/versions/{version}/benchmark")
+def queue_benchmark(
+    slug: str, version: str, session: SessionDep, caller: AdminOnly, _csrf: CsrfChecked
+) -> Response:
+    """Queue every active algorithm version not yet evaluated on this dataset version."""
+    ids = datasets_api.queue_benchmark(slug, version, session, caller)
+    return redirect("/admin/datasets", f"{len(ids)} evaluations queued on {slug} {version}.")
+
+
+# --- users -------------------------------------------------------------------------------------
+
+
+def _users_page(
+    request: Request, session: SessionDep, caller: AdminOnly, *, error: str | None = None,
+    status_code: int = 200,
+) -> Response:  # fmt: skip
+    users, total = auth.list_users(session, limit=500, offset=0)
+    context = {
+        "title": "Users",
+        "users": users,
+        "total": total,
+        "roles": list(Role),
+        "error": error,
+    }
+    return render(request, "admin/users.html", caller, context, status_code=status_code)
+
+
+@router.get("/users", response_class=HTMLResponse)
+def users_page(request: Request, session: SessionDep, caller: AdminOnly) -> Response:
+    """Users and roles."""
+    return _users_page(request, session, caller)
+
+
+@router.post("/users", response_class=HTMLResponse)
+def create_user(
+    request: Request,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    email: Annotated[str, Form(max_length=320)] = "",
+    name: Annotated[str, Form(max_length=200)] = "",
+    password: Annotated[str, Form(max_length=1000)] = "",
+    role: Annotated[str, Form(max_length=20)] = Role.RESEARCHER.value,
+) -> Response:
+    """Create a user with any role."""
+    try:
+        auth.create_user(
+            session, email=email, password=password or None, name=name, role=Role(role)
+        )
+    except ValueError:
+        return _users_page(
+            request, session, caller, error=f"role: unknown role {role!r}", status_code=400
+        )
+    except SzbenchError as exc:
+        session.rollback()
+        return _users_page(request, session, caller, error=exc.detail, status_code=exc.status_code)
+    return redirect("/admin/users", f"User {email} created.")
+
+
+@router.post("/users/{user_id}", response_class=HTMLResponse)
+def update_user(
+    request: Request,
+    user_id: int,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    role: Annotated[str, Form(max_length=20)] = "",
+    is_active: Annotated[str, Form(max_length=5)] = "",
+) -> Response:
+    """Change a user's role or active flag."""
+    assert caller.user is not None
+    user = auth.get_user(session, user_id)
+    try:
+        new_role = Role(role) if role else None
+    except ValueError:
+        return _users_page(
+            request, session, caller, error=f"role: unknown role {role!r}", status_code=400
+        )
+    active = None if not is_active else is_active == "true"
+    if user.id == caller.user.id and (active is False or (new_role and new_role != Role.ADMIN)):
+        return _users_page(
+            request, session, caller, error="you cannot demote or deactivate yourself",
+            status_code=409,
+        )  # fmt: skip
+    auth.update_user(session, user, role=new_role, is_active=active)
+    return redirect("/admin/users", f"User {user.email} updated.")
+
+
+# --- publishing ----------------------------------------------------------------------------------
+
+
+@router.get("/publishing", response_class=HTMLResponse)
+def publishing(request: Request, session: SessionDep, caller: AdminOnly) -> Response:
+    """Hidden (unpublished) results, per evaluation and per phase."""
+    context = {
+        "title": "Publishing",
+        "hidden": web_queries.unpublished(session),
+        "phases": web_queries.all_phases(session),
+    }
+    return render(request, "admin/publishing.html", caller, context)
+
+
+@router.post("/evaluations/{evaluation_id}/publish")
+def publish_evaluation(
+    evaluation_id: int, session: SessionDep, caller: AdminOnly, _csrf: CsrfChecked
+) -> Response:
+    """Publish one evaluation's results."""
+    evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
+    phases.publish_evaluation(session, evaluation)
+    return redirect("/admin/publishing", f"Evaluation {evaluation_id} published.")
+
+
+@router.post("/phases/{slug}/publish")
+def publish_phase(
+    slug: str, session: SessionDep, caller: AdminOnly, _csrf: CsrfChecked
+) -> Response:
+    """Publish every result of a phase."""
+    count = phases.publish_phase(session, phases.get_phase(session, slug))
+    return redirect("/admin/publishing", f"Phase {slug}: {count} evaluations published.")
+
+
+# --- queue -----------------------------------------------------------------------------------
+
+
+@router.get("/queue", response_class=HTMLResponse)
+def queue_page(request: Request, session: SessionDep, caller: AdminOnly) -> Response:
+    """Waiting, running and failed work, per worker (database, broker, Celery)."""
+    context = {"title": "Queue", "queue": web_queries.queue_view(session)}
+    return render(request, "admin/queue.html", caller, context)

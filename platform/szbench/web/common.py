@@ -1,0 +1,171 @@
+"""What every page shares: templates, the CSRF token, the caller, HTML errors.
+
+CSRF (see docs/web-ui.md): the session cookie is ``SameSite=Lax`` (browsers do not send it
+on cross-site POSTs) and cookie-authenticated writes whose ``Origin`` names another host are
+refused by the auth dependency. On top of that, every HTML form carries a token that must
+equal the ``szbench_csrf`` cookie (double submit): a random value set on the first page
+view, ``HttpOnly``, ``SameSite=Strict``. It protects the sign-in and sign-up forms too,
+which have no session yet. The page scripts call the JSON API with ``fetch`` (JSON bodies
+and ``PUT``s, which a cross-site form cannot send), relying on SameSite and the Origin check.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from szbench import __version__
+from szbench.auth.dependencies import Principal, get_principal
+from szbench.config import get_settings
+from szbench.errors import Forbidden, SzbenchError
+from szbench.web import charts
+
+HERE = Path(__file__).resolve().parent
+CSRF_COOKIE = "szbench_csrf"
+CSRF_FIELD = "csrf_token"
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+templates.env.globals.update(fmt=charts.fmt, version=__version__, csrf_field=CSRF_FIELD)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if charts.is_missing(value) else f"{100 * value:.1f}%"  # type: ignore[operator]
+
+
+templates.env.filters["pct"] = _pct
+templates.env.filters["num"] = charts.fmt
+
+
+def csrf_token(request: Request) -> str:
+    """This browser's CSRF token (a new one when it has none yet; set by :func:`render`)."""
+    existing = request.cookies.get(CSRF_COOKIE)
+    if existing and 20 <= len(existing) <= 100:
+        return existing
+    token = getattr(request.state, "new_csrf", None)
+    if token is None:
+        token = secrets.token_urlsafe(32)
+        request.state.new_csrf = token
+    return str(token)
+
+
+def _set_csrf_cookie(request: Request, response: Response) -> None:
+    token = getattr(request.state, "new_csrf", None)
+    if token is not None and request.cookies.get(CSRF_COOKIE) != token:
+        response.set_cookie(
+            CSRF_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=get_settings().session_cookie_secure,
+            path="/",
+        )
+
+
+def check_csrf(request: Request, csrf_token: Annotated[str, Form(max_length=200)] = "") -> None:
+    """Dependency of every form POST: the form's token must equal the cookie's."""
+    cookie = request.cookies.get(CSRF_COOKIE) or ""
+    if not cookie or not csrf_token or not hmac.compare_digest(cookie, csrf_token):
+        raise Forbidden(
+            "the form's security token is missing or out of date; reload the page and try again"
+        )
+
+
+CsrfChecked = Annotated[None, Depends(check_csrf)]
+Caller = Annotated[Principal, Depends(get_principal)]
+
+
+def render(
+    request: Request,
+    template: str,
+    caller: Principal | None,
+    context: dict[str, Any] | None = None,
+    *,
+    status_code: int = 200,
+) -> HTMLResponse:
+    """Render ``template`` with the caller, CSRF token, flash message and settings."""
+    settings = get_settings()
+    flash = request.query_params.get("msg")
+    ctx = {
+        "request": request,
+        "user": caller.user if caller else None,
+        "is_admin": bool(caller and caller.is_admin),
+        "csrf": csrf_token(request),
+        "flash": flash[:300] if flash else None,
+        "signup_open": settings.allow_signup,
+        **(context or {}),
+    }
+    response = templates.TemplateResponse(request, template, ctx, status_code=status_code)
+    _set_csrf_cookie(request, response)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def redirect(path: str, message: str | None = None) -> RedirectResponse:
+    """A 303 after a form POST, with an optional message shown on the next page."""
+    if message:
+        path += ("&" if "?" in path else "?") + "msg=" + quote(message)
+    return RedirectResponse(path, status_code=303)
+
+
+def safe_next(target: str | None) -> str:
+    """A local path to go to after sign-in (never another site)."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"
+
+
+# --- errors as pages ----------------------------------------------------------------------
+
+_NON_PAGE_PREFIXES = ("/api/", "/healthz", "/readyz", "/metrics", "/static/")
+
+
+def is_page_request(request: Request) -> bool:
+    path = request.url.path
+    return not path.startswith(_NON_PAGE_PREFIXES) and not path.endswith(".json")
+
+
+def install_error_pages(app: Any) -> None:
+    """Render errors on page routes as HTML (sign-in redirect for 401); API errors unchanged."""
+    handlers = app.exception_handlers
+    api_error = handlers[SzbenchError]
+    api_http = handlers[StarletteHTTPException]
+
+    async def page_error(request: Request, exc: Exception) -> Any:
+        if not is_page_request(request):
+            return await api_error(request, exc)
+        assert isinstance(exc, SzbenchError)
+        if exc.status_code == 401:
+            return redirect(f"/login?next={quote(request.url.path)}", "Please sign in first.")
+        return _error_page(request, exc.status_code, exc.name, exc.detail)
+
+    async def page_http_error(request: Request, exc: Exception) -> Any:
+        if not is_page_request(request):
+            return await api_http(request, exc)
+        assert isinstance(exc, StarletteHTTPException)
+        detail = "There is no page here." if exc.status_code == 404 else str(exc.detail)
+        return _error_page(request, exc.status_code, "Error", detail)
+
+    app.add_exception_handler(SzbenchError, page_error)
+    app.add_exception_handler(StarletteHTTPException, page_http_error)
+
+
+def _error_page(request: Request, status_code: int, name: str, detail: str) -> HTMLResponse:
+    titles = {403: "Not allowed", 404: "Not found", 409: "Conflict", 429: "Quota used up"}
+    context = {
+        "signed_in": getattr(request.state, "user_id", None) is not None,
+        "title": titles.get(status_code, "Something went wrong"),
+        "status": status_code,
+        "name": name,
+        "detail": detail,
+    }
+    # The caller is not resolved again here (that could fail the same way); the navigation
+    # knows from the request state whether someone is signed in.
+    return render(request, "error.html", None, context, status_code=status_code)

@@ -1,0 +1,297 @@
+"""Public pages: home, sign in/out, sign up, leaderboards, metric definitions, algorithms."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from szbench.algorithms import service as algorithms
+from szbench.api.deps import SessionDep
+from szbench.auth import cookies
+from szbench.auth import service as auth
+from szbench.auth.dependencies import Anyone
+from szbench.config import get_settings
+from szbench.datasets import queries as datasets
+from szbench.errors import Forbidden, NotFound, SzbenchError
+from szbench.evaluations import queries as evaluations
+from szbench.leaderboards import service as leaderboards
+from szbench.leaderboards.statistics import CI_METRICS
+from szbench.models import Role
+from szbench.results import queries as results
+from szbench.web import charts
+from szbench.web import queries as web_queries
+from szbench.web.common import Caller, CsrfChecked, redirect, render, safe_next
+
+router = APIRouter(include_in_schema=False)
+
+METRIC_LABELS = {
+    "event_f1": "Event F1",
+    "event_sensitivity": "Event sensitivity",
+    "event_precision": "Event precision",
+    "event_fp_rate": "Event FP/day",
+    "sample_f1": "Sample F1",
+    "sample_sensitivity": "Sample sensitivity",
+    "sample_precision": "Sample precision",
+    "sample_fp_rate": "Sample FP/day",
+}
+
+
+@router.get("/", response_class=HTMLResponse)
+def home(request: Request, session: SessionDep, caller: Anyone) -> Response:
+    """Home: every leaderboard."""
+    boards = leaderboards.index(session, viewer=caller.user)
+    all_datasets, _ = datasets.list_datasets(session, limit=200, offset=0)
+    return render(
+        request,
+        "home.html",
+        caller,
+        {"boards": boards, "datasets": all_datasets, "title": "szbench"},
+    )
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, caller: Caller, next: str | None = None) -> Response:
+    """The sign-in form."""
+    return render(request, "login.html", caller, {"next": safe_next(next), "title": "Sign in"})
+
+
+@router.post("/login", response_class=HTMLResponse)
+def login(
+    request: Request,
+    session: SessionDep,
+    caller: Caller,
+    _csrf: CsrfChecked,
+    email: Annotated[str, Form(max_length=320)] = "",
+    password: Annotated[str, Form(max_length=1000)] = "",
+    next: Annotated[str, Form(max_length=2000)] = "/",
+) -> Response:
+    """Check the password and set the session cookie."""
+    response = RedirectResponse(safe_next(next), status_code=303)
+    try:
+        cookies.login_with_password(session, response, email=email, password=password)
+    except SzbenchError as exc:
+        context = {"next": safe_next(next), "error": exc.detail, "email": email, "title": "Sign in"}
+        return render(request, "login.html", caller, context, status_code=exc.status_code)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, session: SessionDep, _csrf: CsrfChecked) -> Response:
+    """Revoke the session's token and clear the cookie."""
+    response = redirect("/", "You are signed out.")
+    cookies.logout(session, request, response)
+    return response
+
+
+def _check_signup_open() -> None:
+    if not get_settings().allow_signup:
+        raise Forbidden("sign-up is closed on this server; ask an admin for an account")
+
+
+@router.get("/signup", response_class=HTMLResponse)
+def signup_form(request: Request, caller: Caller) -> Response:
+    """The sign-up form (when sign-up is open)."""
+    _check_signup_open()
+    return render(request, "signup.html", caller, {"title": "Create an account"})
+
+
+@router.post("/signup", response_class=HTMLResponse)
+def signup(
+    request: Request,
+    session: SessionDep,
+    caller: Caller,
+    _csrf: CsrfChecked,
+    email: Annotated[str, Form(max_length=320)] = "",
+    password: Annotated[str, Form(max_length=1000)] = "",
+    name: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """Create a researcher account and sign it in."""
+    _check_signup_open()
+    try:
+        auth.create_user(session, email=email, password=password, name=name, role=Role.RESEARCHER)
+        response = redirect("/submissions", "Welcome! Your account is ready.")
+        cookies.login_with_password(session, response, email=email, password=password)
+    except SzbenchError as exc:
+        session.rollback()
+        context = {"error": exc.detail, "email": email, "name": name, "title": "Create an account"}
+        return render(request, "signup.html", caller, context, status_code=exc.status_code)
+    return response
+
+
+@router.get("/definitions", response_class=HTMLResponse)
+def definitions(request: Request, caller: Caller) -> Response:
+    """The SzCORE metrics and the ranking rule, defined."""
+    return render(request, "definitions.html", caller, {"title": "Metric definitions"})
+
+
+@router.get("/leaderboards/{slug}", response_class=HTMLResponse)
+def leaderboard(
+    request: Request,
+    slug: str,
+    session: SessionDep,
+    caller: Anyone,
+    version: Annotated[str | None, Query(max_length=100)] = None,
+    sort: Annotated[str, Query(max_length=50)] = "rank",
+    order: Literal["asc", "desc"] | None = None,
+    versions: Literal["latest", "all"] = "latest",
+    q: Annotated[str, Query(max_length=100)] = "",
+    phase: Annotated[str, Query(max_length=100)] = "",
+) -> Response:
+    """A dataset's ranked table with confidence intervals; sortable and filterable."""
+    dataset = datasets.get_dataset(session, slug)
+    board = leaderboards.leaderboard(
+        session,
+        slug=slug,
+        version=version or None,
+        viewer=caller.user,
+        sort=sort,
+        order=order,
+        versions=versions,
+        limit=None,
+    )
+    phase_of = web_queries.phases_of_versions(
+        session, [e.algorithm_version_id for e in board.items]
+    )
+    items = board.items
+    needle = q.strip().lower()
+    if needle:
+        items = [
+            e
+            for e in items
+            if needle in f"{e.algorithm} {e.title} {e.owner} {e.algorithm_version}".lower()
+        ]
+    if phase:
+        items = [e for e in items if phase_of.get(e.algorithm_version_id) == phase]
+    fp_values = [e.event_fp_rate for e in board.items]
+    fp_values += [
+        (e.ci or {}).get("event_fp_rate").high
+        for e in board.items
+        if (e.ci or {}).get("event_fp_rate")
+    ]  # type: ignore[union-attr]
+    fp_max = charts.nice_max(max((v for v in fp_values if not charts.is_missing(v)), default=1.0))
+    rows = []
+    for e in items:
+        bars = {}
+        for metric in CI_METRICS:
+            interval = (e.ci or {}).get(metric)
+            bars[metric] = charts.interval(
+                getattr(e, metric),
+                interval.low if interval else None,
+                interval.high if interval else None,
+                maximum=fp_max if metric == "event_fp_rate" else 1.0,
+                label=f"{e.algorithm} {METRIC_LABELS[metric]}",
+            )
+        rows.append({"entry": e, "bars": bars, "phase": phase_of.get(e.algorithm_version_id)})
+    context = {
+        "title": f"Leaderboard: {dataset.title or dataset.slug}",
+        "dataset": dataset,
+        "board": board,
+        "rows": rows,
+        "labels": METRIC_LABELS,
+        "ci_metrics": CI_METRICS,
+        "filters": {"version": board.dataset_version, "versions": versions, "q": q, "phase": phase},
+        "phases": web_queries.all_phases(session),
+        "fp_max": fp_max,
+    }
+    return render(request, "leaderboard.html", caller, context)
+
+
+@router.get("/algorithms/{algorithm_id}", response_class=HTMLResponse)
+def algorithm_page(
+    request: Request,
+    algorithm_id: int,
+    session: SessionDep,
+    caller: Anyone,
+    evaluation: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+) -> Response:
+    """An algorithm: its results per dataset, per-subject charts, rank stability, timelines."""
+    algorithm = algorithms.get_algorithm(session, algorithm_id, viewer=caller.user)
+    shown = web_queries.visible_results(session, algorithm, caller.user)
+    selected = None
+    if evaluation is not None:
+        selected = evaluations.get_evaluation(session, evaluation, viewer=caller.user)
+        if selected.algorithm_version.algorithm_id != algorithm.id:
+            raise NotFound(f"evaluation {evaluation} is not a result of this algorithm")
+    elif shown:
+        selected = shown[-1]
+    context: dict[str, object] = {
+        "title": algorithm.title or algorithm.name,
+        "algorithm": algorithm,
+        "results": shown,
+        "selected": selected,
+        "labels": METRIC_LABELS,
+    }
+    if selected is not None:
+        context.update(_evaluation_charts(session, selected, caller))
+    return render(request, "algorithm.html", caller, context)
+
+
+def _evaluation_charts(
+    session: SessionDep, evaluation: object, caller: Caller
+) -> dict[str, object]:
+    from szbench.models import Evaluation
+
+    assert isinstance(evaluation, Evaluation)
+    subjects, _ = results.subject_results(session, evaluation, limit=None)
+    labels = [s.subject for s in subjects]
+    subject_charts = [
+        charts.horizontal_bars(
+            labels, [s.event_f1 for s in subjects], title="Event F1 per subject", maximum=1.0
+        ),
+        charts.horizontal_bars(
+            labels,
+            [s.event_sensitivity for s in subjects],
+            title="Event sensitivity per subject",
+            maximum=1.0,
+        ),
+        charts.horizontal_bars(
+            labels,
+            [s.event_fp_rate for s in subjects],
+            title="False positives per day per subject",
+            digits=1,
+            css="bars fp",
+        ),
+    ]
+    stability = None
+    rank_chart = None
+    statistics_status = None
+    if evaluation.status.value == "done" and evaluation.official:
+        dv = evaluation.dataset_version
+        board = leaderboards.leaderboard(
+            session,
+            slug=dv.dataset.slug,
+            version=dv.version,
+            viewer=caller.user,
+            versions="all",
+            limit=None,
+        )
+        statistics_status = board.statistics.status
+        entry = next((e for e in board.items if e.evaluation_id == evaluation.id), None)
+        if entry is not None and entry.rank_stability is not None:
+            stability = {"entry": entry, "rs": entry.rank_stability, "board_size": board.total}
+            rank_chart = charts.rank_histogram(
+                entry.rank_stability.histogram,
+                title=f"Rank across subjects on {dv.dataset.slug} {dv.version}",
+            )
+    lines, hidden_reason = web_queries.timelines(session, evaluation, viewer=caller.user)
+    timeline_charts = [
+        (
+            t,
+            charts.timeline(
+                t.duration_s, t.reference, t.detections, title=f"Timeline of {t.recording}"
+            ),
+        )
+        for t in lines
+    ]
+    return {
+        "subjects": subjects,
+        "subject_charts": subject_charts,
+        "stability": stability,
+        "rank_chart": rank_chart,
+        "statistics_status": statistics_status,
+        "timelines": timeline_charts,
+        "timelines_hidden": hidden_reason,
+        "public_sample": evaluation.dataset_version.dataset.kind.value == "public_sample",
+    }

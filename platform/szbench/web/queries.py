@@ -1,0 +1,342 @@
+"""Read-side helpers the pages need beyond the API's queries (which they reuse).
+
+Everything here composes :mod:`szbench.evaluations.queries`, :mod:`szbench.results.queries`,
+:mod:`szbench.datasets.queries` and the policy in :mod:`szbench.auth.policy`; it only adds
+the groupings a page shows at once (a user's submissions tree, the admin's queue view,
+recording timelines).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, joinedload
+
+from szbench.algorithms import service as algorithms
+from szbench.auth import policy
+from szbench.config import get_settings
+from szbench.datasets import queries as datasets
+from szbench.errors import SzbenchError
+from szbench.evaluations import queries as evaluations
+from szbench.models import (
+    Algorithm,
+    AlgorithmVersion,
+    DatasetVersion,
+    Evaluation,
+    EvaluationStatus,
+    Phase,
+    RecordingRun,
+    User,
+)
+from szbench.results import queries as results
+
+log = logging.getLogger(__name__)
+
+ACTIVE = (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING, EvaluationStatus.SCORING)
+_MAX_LIST = 500
+
+
+# --- my submissions -----------------------------------------------------------------------
+
+
+@dataclass
+class VersionView:
+    version: AlgorithmVersion
+    evaluations: list[Evaluation] = field(default_factory=list)
+
+
+@dataclass
+class AlgorithmView:
+    algorithm: Algorithm
+    versions: list[VersionView] = field(default_factory=list)
+
+
+def my_submissions(
+    session: Session, user: User
+) -> tuple[list[AlgorithmView], dict[int, dict[str, int]]]:
+    """The user's algorithms, their versions (newest first) and every evaluation of each,
+    with finished runs by outcome per evaluation."""
+    owned, _ = algorithms.list_algorithms(
+        session, viewer=user, mine=True, limit=_MAX_LIST, offset=0
+    )
+    rows, _ = evaluations.list_evaluations(
+        session,
+        viewer=user,
+        where=evaluations.EvaluationFilter(mine=True),
+        limit=_MAX_LIST,
+        offset=0,
+    )
+    by_version: dict[int, list[Evaluation]] = {}
+    for evaluation in rows:  # newest first
+        by_version.setdefault(evaluation.algorithm_version_id, []).append(evaluation)
+    views = []
+    for algorithm in sorted(owned, key=lambda a: -a.id):
+        versions = sorted(algorithm.versions, key=lambda v: -v.id)
+        views.append(
+            AlgorithmView(
+                algorithm=algorithm,
+                versions=[VersionView(v, by_version.get(v.id, [])) for v in versions],
+            )
+        )
+    counts = evaluations.outcome_counts(session, [e.id for e in rows])
+    return views, counts
+
+
+def progress_snapshot(session: Session, user: User) -> dict[str, Any]:
+    """What the submissions page polls: every version's status and every evaluation's
+    progress (small; no per-run rows)."""
+    views, counts = my_submissions(session, user)
+    versions = []
+    items = []
+    for view in views:
+        for vv in view.versions:
+            versions.append(
+                {
+                    "id": vv.version.id,
+                    "status": vv.version.status.value,
+                    "status_message": vv.version.status_message,
+                }
+            )
+            for e in vv.evaluations:
+                items.append(
+                    {
+                        "id": e.id,
+                        "status": e.status.value,
+                        "finished": e.status.finished,
+                        "recordings_done": e.recordings_done,
+                        "recordings_total": e.recordings_total,
+                        "outcomes": counts.get(e.id, {}),
+                        "message": e.message,
+                    }
+                )
+    return {"versions": versions, "evaluations": items}
+
+
+# --- leaderboard helpers --------------------------------------------------------------------
+
+
+def phases_of_versions(session: Session, version_ids: list[int]) -> dict[int, str]:
+    """Phase slug of each algorithm version that has one."""
+    if not version_ids:
+        return {}
+    rows = session.execute(
+        select(AlgorithmVersion.id, Phase.slug)
+        .join(Phase, AlgorithmVersion.phase_id == Phase.id)
+        .where(AlgorithmVersion.id.in_(version_ids))
+    ).all()
+    return {vid: slug for vid, slug in rows}
+
+
+def all_phases(session: Session) -> list[Phase]:
+    return list(session.scalars(select(Phase).order_by(Phase.id)))
+
+
+# --- timelines ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timeline:
+    recording: str
+    subject: str
+    duration_s: float
+    reference: list[tuple[float, float]] | None
+    detections: list[tuple[float, float]] | None
+    outcome: str | None
+
+
+def _events(text: str, source: str) -> list[tuple[float, float]] | None:
+    from szbench_scoring.annotations import AnnotationError, parse_annotations
+
+    try:
+        annotations = parse_annotations(text, source=source)
+    except AnnotationError as exc:
+        log.info("timeline: %s", exc)
+        return None
+    return [(float(a), float(b)) for a, b in annotations.events.tolist()]
+
+
+def timelines(
+    session: Session, evaluation: Evaluation, *, viewer: User | None, limit: int = 12
+) -> tuple[list[Timeline], str | None]:
+    """Reference seizures against detections per recording, where this viewer may see them.
+
+    Reference annotations only when the viewer may read the dataset's recordings (public
+    samples for anyone signed in; held-out data for admins only); detections only when
+    the policy lets them read the raw output. Returns the timelines and, when nothing may
+    be shown, the reason.
+    """
+    dataset = evaluation.dataset_version.dataset
+    if not policy.can_read_recordings(viewer, dataset):
+        if viewer is None:
+            return [], "Sign in to see the timelines of public-sample recordings."
+        return (
+            [],
+            "Timelines are shown for public-sample datasets only (held-out data stays hidden).",
+        )
+    show_detections = policy.can_read_detections(viewer, evaluation)
+    runs = session.scalars(
+        select(RecordingRun)
+        .where(RecordingRun.evaluation_id == evaluation.id)
+        .options(joinedload(RecordingRun.recording))
+        .order_by(RecordingRun.id)
+        .limit(limit)
+    ).all()
+    out = []
+    for run in runs:
+        rec = run.recording
+        try:
+            path = datasets.recording_file(
+                session, evaluation.dataset_version, rec.key, viewer=viewer, kind="annotations"
+            )
+            reference = _events(path.read_text(errors="replace"), rec.key)
+        except (SzbenchError, OSError):
+            reference = None
+        detections = None
+        if show_detections and run.detections_tsv is not None:
+            detections = _events(run.detections_tsv, f"{rec.key} (detections)")
+        out.append(
+            Timeline(
+                recording=rec.key,
+                subject=rec.subject,
+                duration_s=rec.duration_s,
+                reference=reference,
+                detections=detections,
+                outcome=run.outcome.value if run.outcome else None,
+            )
+        )
+    return out, None
+
+
+# --- admin: queue and publishing ----------------------------------------------------------
+
+
+@dataclass
+class QueueView:
+    by_status: dict[str, int]
+    active: list[Evaluation]
+    failed: list[Evaluation]
+    workers: list[dict[str, Any]]
+    broker: dict[str, int]
+    broker_error: str | None
+    celery: dict[str, dict[str, int]] | None
+    celery_error: str | None
+    embedded: bool
+
+
+def _celery_inspect() -> tuple[dict[str, dict[str, int]] | None, str | None]:
+    """Active and reserved tasks per Celery worker (broker mode only; 1 s timeout)."""
+    from szbench.queue import get_celery, is_embedded
+
+    if is_embedded():
+        return None, None
+    try:
+        inspect = get_celery().control.inspect(timeout=1.0)
+        active = inspect.active() or {}
+        reserved = inspect.reserved() or {}
+    except Exception as exc:  # the page must render with the broker down
+        log.warning("queue page: celery inspect failed: %s", exc)
+        return None, f"Celery did not answer ({type(exc).__name__})"
+    names = sorted(set(active) | set(reserved))
+    return {
+        n: {"active": len(active.get(n, [])), "reserved": len(reserved.get(n, []))} for n in names
+    }, None
+
+
+def queue_view(session: Session) -> QueueView:
+    from szbench.ops.service import KNOWN_QUEUES, broker_queue_lengths
+    from szbench.queue import is_embedded
+
+    by_status = {
+        s.value: n
+        for s, n in session.execute(
+            select(Evaluation.status, func.count(Evaluation.id)).group_by(Evaluation.status)
+        )
+    }
+    load = (
+        joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
+        joinedload(Evaluation.dataset_version).joinedload(DatasetVersion.dataset),
+    )
+    active = list(
+        session.scalars(
+            select(Evaluation)
+            .where(Evaluation.status.in_(ACTIVE))
+            .options(*load)
+            .order_by(Evaluation.id)
+            .limit(200)
+        )
+    )
+    since = datetime.now(UTC) - timedelta(days=7)
+    failed = list(
+        session.scalars(
+            select(Evaluation)
+            .where(Evaluation.status == EvaluationStatus.FAILED, Evaluation.created_at >= since)
+            .options(*load)
+            .order_by(Evaluation.id.desc())
+            .limit(50)
+        )
+    )
+    workers = [
+        {
+            "host": host or "(not started)",
+            "running": int(running or 0),
+            "waiting": int(waiting or 0),
+        }
+        for host, running, waiting in session.execute(
+            select(
+                RecordingRun.worker_host,
+                func.count(RecordingRun.id).filter(RecordingRun.started_at.is_not(None)),
+                func.count(RecordingRun.id).filter(RecordingRun.started_at.is_(None)),
+            )
+            .join(Evaluation, RecordingRun.evaluation_id == Evaluation.id)
+            .where(RecordingRun.outcome.is_(None), Evaluation.status.in_(ACTIVE))
+            .group_by(RecordingRun.worker_host)
+            .order_by(RecordingRun.worker_host)
+        )
+    ]
+    broker: dict[str, int] = {}
+    broker_error = None
+    if get_settings().broker_url:
+        try:
+            broker = broker_queue_lengths(list(KNOWN_QUEUES))
+        except Exception as exc:  # the page must render with the broker down
+            broker_error = f"the broker did not answer ({type(exc).__name__})"
+    celery, celery_error = _celery_inspect()
+    return QueueView(
+        by_status=by_status,
+        active=active,
+        failed=failed,
+        workers=workers,
+        broker=broker,
+        broker_error=broker_error,
+        celery=celery,
+        celery_error=celery_error,
+        embedded=is_embedded(),
+    )
+
+
+def unpublished(session: Session) -> list[Evaluation]:
+    """Finished evaluations whose results are hidden until an admin publishes them."""
+    return list(
+        session.scalars(
+            select(Evaluation)
+            .where(Evaluation.published.is_(False))
+            .options(
+                joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
+                joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.phase),
+                joinedload(Evaluation.dataset_version).joinedload(DatasetVersion.dataset),
+            )
+            .order_by(Evaluation.id.desc())
+            .limit(_MAX_LIST)
+        )
+    )
+
+
+def visible_results(
+    session: Session, algorithm: Algorithm, viewer: User | None
+) -> list[Evaluation]:
+    """The algorithm's newest finished evaluation per version and dataset version."""
+    return results.algorithm_results(session, algorithm, viewer=viewer, official_only=False)
