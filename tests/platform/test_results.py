@@ -375,7 +375,6 @@ def test_dataset_detail_hides_admin_fields(
 
 
 def test_leaderboard_statistics(client: TestClient, world: World) -> None:
-    pytest.importorskip("szbench_scoring.stats", reason="lands with the scoring branch")
     board = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert board["statistics"]["status"] == "ok"
     beta, alpha = board["items"]
