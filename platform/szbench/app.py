@@ -7,10 +7,8 @@ routers on the same app through :data:`EXTRA_ROUTERS` hooks (see :func:`create_a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
-import anyio
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
 
@@ -19,7 +17,6 @@ from szbench.algorithms.router import router as algorithms_router
 from szbench.api.errors import install_error_handlers
 from szbench.auth.router import router as auth_router
 from szbench.datasets.router import router as datasets_router
-from szbench.db import get_engine
 from szbench.evaluations.router import router as evaluations_router
 from szbench.leaderboards.router import router as leaderboards_router
 from szbench.ops.middleware import RequestMetrics
@@ -58,19 +55,6 @@ takes `limit` and `offset` and returns `total`. See docs/api.md.
 """
 
 
-@asynccontextmanager
-async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    # Sync routes run in anyio's thread pool (40 threads by default). More threads than
-    # database connections would only make requests queue for a connection inside a
-    # thread; cap the threads at the pool's capacity so they queue cheaply instead.
-    engine = get_engine()
-    capacity = getattr(engine.pool, "size", lambda: 0)() + getattr(engine.pool, "_max_overflow", 0)
-    if capacity > 0:
-        limiter = anyio.to_thread.current_default_thread_limiter()
-        limiter.total_tokens = max(4, min(limiter.total_tokens, capacity))
-    yield
-
-
 def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastAPI:
     """A new application with its own metrics registry (so tests can build many)."""
     app = FastAPI(
@@ -80,7 +64,6 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=f"{API_PREFIX}/docs",
         redoc_url=None,
-        lifespan=_lifespan,
     )
     install_error_handlers(app)
     for router in API_ROUTERS:
