@@ -165,6 +165,7 @@ def start_server(app: str, port: int, env: dict[str, str], workers: int) -> subp
     cmd = [
         sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
         "--workers", str(workers), "--log-level", "warning", "--no-access-log",
+        "--timeout-keep-alive", "120",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
     deadline = time.monotonic() + 60

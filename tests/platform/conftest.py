@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from szbench.api.deps import get_session
 from szbench.app import create_app
+from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
 
 
@@ -33,8 +34,10 @@ def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastA
 
     application.dependency_overrides[get_session] = session_override
     statistics.clear_cache()
+    leaderboards.clear_cache()
     yield application
     statistics.clear_cache()
+    leaderboards.clear_cache()
 
 
 @pytest.fixture

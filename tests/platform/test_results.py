@@ -390,3 +390,20 @@ def test_leaderboard_statistics(client: TestClient, world: World) -> None:
     # Cached: the same set of entries gives the same (seeded) figures.
     again = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert again["items"][1]["ci"] == alpha["ci"]
+
+
+def test_leaderboard_cache_sees_new_results_at_once(
+    client: TestClient, world: World, db_session: Session
+) -> None:
+    before = client.get("/api/v1/leaderboards/chb-heldout").json()
+    assert before["total"] == 2
+    newcomer = f.algorithm(db_session, world.carol, name="epsilon")
+    ev = f.evaluation(db_session, f.version(db_session, newcomer), world.dv)
+    f.result(db_session, ev, _subjects([0.95, 0.95, 0.95]))
+    after = client.get("/api/v1/leaderboards/chb-heldout").json()
+    assert after["total"] == 3
+    assert after["items"][0]["algorithm"] == "epsilon"
+    # Hiding the algorithm hides it at once too.
+    newcomer.visibility = Visibility.PRIVATE
+    db_session.flush()
+    assert client.get("/api/v1/leaderboards/chb-heldout").json()["total"] == 2
