@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
 import anyio
@@ -48,6 +48,23 @@ async def get_session() -> AsyncIterator[Session]:
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(session.close)
+
+
+def get_side_session() -> Iterator[Session]:
+    """A session outside the request slots, for routes that stream for long (uploads).
+
+    Its user commits as soon as it is done with the database: the connection goes back to
+    the pool then, while the route goes on streaming.
+    """
+    session = get_sessionmaker()()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
 
 
 # scope="function": the commit happens before the response is sent, so a client that got
