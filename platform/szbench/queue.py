@@ -162,8 +162,9 @@ def _flush_pending(session: Session) -> None:
         try:
             send_task(task_name, queue=queue, **kwargs)
         except Exception:
-            # The commit is done and cannot be undone here; the evaluation stays QUEUED
-            # and `szbench worker requeue` (docs/operations.md) sends it again.
+            # The commit is done and cannot be undone here; the row stays QUEUED (or the
+            # run unfinished) and sending the same task again later is safe: every task
+            # is idempotent.
             log.exception("could not send %s %s after commit", task_name, kwargs)
             raise
 

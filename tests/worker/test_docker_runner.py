@@ -8,6 +8,7 @@ These tests fail, never skip, when no engine is running: CI starts one.
 from __future__ import annotations
 
 import gzip
+import multiprocessing
 import os
 import re
 import shutil
@@ -72,7 +73,7 @@ def runner(docker_client: object, work_dir: Path) -> DockerRunner:
 
 def our_containers(client: object, runner: DockerRunner) -> list[object]:
     return client.containers.list(  # type: ignore[attr-defined, no-any-return]
-        all=True, filters={"label": f"{LABEL_OWNER}={runner.owner}"}
+        all=True, filters={"label": f"{LABEL_OWNER}={runner.owner}"}, ignore_removed=True
     )
 
 
@@ -105,6 +106,7 @@ CASES = [
     ("wrongduration", Outcome.INVALID_OUTPUT, 0, "does not match the recording's duration", ""),
     ("bigoutput", Outcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
     ("symlink", Outcome.INVALID_OUTPUT, 0, "_events.tsv must be a regular file", "linked"),
+    ("hideout", Outcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
     ("network", Outcome.OK, 0, "ok", "no network"),
     ("escape", Outcome.OK, 0, "ok", "Read-only file system"),
     ("forkbomb", Outcome.TIMEOUT, None, "time limit", "fork refused"),
@@ -205,11 +207,12 @@ def test_without_output_tmpfs_the_watchdog_and_size_check_hold(
 ) -> None:
     """The fallback for workers that may not mount: a plain /output directory."""
     plain = DockerRunner(docker_client, work_dir=work_dir, output_tmpfs=False)  # type: ignore[arg-type]
-    big = plain.run(
-        image=test_images["bigoutput"], recording=recording, output_dir=tmp_path, limits=LIMITS
-    )
-    assert big.outcome is Outcome.INVALID_OUTPUT
-    assert "more than 1 MiB" in big.submitter_message
+    for name in ("bigoutput", "hideout"):
+        big = plain.run(
+            image=test_images[name], recording=recording, output_dir=tmp_path, limits=LIMITS
+        )
+        assert big.outcome is Outcome.INVALID_OUTPUT
+        assert "more than 1 MiB" in big.submitter_message
     for user in (None, "65534"):
         limits = Limits(**{**LIMITS.__dict__, "user": user})
         good = plain.run(
@@ -298,6 +301,36 @@ def test_worked_example_from_the_contract_docs(
     assert result.annotations is not None
     assert result.annotations.events.tolist() == [[300.0, 330.0]]
     assert result.annotations.recording_duration_s == 600.0
+
+
+def test_runner_built_before_a_fork_labels_runs_with_the_child(
+    test_images: dict[str, str], runner: DockerRunner, recording: Path, tmp_path: Path
+) -> None:
+    """Celery's prefork pool: a runner made in the parent, used in a child."""
+    parent_owner = runner.owner
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child() -> None:
+        result = runner.run(
+            image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
+        )
+        queue.put((result.outcome.value, runner.owner, owner_token()))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    outcome, child_owner, child_token = queue.get(timeout=120)
+    proc.join(30)
+    assert outcome == "ok"
+    assert child_owner == child_token != parent_owner
+    # The parent's connection still works after the child dropped its copy.
+    assert (
+        runner.run(
+            image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
+        ).outcome
+        is Outcome.OK
+    )
+    assert runner.owner == parent_owner
 
 
 # --- images: tarballs and pulls by digest ------------------------------------------------
@@ -482,15 +515,18 @@ def test_cleanup_orphans_after_a_killed_worker(
     token = proc.stdout.readline().strip()
     label = {"label": f"{LABEL_OWNER}={token}"}
     for _ in range(200):
-        running = docker_client.containers.list(filters=label)  # type: ignore[attr-defined]
+        running = docker_client.containers.list(filters=label, ignore_removed=True)  # type: ignore[attr-defined]
         if running:
             break
         time.sleep(0.1)
     assert running, "the worker never started its container"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    assert docker_client.containers.list(all=True, filters=label)  # type: ignore[attr-defined]
-    assert any(p.name.startswith(f"run-{token}-") for p in work_dir.iterdir())
+    assert docker_client.containers.list(all=True, filters=label, ignore_removed=True)  # type: ignore[attr-defined]
+    assert any(p.name.startswith(f"run-test-host-{token}-") for p in work_dir.iterdir())
+    # Another host's staging directory in a shared work dir is not this sweep's business.
+    foreign = work_dir / "run-other-host-1.1-abc123"
+    foreign.mkdir()
 
     # A live worker's container is never touched by another worker's sweep.
     live = docker_client.containers.create(  # type: ignore[attr-defined]
@@ -500,14 +536,16 @@ def test_cleanup_orphans_after_a_killed_worker(
     )
     try:
         assert cleanup_orphans(docker_client, work_dir=work_dir, host="test-host") == 1  # type: ignore[arg-type]
-        assert docker_client.containers.list(all=True, filters=label) == []  # type: ignore[attr-defined]
-        assert list(work_dir.iterdir()) == []
+        assert docker_client.containers.list(all=True, filters=label, ignore_removed=True) == []  # type: ignore[attr-defined]
+        assert list(work_dir.iterdir()) == [foreign]
+        foreign.rmdir()
         assert str(work_dir) not in Path("/proc/mounts").read_text()
         live.reload()
         assert cleanup_orphans(docker_client, host="other-host") == 0  # type: ignore[arg-type]
         assert cleanup_orphans(docker_client, host="test-host", everything=True) == 1  # type: ignore[arg-type]
     finally:
-        live.remove(force=True) if _exists(live) else None
+        if _exists(live):
+            live.remove(force=True)
 
 
 def _exists(container: object) -> bool:

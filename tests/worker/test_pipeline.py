@@ -517,3 +517,23 @@ def test_metric_nan_is_stored_as_null(env: Env) -> None:
             for name in ("event_precision", "sample_precision"):
                 value = getattr(row, name)
                 assert value is None or not math.isnan(value)
+
+
+def test_gpu_task_on_a_cpu_only_worker_is_an_infrastructure_fault(
+    settings_env: pytest.MonkeyPatch,
+) -> None:
+    from szbench_worker import gpu
+
+    settings_env.setenv("SZBENCH_RUNNER_GPUS", "")
+    get_settings.cache_clear()
+    with pytest.raises(RunnerError, match="without SZBENCH_RUNNER_GPUS"):
+        gpu.gpus_for_queue("gpu", get_settings())
+    assert gpu.gpus_for_queue("cpu", get_settings()) == ()
+    settings_env.setenv("SZBENCH_RUNNER_GPUS", "GPU-a, GPU-b")
+    get_settings.cache_clear()
+    # One GPU per pool process: process 1 -> the first, 2 -> the second, 3 wraps around.
+    assert [gpu.worker_gpus(get_settings(), i) for i in (1, 2, 3)] == [
+        ("GPU-a",),
+        ("GPU-b",),
+        ("GPU-a",),
+    ]

@@ -4,11 +4,14 @@ The worker is a real ``celery worker`` process started by the test; containers r
 real engine. Covered: the hostile images' outcomes through the whole pipeline with the
 other results intact; a worker SIGKILLed while a container runs (after a restart the
 evaluation completes with every recording scored exactly once); a warm shutdown (SIGTERM)
-that finishes the run in progress.
+that finishes the run in progress; a Docker daemon that cannot be reached (retried, then
+recorded as the platform's fault); and a smoke test that loads an uploaded tarball the
+engine has never seen (or rejects a broken one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,8 +33,10 @@ from szbench.evaluations import service as evaluations
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
+    DatasetKind,
     DatasetResult,
     Evaluation,
+    EvaluationKind,
     EvaluationStatus,
     RecordingRun,
     RunOutcome,
@@ -276,6 +281,8 @@ def test_hostile_images_through_the_pipeline_leave_other_results_intact(
             assert text in run.submitter_message, (name, run.submitter_message)
             assert str(tmp_path) not in run.submitter_message
             assert run.worker_host == _host
+            # The submitter's faults are outcomes, never retried.
+            assert run.attempts == 1
             assert ev.result is not None
         for key in ("good-first", "good-last"):
             ev = session.get_one(Evaluation, ids[key])
@@ -412,3 +419,184 @@ def test_warm_shutdown_finishes_the_run_in_progress(
         ev = session.get_one(Evaluation, evaluation_id)
         assert ev.status == EvaluationStatus.DONE
         assert all(r.attempts == 1 for r in ev.runs)
+
+
+def test_infrastructure_fault_is_retried_with_backoff_then_recorded(
+    celery_env: tuple[Workers, str], tmp_path: Path
+) -> None:
+    """The Docker daemon unreachable: retried (not the submitter's fault), then FAILED."""
+    workers, _host = celery_env
+    recs = [Rec("sub-01", "run-00", 600, ((100, 20),))]
+    data = make_prepared_dataset(tmp_path / "data", recs)
+    with session_scope() as session:
+        world = seed_world(session, data, recs, digest="sha256:" + "9" * 64)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=world.version, dataset_version=world.dataset_version
+        ).id
+    workers.env = {
+        **workers.env,
+        "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
+        "SZBENCH_TASK_MAX_RETRIES": "2",
+        "SZBENCH_TASK_RETRY_BACKOFF_MAX_S": "1",
+    }
+    workers.start("nodocker")
+    wait_until(all_finished([evaluation_id]), 60, "the evaluation", workers)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.FAILED
+        assert "platform fault" in ev.message
+        assert ev.result is None
+        (run,) = ev.runs
+        assert run.outcome == RunOutcome.INFRASTRUCTURE_ERROR
+        assert run.attempts == 3  # the first try and two retries
+        assert "Docker" in run.admin_log or "docker" in run.admin_log
+        assert "docker" not in run.submitter_message.lower()
+    log = (workers.log_dir / "nodocker.log").read_text(errors="replace")
+    assert log.count("retry: Retry in") == 2
+
+
+@pytest.fixture
+def direct_docker(
+    pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path, docker_client: Any
+) -> Iterator[list[tuple[str, str, dict[str, Any]]]]:
+    """The pipeline called directly (no broker: sends captured) with the real Docker runner."""
+    from szbench_worker import pipeline
+
+    host = f"pipeline-test-{uuid.uuid4().hex[:8]}"
+    for key, value in {
+        "SZBENCH_DATABASE_URL": pg_url,
+        "SZBENCH_RUNNER_BACKEND": "docker",
+        "SZBENCH_RUNNER_WORK_DIR": str(tmp_path / "runs"),
+        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
+        "SZBENCH_WORKER_HOST": host,
+    }.items():
+        settings_env.setenv(key, value)
+    get_settings.cache_clear()
+    db.reset_engine()
+    pipeline.set_dependencies(None)
+    sent: list[tuple[str, str, dict[str, Any]]] = []
+    queue.set_sender(lambda name, q, kwargs: sent.append((name, q, kwargs)))
+    try:
+        yield sent
+    finally:
+        queue.set_sender(None)
+        pipeline.set_dependencies(None)
+        with session_scope() as session:
+            truncate_all(session)
+
+
+def test_smoke_test_loads_the_uploaded_tarball_and_activates(
+    direct_docker: list[Any], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    from szbench_worker import pipeline
+    from szbench_worker.docker_runner import build_image, inspect_image
+    from szbench_worker.runner import ImageError
+
+    # A fresh image, saved as an upload and removed from the engine: the worker must load it.
+    context = tmp_path / "upload-image"
+    context.mkdir()
+    (context / "run.py").write_text(SLOW_GOOD)
+    (context / "Dockerfile").write_text(
+        f'FROM {slow_image}\nENV SLOW_S=0 MARKER={uuid.uuid4().hex}\nCMD ["python3", "/run.py"]\n'
+    )
+    tag = f"szbench-test/pipeline-upload:{uuid.uuid4().hex[:8]}"
+    digest = build_image(context, tag, docker_client).digest
+    (tmp_path / "uploads" / "images").mkdir(parents=True)
+    tarball = tmp_path / "uploads" / "images" / "upload.tar"
+    subprocess.run(["docker", "save", "-o", str(tarball), tag], check=True)
+    docker_client.images.remove(tag, force=True)
+    with pytest.raises(ImageError):
+        inspect_image(digest, docker_client)
+
+    recs = [Rec("sub-01", "run-00", 600, ((100, 20),))]
+    sample = make_prepared_dataset(tmp_path / "sample", recs)
+    held = make_prepared_dataset(tmp_path / "held", recs, seed=3)
+    with session_scope() as session:
+        world = seed_world(
+            session,
+            sample,
+            recs,
+            slug="public-sample",
+            kind=DatasetKind.PUBLIC_SAMPLE,
+            digest=digest,
+            status=VersionStatus.PENDING,
+        )
+        world.version.image_reference = None
+        world.version.tarball_path = "images/upload.tar"
+        bad = AlgorithmVersion(
+            algorithm_id=world.version.algorithm_id,
+            version="broken",
+            image_digest="sha256:" + "e" * 64,
+            tarball_path="images/broken.tar",
+            status=VersionStatus.PENDING,
+        )
+        session.add(bad)
+        seed_world(session, held, recs, slug="held", digest=digest)
+        version_id, bad_id = world.version.id, bad.id
+    (tmp_path / "uploads" / "images" / "broken.tar").write_bytes(b"not an image archive")
+    try:
+        outcome = pipeline.smoke_test(version_id)
+        assert outcome.status == VersionStatus.ACTIVE, outcome.message
+        assert outcome.evaluations_queued == 1
+        assert inspect_image(digest, docker_client).digest == digest
+        with session_scope() as session:
+            smoke = session.scalars(
+                select(Evaluation).where(
+                    Evaluation.algorithm_version_id == version_id,
+                    Evaluation.kind == EvaluationKind.SMOKE_TEST,
+                )
+            ).one()
+            (run,) = smoke.runs
+            assert run.outcome == RunOutcome.OK
+            assert run.event_tp == 1
+        assert queue.TASK_START_EVALUATION in [name for name, _, _ in direct_docker]
+
+        rejected = pipeline.smoke_test(bad_id)
+        assert rejected.status == VersionStatus.REJECTED
+        assert "broken.tar" in rejected.message
+        assert str(tmp_path) not in rejected.message
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(digest, force=True)
+
+
+def test_cold_shutdown_hands_the_run_back_and_removes_its_container(
+    celery_env: tuple[Workers, str], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    workers, host = celery_env
+    recs = [Rec(f"sub-0{i}", "run-00", 600, ((100, 20),)) for i in range(1, 3)]
+    data = make_prepared_dataset(tmp_path / "data", recs)
+    with session_scope() as session:
+        world = seed_world(session, data, recs, run_limits={**LIMITS, "timeout_s": 60})
+        version = add_version(session, slow_image, docker_client)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=version, dataset_version=world.dataset_version
+        ).id
+    first = workers.start("cold")
+    wait_until(
+        lambda: any(c.status == "running" for c in our_containers(docker_client, host)),
+        60,
+        "a running container",
+        workers,
+    )
+    first.send_signal(signal.SIGQUIT)
+    first.wait(60)
+    # The interrupted run's container and staging are gone with the worker.
+    assert our_containers(docker_client, host) == []
+    with session_scope() as session:
+        unfinished = session.scalars(
+            select(RecordingRun).where(
+                RecordingRun.evaluation_id == evaluation_id, RecordingRun.finished_at.is_(None)
+            )
+        ).all()
+        assert unfinished
+    # Handed back to the queue at once (no visibility timeout to wait for).
+    workers.start("cold-after")
+    wait_until(all_finished([evaluation_id]), 90, "the evaluation", workers)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.DONE
+        assert ev.recordings_done == 2
+        assert all(r.outcome == RunOutcome.OK for r in ev.runs)
+        assert sorted(r.attempts for r in ev.runs) == [1, 2]
+    assert "handed back" in (workers.log_dir / "cold.log").read_text(errors="replace")

@@ -4,6 +4,7 @@ requests, output validation, the fake and the trusted local-process runner. No e
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import pytest
 
 from szbench.config import Settings
 from szbench_worker.docker_runner import (
+    _dir_size,
     _numeric_uid,
+    _output_ok,
     _owner_alive,
     container_config,
     device_requests,
@@ -160,6 +163,32 @@ def test_numeric_uid_for_output_ownership() -> None:
     assert _numeric_uid("1000:2000") == (1000, 2000)
     assert _numeric_uid("app") is None
     assert _numeric_uid("1000:staff") is None
+
+
+def test_output_size_counts_an_unlistable_folder_as_a_violation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a worker that is not root sees when a container hides files from it."""
+    out = tmp_path / "output"
+    (out / "private").mkdir(parents=True)
+    (out / "private" / "blob").write_bytes(b"x" * 5000)
+    (out / "rec_events.tsv").write_bytes(b"y" * 100)
+    assert _dir_size(out) is not None
+    assert _output_ok(out, 10_000)
+    assert not _output_ok(out, 1_000)
+
+    # Root lists any folder, so the test plays the unprivileged worker: listing "private"
+    # fails as it would for a 0700 folder of another uid.
+    real_scandir = os.scandir
+
+    def scandir(path: object) -> object:
+        if str(path).endswith("private"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert _dir_size(out) is None
+    assert not _output_ok(out, 10_000)
 
 
 def test_owner_token_names_a_live_process_only() -> None:

@@ -40,15 +40,37 @@ app.conf.update(celery_config(get_settings()))
 
 
 class PipelineTask(Task):  # type: ignore[misc]
-    """Records a task that failed for good, so that no evaluation waits forever."""
+    """Records a task that failed for good, so that no evaluation waits forever.
+
+    A task interrupted by its worker's shutdown has not failed: it is handed back to its
+    queue (a cold shutdown interrupts the run in progress; the runner removes the container
+    on the way out), and a task whose worker process died is re-queued by Celery itself
+    (``reject_on_worker_lost``). Neither is recorded as a failure.
+    """
 
     def on_failure(
         self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
+        from celery.exceptions import WorkerLostError
+        from celery.worker import state as worker_state
+
+        from szbench.queue import QUEUES, send_task
         from szbench_worker.pipeline import record_task_failure
 
+        kwargs = dict(kwargs or {})
+        if isinstance(exc, WorkerLostError):
+            return
+        if worker_state.should_terminate is not None or worker_state.should_stop is not None:
+            routing_key = (self.request.delivery_info or {}).get("routing_key")
+            queue = routing_key if routing_key in QUEUES else QUEUE_CPU
+            log.warning("%s %s interrupted by shutdown (%s): handed back", self.name, kwargs, exc)
+            try:
+                send_task(self.name, queue=queue, **kwargs)
+                return
+            except Exception:
+                log.exception("could not hand %s %s back; recording it", self.name, kwargs)
         try:
-            record_task_failure(self.name, dict(kwargs or {}), exc)
+            record_task_failure(self.name, kwargs, exc)
         except Exception:
             log.exception("could not record the failure of %s %s", self.name, kwargs)
 

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
+import docker
 from szbench_worker.runner import (
     CONTAINER_DATA_DIR,
     CONTAINER_OUTPUT_DIR,
@@ -271,6 +271,11 @@ def owner_token(pid: int | None = None) -> str:
     return f"{pid}.{_proc_start_ticks(pid) or 0}"
 
 
+def _host_tag(host: str) -> str:
+    """``host`` made safe for a directory name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", host)[:64]
+
+
 def _owner_alive(token: str) -> bool:
     pid_s, _, ticks = token.partition(".")
     if not pid_s.isdigit():
@@ -331,13 +336,32 @@ def _shares_mounts_with_dockerd() -> bool:
     return False
 
 
-def _dir_size(path: Path) -> int:
+def _dir_size(path: Path) -> int | None:
+    """Bytes under ``path``; ``None`` when part of it cannot be listed.
+
+    A worker that is not root sees the container's files through ordinary permissions: a
+    folder the container made unlistable would hide what is inside, so it counts as a
+    violation rather than as zero.
+    """
     total = 0
-    for root, dirs, files in os.walk(path, followlinks=False):
+    hidden = False
+
+    def unreadable(_: OSError) -> None:
+        nonlocal hidden
+        hidden = True
+
+    for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=False):
         for name in files + dirs:
-            with contextlib.suppress(OSError):
+            try:
                 total += os.lstat(os.path.join(root, name)).st_size
-    return total
+            except OSError:
+                hidden = True
+    return None if hidden else total
+
+
+def _output_ok(path: Path, limit_bytes: int) -> bool:
+    size = _dir_size(path)
+    return size is not None and size <= limit_bytes
 
 
 def _stage_recording(recording: Path, data_dir: Path) -> Path:
@@ -391,15 +415,27 @@ class DockerRunner:
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         # Traversable (not listable) by a remapped container uid, which Docker needs for binds.
-        os.chmod(self.work_dir, 0o711)  # noqa: S103 (a remapped container uid must traverse or read it)
+        with contextlib.suppress(PermissionError):  # not ours to change: the operator's setup
+            os.chmod(self.work_dir, 0o711)  # noqa: S103
         self.host = host or worker_host()
-        self.owner = owner_token()
+        self._owner: tuple[int, str] | None = (os.getpid(), owner_token())
         if output_tmpfs is None:
             # Mounting needs root, and the mount must be visible to dockerd: a worker inside a
             # container has its own mount namespace, so there the plain directory is used.
             output_tmpfs = os.geteuid() == 0 and _shares_mounts_with_dockerd()
         self.output_tmpfs = output_tmpfs
         self._userns = _userns_base(self.client)
+
+    @property
+    def owner(self) -> str:
+        """This process's owner token, computed in the process that runs (a runner built
+        before a prefork pool forks must not label its children's containers as its own)."""
+        if self._owner is None or self._owner[0] != os.getpid():
+            if self._owner is not None:
+                # Forked: pooled connections are shared with the parent; start afresh.
+                self.client.close()
+            self._owner = (os.getpid(), owner_token())
+        return self._owner[1]
 
     @classmethod
     def from_settings(cls, settings: Any) -> DockerRunner:
@@ -425,6 +461,7 @@ class DockerRunner:
         hostile) ends in a :class:`RunResult`.
         """
         recording = Path(recording)
+        owner = self.owner  # first, so that a forked process drops its parent's connections
         try:
             image_obj = self.client.images.get(image)
         except ImageNotFound:
@@ -437,7 +474,9 @@ class DockerRunner:
             except (OSError, ValueError) as exc:
                 raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
         output_name = output_name_for(recording)
-        run_dir = Path(tempfile.mkdtemp(prefix=f"run-{self.owner}-", dir=self.work_dir))
+        run_dir = Path(
+            tempfile.mkdtemp(prefix=f"run-{_host_tag(self.host)}-{owner}-", dir=self.work_dir)
+        )
         try:
             return self._run_staged(
                 image_obj,
@@ -453,6 +492,10 @@ class DockerRunner:
             if self.output_tmpfs:
                 _umount(run_dir / "output")
             shutil.rmtree(run_dir, ignore_errors=True)
+            if run_dir.exists():
+                # A worker that is not root cannot delete what a container made inside a
+                # folder it owns; a sweep by a root worker, or an operator, removes it.
+                log.warning("could not remove all of the staging directory %s", run_dir)
 
     def _prepare_output(self, out: Path, limits: Limits, image_user: str) -> None:
         ids = _numeric_uid(limits.user if limits.user is not None else image_user)
@@ -582,7 +625,7 @@ class DockerRunner:
         elif state.get("OOMKilled") and exit_code != 0:
             result.outcome = Outcome.OUT_OF_MEMORY
             result.submitter_message = oom_message(limits)
-        elif watchdog.output_exceeded or _dir_size(out) > limits.output_bytes:
+        elif watchdog.output_exceeded or not _output_ok(out, limits.output_bytes):
             result.outcome = Outcome.INVALID_OUTPUT
             result.submitter_message = output_too_big_message(limits)
         elif exit_code != 0:
@@ -681,7 +724,7 @@ class _Watchdog:
             if (
                 self.output_dir is not None
                 and not self.output_exceeded
-                and _dir_size(self.output_dir) > self.output_bytes
+                and not _output_ok(self.output_dir, self.output_bytes)
             ):
                 self.output_exceeded = True
                 with contextlib.suppress(Exception):
@@ -733,7 +776,12 @@ def cleanup_orphans(
     client = client or connect()
     host = host or worker_host()
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_HOST}={host}"}):
+    # ignore_removed: a live worker may remove its container between the listing and the
+    # inspection the SDK does for each one.
+    listed = client.containers.list(
+        all=True, filters={"label": f"{LABEL_HOST}={host}"}, ignore_removed=True
+    )
+    for container in listed:
         labels = container.labels or {}
         if LABEL_RUNNER not in labels:
             continue
@@ -743,8 +791,12 @@ def cleanup_orphans(
                 removed += 1
     if work_dir is not None and Path(work_dir).is_dir():
         for entry in Path(work_dir).iterdir():
-            m = re.match(r"run-(\d+\.\d+)-", entry.name)
-            if m and entry.is_dir() and (everything or not _owner_alive(m.group(1))):
+            # Workers on other hosts (or in other containers) may share this directory: only
+            # this host's staging directories are ours to judge.
+            m = re.fullmatch(r"run-(.+)-(\d+\.\d+)-[a-z0-9_]+", entry.name)
+            if not (m and m.group(1) == _host_tag(host) and entry.is_dir()):
+                continue
+            if everything or not _owner_alive(m.group(2)):
                 with contextlib.suppress(OSError):
                     _umount(entry / "output")
                 shutil.rmtree(entry, ignore_errors=True)

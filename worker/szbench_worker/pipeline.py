@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import math
 import shutil
+import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from szbench.config import Settings, get_settings
 from szbench.db import session_scope
+from szbench.errors import SzbenchError
 from szbench.models import (
     AlgorithmVersion,
     Dataset,
@@ -464,8 +466,10 @@ def run_recording(run_id: int) -> RunStep:
         return claim
     deps = get_dependencies()
     gpus = gpu_assignment.gpus_for_queue(claim.queue, settings)
-    output_dir = work_dir(settings) / f"eval-{claim.evaluation_id}" / f"run-{run_id}"
-    shutil.rmtree(output_dir, ignore_errors=True)
+    base = work_dir(settings) / f"eval-{claim.evaluation_id}"
+    base.mkdir(parents=True, exist_ok=True)
+    # Unique per attempt: two deliveries of one run on one host must not share a folder.
+    output_dir = Path(tempfile.mkdtemp(prefix=f"run-{run_id}-", dir=base))
     try:
         try:
             image = deps.resolve_image(claim.image)
@@ -962,7 +966,17 @@ def _decide_smoke(
         ).all()
         queued = 0
         for dataset_version in targets:
-            create_evaluation(session, algorithm_version=version, dataset_version=dataset_version)
+            try:
+                with session.begin_nested():
+                    create_evaluation(
+                        session, algorithm_version=version, dataset_version=dataset_version
+                    )
+            except SzbenchError as exc:
+                # One unusable dataset version (no recordings, ...) must not block the rest.
+                log.warning(
+                    "not queueing version %s on %s: %s", version.id, dataset_version.id, exc
+                )
+                continue
             queued += 1
         return SmokeOutcome(version.status, version.status_message, queued)
 

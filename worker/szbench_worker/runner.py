@@ -294,7 +294,7 @@ def oom_message(limits: Limits) -> str:
 def output_too_big_message(limits: Limits) -> str:
     return (
         f"The algorithm wrote more than {describe_limit(limits.output_bytes)} to "
-        f"{CONTAINER_OUTPUT_DIR}; the output was discarded."
+        f"{CONTAINER_OUTPUT_DIR} (or made part of it unreadable); the output was discarded."
     )
 
 

@@ -312,7 +312,7 @@ def evaluate(
     if report is not None:
         from szbench.cli.results_table import report_table
 
-        Console().print(report_table(report, title=f"SzCORE scores ({sandbox})"))
+        Console().print(report_table(report, title=f"SzCORE scores, {sandbox}"))
     failed = [r for r in recordings if r["outcome"] != "ok"]
     for r in failed:
         console.print(f"[yellow]{r['path']}: {r['outcome']}: {r['message']}[/yellow]")

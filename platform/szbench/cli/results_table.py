@@ -1,7 +1,9 @@
-"""Rendering of an SzCORE report (``{"sample_results": ..., "event_results": ...}``) as a table.
+"""Rendering of a stored SzCORE report as a table (the layout of ``szbench score``).
 
-Shared by the commands that print results (``szbench evaluate``; ``szbench score`` may use
-it too). Takes the JSON shape, so that it works on stored reports without the scorer.
+``szbench score`` renders a live :class:`~szbench_scoring.DatasetReport`; the pipeline's
+commands have the stored JSON instead (``DatasetResult.report``:
+``{"sample_results": ..., "event_results": ..., "pooled": ...}``), so this renders that
+shape in the same layout: one row per scoring, mean ± std over subjects, then pooled rows.
 """
 
 from __future__ import annotations
@@ -10,37 +12,49 @@ from typing import Any
 
 from rich.table import Table
 
-_ROWS = (("sensitivity", "Sensitivity"), ("precision", "Precision"), ("f1", "F1"))
+_COLUMNS = (("sensitivity", 3), ("precision", 3), ("f1", 3), ("fpRate", 2))
 
 
-def _fmt(value: Any, *, percent: bool = True) -> str:
+def _cell(value: float | None, std: float | None, digits: int) -> str:
     if value is None:
         return "n/a"
-    return f"{100 * value:.1f}%" if percent else f"{value:.2f}"
+    text = f"{value:.{digits}f}"
+    if std is not None:
+        text += f" ± {std:.{digits}f}"
+    return text
 
 
 def report_table(report: dict[str, Any], *, title: str = "SzCORE scores") -> Table:
-    """Per-subject mean ± std of each metric, for event and sample scoring, plus pooled.
+    """Rows ``event`` and ``sample`` (mean ± std over subjects) and, when the report has a
+    ``pooled`` block, ``event (pooled)`` and ``sample (pooled)``. NaN (null) shows as n/a.
 
-    ``report`` is szcore-evaluation's JSON; a ``pooled`` key (same shape, no ``*_std``)
-    adds the pooled column.
+    >>> block = {"sensitivity": 0.5, "precision": None, "f1": 0.5, "fpRate": 1.0,
+    ...          "sensitivity_std": 0.5, "precision_std": None, "f1_std": 0.1, "fpRate_std": 0}
+    >>> table = report_table({"event_results": block, "sample_results": block})
+    >>> [c.header for c in table.columns]
+    ['scoring', 'sensitivity', 'precision', 'F1', 'FP/day']
+    >>> table.row_count
+    2
     """
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption="event/sample: mean ± std over subjects; (pooled): ratios of the summed counts",
+        caption_justify="left",
+    )
+    table.add_column("scoring")
+    for header in ("sensitivity", "precision", "F1", "FP/day"):
+        table.add_column(header, justify="right")
     pooled = report.get("pooled") or {}
-    table = Table(title=title)
-    table.add_column("Metric")
-    for kind in ("Event", "Sample"):
-        table.add_column(f"{kind} (mean ± std over subjects)", justify="right")
-        if pooled:
-            table.add_column(f"{kind} (pooled)", justify="right")
-    for key, label in (*_ROWS, ("fpRate", "False positives / day")):
-        percent = key != "fpRate"
-        cells = [label]
-        for block in ("event_results", "sample_results"):
-            values = report.get(block) or {}
-            mean = _fmt(values.get(key), percent=percent)
-            std = values.get(f"{key}_std")
-            cells.append(mean if std is None else f"{mean} ± {_fmt(std, percent=percent)}")
-            if pooled:
-                cells.append(_fmt((pooled.get(block) or {}).get(key), percent=percent))
-        table.add_row(*cells)
+    rows = [("event", report.get("event_results") or {}, True)]
+    rows.append(("sample", report.get("sample_results") or {}, True))
+    if pooled:
+        rows.append(("event (pooled)", pooled.get("event_results") or {}, False))
+        rows.append(("sample (pooled)", pooled.get("sample_results") or {}, False))
+    for label, block, with_std in rows:
+        cells = [
+            _cell(block.get(key), block.get(f"{key}_std") if with_std else None, digits)
+            for key, digits in _COLUMNS
+        ]
+        table.add_row(label, *cells)
     return table
