@@ -12,6 +12,7 @@ from szbench.evaluations.schemas import DatasetResultOut, RunOut, RunProvenance,
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
+    Dataset,
     DatasetResult,
     DatasetVersion,
     Evaluation,
@@ -186,8 +187,11 @@ def algorithm_results(
         .where(Evaluation.id.in_(newest))
         .options(
             joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
-            joinedload(Evaluation.dataset_version).joinedload(DatasetVersion.dataset),
-            joinedload(Evaluation.result),
+            joinedload(Evaluation.dataset_version)
+            .joinedload(DatasetVersion.dataset)
+            .defer(Dataset.run_limits),
+            # The side-by-side table needs the metrics, not each whole report.
+            joinedload(Evaluation.result).defer(DatasetResult.report),
         )
         .order_by(Evaluation.dataset_version_id, Evaluation.algorithm_version_id)
     ).unique()
