@@ -325,6 +325,12 @@ def test_algorithm_results_side_by_side(
         f"/api/v1/algorithms/{algo_id}/results", params={"official_only": False}
     ).json()
     assert with_rescores["total"] == 4
+    page = client.get(
+        f"/api/v1/algorithms/{algo_id}/results", params={"limit": 2, "offset": 2}
+    ).json()
+    assert page["total"] == 3
+    assert len(page["items"]) == 1
+    assert page["items"][0]["evaluation_id"] not in {r["evaluation_id"] for r in body["items"][:2]}
 
 
 def test_held_out_recordings_never_served_to_non_admins(

@@ -139,10 +139,14 @@ def algorithm_results(
 ) -> AlgorithmResults:
     """An algorithm's results on every dataset version, side by side."""
     algorithm = algorithms.get_algorithm(session, algorithm_id, viewer=caller.user)
-    rows = queries.algorithm_results(
-        session, algorithm, viewer=caller.user, official_only=official_only
+    window, total = queries.algorithm_results(
+        session,
+        algorithm,
+        viewer=caller.user,
+        official_only=official_only,
+        limit=page.limit,
+        offset=page.offset,
     )
-    window = rows[page.offset : page.offset + page.limit]
     prov = provenances(session, window)
     items = [
         AlgorithmResultRow(
@@ -163,7 +167,7 @@ def algorithm_results(
         algorithm_id=algorithm.id,
         algorithm=algorithm.name,
         items=items,
-        total=len(rows),
+        total=total,
         limit=page.limit,
         offset=page.offset,
     )
