@@ -37,6 +37,8 @@ fi
 # docs/algorithm-contract.md recommends for worker hosts); SZBENCH_DOCKER_USERNS=0 turns it off.
 # An engine that is already running is used as it is: the runner works either way.
 apt_install docker.io debootstrap docker-registry
+# Browser tests: Debian's Chromium driven by Playwright (never Playwright's own download).
+apt_install chromium fonts-liberation
 if ! docker info >/dev/null 2>&1; then
     dockerd_args=()
     if [ "${SZBENCH_DOCKER_USERNS:-1}" != 0 ]; then dockerd_args+=(--userns-remap=default); fi

@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     # Uploaded image tarballs and resumable upload sessions; empty means data_dir/uploads.
     uploads_dir: Path | None = None
     max_upload_bytes: int = 20 * 1024**3
+    # Bytes per PUT of the web UI's resumable upload: larger keeps a fast link busy, smaller
+    # loses less after a dropped connection.
+    web_upload_chunk_bytes: int = 8 * 1024**2
     # Unfinished upload sessions older than this are refused and may be deleted.
     upload_session_ttl_s: int = 2 * 86400
     # Accept images whose configured user is root (the worker still drops capabilities).

@@ -144,6 +144,8 @@ _TYPE_NAMES: Final = np.array(EVENT_TYPES)
 _MAX_FIELD_BYTES: Final = 64
 _BOM: Final = b"\xef\xbb\xbf"
 _NON_BLANK: Final = re.compile(rb"\S")
+_FRONT_PAD: Final = bytes(8)
+_BACK_PAD: Final = bytes(_MAX_FIELD_BYTES + 1)
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -537,12 +539,18 @@ _U64 = np.uint64
 _ASCII_ZEROS: Final = _U64(0x3030303030303030)
 _HIGH_NIBBLES: Final = _U64(0xF0F0F0F0F0F0F0F0)
 _PLUS_SIX: Final = _U64(0x0606060606060606)
-_ALL_ONES: Final = _U64(0xFFFFFFFFFFFFFFFF)
 _LOW_NIBBLES: Final = _U64(0x0F0F0F0F0F0F0F0F)
 _MASK_16: Final = _U64(0x00FF00FF00FF00FF)
 _MASK_32: Final = _U64(0x0000FFFF0000FFFF)
+# _KEEP_LAST[k] keeps the last k bytes of a word (the high bytes: little-endian);
+# _ZERO_FILL[k] puts '0' digits in the other 8 - k.
+_KEEP_LAST: Final = np.array(
+    [0] + [(0xFFFFFFFFFFFFFFFF << (8 * (8 - k))) & 0xFFFFFFFFFFFFFFFF for k in range(1, 9)],
+    dtype=np.uint64,
+)
+_ZERO_FILL: Final = _ASCII_ZEROS & ~_KEEP_LAST
 # Kinds of decimal layout tried before the general (slower) conversion of what is left.
-_MAX_LAYOUTS: Final = 3
+_MAX_LAYOUTS: Final = 6
 
 
 def _eight_digits(v: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -560,17 +568,17 @@ def _eight_digits(v: NDArray[np.uint64]) -> NDArray[np.uint64]:
 class _Fields:
     """Reads the fields of one group's buffer, by column bounds."""
 
-    def __init__(self, joined: bytes, buf: NDArray[np.uint8]) -> None:
-        self.joined = joined
-        # 8 bytes in front so that an 8-byte window may end at any field end.
-        self.padded = np.concatenate(
-            [np.zeros(8, dtype=np.uint8), buf, np.zeros(_MAX_FIELD_BYTES + 1, dtype=np.uint8)]
-        )
+    def __init__(self, padded_text: bytes) -> None:
+        # The text has _FRONT_PAD bytes in front (an 8-byte window may end at any field end)
+        # and _BACK_PAD behind (fixed-width reads past the last field); positions given to
+        # the methods are relative to the unpadded text.
+        self.joined = padded_text
+        self.padded = np.frombuffer(padded_text, dtype=np.uint8)
         self.win8 = sliding_window_view(self.padded, 8)
 
     def text(self, s: IntArray, e: IntArray, i: int) -> str:
         """The text of field ``i`` (for error messages)."""
-        return _field_text(self.joined[int(s[i]) : int(e[i])])
+        return _field_text(self.joined[int(s[i]) + 8 : int(e[i]) + 8])
 
     def strings(self, s: IntArray, e: IntArray) -> NDArray[np.bytes_]:
         """Fixed-width byte strings of the fields (left-aligned, NUL-padded)."""
@@ -585,8 +593,7 @@ class _Fields:
     def words(self, e: IntArray, lens: IntArray) -> NDArray[np.uint64]:
         """The last 8 bytes of each field as a word, bytes before the field set to 0."""
         w = self.win8[e].view(np.uint64).ravel()
-        shift = (8 * (8 - np.clip(lens, 1, 8))).astype(np.uint64)
-        return w & (_ALL_ONES << shift)
+        return w & _KEEP_LAST[np.minimum(lens, 8)]
 
     def numbers(self, s: IntArray, e: IntArray) -> tuple[FloatArray, NDArray[np.bool_]]:
         """Parse decimal fields; return the values and which fields are not numbers.
@@ -619,21 +626,21 @@ class _Fields:
         bad = np.zeros(n, dtype=bool)
         todo = np.flatnonzero(short)
         lens = e - s
+        others = [np.flatnonzero(~short)]
         for _ in range(_MAX_LAYOUTS):
             if todo.size == 0:
                 break
-            first = self.joined[int(s[todo[0]]) : int(e[todo[0]])]
+            # The layout (number of decimals) of the first field left decides this pass.
+            first = self.joined[int(s[todo[0]]) + 8 : int(e[todo[0]]) + 8]
             dot = first.rfind(b".")
             decimals = -1 if dot < 0 else len(first) - 1 - dot
             parsed, ok = _parse_words(words[todo], lens[todo], decimals)
             values[todo[ok]] = parsed[ok]
-            if ok.all():
-                todo = todo[:0]
-                break
-            if not ok.any() and _ == 0:
-                break
+            if not ok[0]:  # not a plain decimal at all: the general conversion decides
+                others.append(todo[:1])
+                ok[0] = True
             todo = todo[~ok]
-        rest = np.concatenate([todo, np.flatnonzero(~short)])
+        rest = np.concatenate([todo, *others])
         if rest.size:
             v, b = _to_float(self.strings(s[rest], e[rest]))
             values[rest] = v
@@ -661,10 +668,9 @@ def _parse_words(
     words: NDArray[np.uint64], lens: IntArray, decimals: int
 ) -> tuple[FloatArray, NDArray[np.bool_]]:
     """Parse right-aligned ``digits[.digits]`` words with ``decimals`` digits after the dot."""
-    lens8 = np.clip(lens, 1, 8).astype(np.uint64)
     # The bytes before the field become '0' digits.
-    v = words | (_ASCII_ZEROS & ~(_ALL_ONES << (_U64(8) * (_U64(8) - lens8))))
-    ok = np.ones(words.shape[0], dtype=bool)
+    v = words | _ZERO_FILL[np.minimum(lens, 8)]
+    ok = lens > 0
     if decimals >= 0:
         dot_shift = _U64(8 * (7 - decimals))
         ok &= ((v >> dot_shift) & _U64(0xFF)) == _U64(ord("."))
@@ -703,9 +709,12 @@ def _regular_grid(
     if sep.size % ncols:
         return None
     grid = sep.reshape(-1, ncols)
-    # Every separator is a tab, except the last of each row, a newline: then every line has
-    # exactly ncols - 1 tabs.
-    if not (bool((buf[grid[:, -1]] == 10).all()) and bool((buf[grid[:, :-1]] == 9).all())):
+    # The last separator of each row is a newline, there are no other newlines, and the other
+    # separators are tabs: then every line has exactly ncols - 1 tabs.
+    n_rows = grid.shape[0]
+    if not bool((buf[grid[:, -1]] == 10).all()):
+        return None
+    if np.count_nonzero(buf == 10) != n_rows or np.count_nonzero(buf == 9) != sep.size - n_rows:
         return None
     line_end = grid[:, -1]
     line_start = np.empty_like(line_end)
@@ -714,13 +723,15 @@ def _regular_grid(
     # Every body ends with a newline: a file's last row ends one byte before the next file.
     row_offset = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
     row_offset[1:] = np.searchsorted(line_end, np.cumsum(sizes) - 1) + 1
-    n_rows = np.diff(row_offset)
+    rows_per_file = np.diff(row_offset)
 
     def locate(idx: IntArray) -> IntArray:
         local = np.searchsorted(row_offset, idx, side="right") - 1
         return header_rows[local] + 1 + (idx - row_offset[local])
 
-    return _Grid(np.repeat(members, n_rows), line_start, line_end, lambda j: grid[:, j], locate)
+    return _Grid(
+        np.repeat(members, rows_per_file), line_start, line_end, lambda j: grid[:, j], locate
+    )
 
 
 def _irregular_grid(
@@ -768,8 +779,8 @@ def _irregular_grid(
 def _parse_group(files: list[_File], members_list: list[int], layout: _Layout) -> _Rows:
     """Parse the bodies of files sharing one header layout, all at once."""
     bodies = [files[m].body for m in members_list]
-    joined = b"".join(bodies)
-    buf = np.frombuffer(joined, dtype=np.uint8)
+    padded_text = b"".join([_FRONT_PAD, *bodies, _BACK_PAD])
+    buf = np.frombuffer(padded_text, dtype=np.uint8)[8 : -len(_BACK_PAD)]
     members = np.asarray(members_list, dtype=np.int64)
     sizes = np.fromiter((len(b) for b in bodies), dtype=np.int64, count=len(bodies))
     header_rows = np.array([files[m].header_row for m in members_list], dtype=np.int64)
@@ -778,7 +789,7 @@ def _parse_group(files: list[_File], members_list: list[int], layout: _Layout) -
     if grid is None:
         grid = _irregular_grid(files, buf, bodies, members, header_rows, ncols)
     sink = _ErrorSink(files, grid.row_file, grid.locate)
-    fields = _Fields(joined, buf)
+    fields = _Fields(padded_text)
 
     bounds: dict[str, tuple[IntArray, IntArray]] = {}
     for col in REQUIRED_COLUMNS:

@@ -264,23 +264,23 @@ class _Batch:
             else:
                 scored.append(i)
 
-        # Events of the scored recordings, numbered 0..len(scored)-1, from the parsed arrays.
-        rec_of_file = np.full(len(parsed.errors), -1, dtype=np.int64)
+        # Events of the scored recordings, numbered 0..len(scored)-1, from the parsed arrays:
+        # the references are files 0..n-1, so their events come first.
         idx = np.asarray(scored, dtype=np.int64)
-        rec_of_file[idx] = np.arange(idx.shape[0])
-        ref_rec = rec_of_file[parsed.file]
-        rec_of_file[:] = -1
-        rec_of_file[hyp_file[idx][has_hyp[idx]]] = np.flatnonzero(has_hyp[idx])
-        hyp_rec = rec_of_file[parsed.file]
-        keep_ref, keep_hyp = ref_rec >= 0, hyp_rec >= 0
-        scores = _score_batch(
-            parsed.events[keep_ref],
-            ref_rec[keep_ref],
-            parsed.events[keep_hyp],
-            hyp_rec[keep_hyp],
-            n_ref[idx],
-            params,
-        )
+        split = int(parsed.bounds[n])
+        rec_of_ref = np.full(n, -1, dtype=np.int64)
+        rec_of_ref[idx] = np.arange(idx.shape[0])
+        ref_rec = rec_of_ref[parsed.file[:split]]
+        rec_of_hyp = np.full(len(errors) - n + 1, -1, dtype=np.int64)
+        with_hyp = has_hyp[idx]
+        rec_of_hyp[hyp_file[idx][with_hyp] - n] = np.flatnonzero(with_hyp)
+        hyp_rec = rec_of_hyp[parsed.file[split:] - n]
+        ref_ev, hyp_ev = parsed.events[:split], parsed.events[split:]
+        if idx.shape[0] < n:
+            keep_ref, keep_hyp = ref_rec >= 0, hyp_rec >= 0
+            ref_ev, ref_rec = ref_ev[keep_ref], ref_rec[keep_ref]
+            hyp_ev, hyp_rec = hyp_ev[keep_hyp], hyp_rec[keep_hyp]
+        scores = _score_batch(ref_ev, ref_rec, hyp_ev, hyp_rec, n_ref[idx], params)
         for i, score in zip(scored, scores, strict=True):
             rec = self.files[i]
             out[i] = RecordingResult(rec.subject, rec.recording, score, None, not has_hyp[i])

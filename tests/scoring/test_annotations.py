@@ -217,13 +217,13 @@ def test_error_pickles_with_its_fields():
 
 
 def _parse_fields(texts: list[str]):
-    from szbench_scoring.annotations import _Fields
+    from szbench_scoring.annotations import _BACK_PAD, _FRONT_PAD, _Fields
 
     joined = ("\n".join(texts) + "\n").encode()
     ends = np.cumsum([len(t) + 1 for t in texts]) - 1
     starts = ends - np.array([len(t) for t in texts])
-    buf = np.frombuffer(joined, dtype=np.uint8)
-    return _Fields(joined, buf).numbers(starts.astype(np.int64), ends.astype(np.int64))
+    padded = _FRONT_PAD + joined + _BACK_PAD
+    return _Fields(padded).numbers(starts.astype(np.int64), ends.astype(np.int64))
 
 
 def test_number_parsing_equals_python_float():
@@ -280,3 +280,21 @@ def test_trailing_blank_lines_are_skipped():
     assert parse_annotations(tsv(row("1", "2")) + "\n\n\n").events.tolist() == [[1.0, 3.0]]
     e = err(tsv(row(), row(duration="-1")) + "\n\n")
     assert e.row == 3
+
+
+def test_usual_numbers_take_the_word_path(monkeypatch):
+    """Writers' usual layouts never reach the general (slower) conversion."""
+    import szbench_scoring.annotations as ann_module
+
+    def forbidden(fields):
+        raise AssertionError(f"general conversion used for {fields[:3]}")
+
+    monkeypatch.setattr(ann_module, "_to_float", forbidden)
+    texts = [f"{x:.2f}" for x in np.linspace(0, 99999, 500)] + ["3600", "12", "0.5", "7.125"]
+    values, bad = _parse_fields(texts)
+    assert not bad.any()
+    np.testing.assert_array_equal(values, [float(t) for t in texts])
+    text = "onset\tduration\teventType\trecordingDuration\n" + "".join(
+        f"{i * 2}.00\t1.00\tsz\t3600.25\n" for i in range(100)
+    )
+    assert parse_annotations(text).n_events == 100

@@ -108,7 +108,7 @@ def _runner_and_digest(
     return runner, info.digest, image, "docker sandbox"
 
 
-def _algorithm_version(session: Any, digest: str, reference: str) -> Any:
+def _algorithm_version(session: Any, digest: str, reference: str, name: str) -> Any:
     from sqlalchemy import select
 
     from szbench.models import Algorithm, AlgorithmVersion, User, VersionStatus
@@ -119,10 +119,11 @@ def _algorithm_version(session: Any, digest: str, reference: str) -> Any:
         session.add(user)
         session.flush()
     algorithm = session.scalars(
-        select(Algorithm).where(Algorithm.owner_id == user.id, Algorithm.name == "local")
+        select(Algorithm).where(Algorithm.owner_id == user.id, Algorithm.name == name)
     ).first()
     if algorithm is None:
-        algorithm = Algorithm(owner_id=user.id, name="local", title="Local evaluations")
+        title = "Local evaluations" if name == "local" else name
+        algorithm = Algorithm(owner_id=user.id, name=name, title=title)
         session.add(algorithm)
         session.flush()
     version = session.scalars(
@@ -144,7 +145,7 @@ def _algorithm_version(session: Any, digest: str, reference: str) -> Any:
     return user, version
 
 
-def _dataset_version(session: Any, prepared: Path) -> Any:
+def _dataset_version(session: Any, prepared: Path, slug: str | None) -> Any:
     from sqlalchemy import select
 
     from szbench.datasets.service import create_dataset, read_manifest, register_dataset_version
@@ -153,7 +154,7 @@ def _dataset_version(session: Any, prepared: Path) -> Any:
 
     try:
         _, checksum = read_manifest(prepared)
-        slug = f"local-{checksum.rsplit(':', 1)[-1][:16]}"
+        slug = slug or f"local-{checksum.rsplit(':', 1)[-1][:16]}"
         dataset = session.scalars(select(Dataset).where(Dataset.slug == slug)).first()
         if dataset is None:
             dataset = create_dataset(session, slug=slug, title=f"Local dataset {prepared.name}")
@@ -247,6 +248,14 @@ def evaluate(
     reuse: bool = typer.Option(
         True, "--reuse/--no-reuse", help="Reuse finished runs of the same image and recording."
     ),
+    name: str = typer.Option(
+        "local", "--name", help="Algorithm name the result is listed under on the leaderboard."
+    ),
+    dataset_name: str | None = typer.Option(
+        None,
+        "--dataset-name",
+        help="Dataset slug for the leaderboard (default: derived from the dataset's checksum).",
+    ),
 ) -> None:
     """Run an algorithm on every recording of a local dataset, score it, print the results."""
     chosen = [x for x in (image, tar, local_process) if x is not None]
@@ -275,8 +284,8 @@ def evaluate(
     worker = start_embedded_worker(upgrade_database=False)
     try:
         with session_scope() as session:
-            user, version = _algorithm_version(session, digest, reference)
-            dv = _dataset_version(session, prepared)
+            user, version = _algorithm_version(session, digest, reference, name)
+            dv = _dataset_version(session, prepared, dataset_name)
             evaluation = create_evaluation(
                 session,
                 algorithm_version=version,

@@ -26,11 +26,6 @@ from szbench.web.common import CsrfChecked, redirect, render
 
 router = APIRouter(include_in_schema=False)
 
-# Bytes per PUT of the browser's resumable upload: big enough to keep the link busy, small
-# enough that a dropped connection loses little. The server streams each chunk to disk.
-UPLOAD_CHUNK_BYTES = 8 * 1024**2
-
-
 # --- tokens ----------------------------------------------------------------------------------
 
 
@@ -57,7 +52,7 @@ def _tokens(
         "scopes": auth.allowed_scopes(caller.user),
         "created": created,
         "error": error,
-        "now": datetime.now(UTC),
+        "current_token_id": caller.token.id if caller.token else None,
     }
     return render(request, "tokens.html", caller, context, status_code=status_code)
 
@@ -126,7 +121,7 @@ def submit_page(request: Request, session: SessionDep, caller: Submitter) -> Res
         "algorithms": mine,
         "phases": phases,
         "max_upload_bytes": settings.max_upload_bytes,
-        "chunk_bytes": UPLOAD_CHUNK_BYTES,
+        "chunk_bytes": settings.web_upload_chunk_bytes,
     }
     return render(request, "submit.html", caller, context)
 

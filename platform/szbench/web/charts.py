@@ -96,13 +96,16 @@ def horizontal_bars(
     digits: int = 2,
     css: str = "bars",
     width: int = 420,
+    show_title: bool = True,
 ) -> str:
     """One horizontal bar per label (e.g. per subject), value printed at the bar's end.
 
     ``maximum`` fixes the axis (1 for ratios); by default it is a round number above the
     largest value. Missing values show "n/a" and no bar.
     """
-    row_h, top, left, right = 20, 24, 90, 60
+    row_h, left, right = 20, 90, 60
+    # The title is also drawn as visible text above the axis (the <title> is not shown).
+    top = 24 + (18 if show_title else 0)
     height = top + row_h * max(1, len(labels)) + 8
     present = [v for v in values if v is not None and not is_missing(v)]
     axis_max = maximum if maximum is not None else nice_max(max(present, default=0.0))
@@ -112,6 +115,8 @@ def horizontal_bars(
     )
     head, tail = _open(width, height, title, described or "no values", css)
     parts = [head]
+    if show_title:
+        parts.append(_text(4, 14, title, "chart-title"))
     for tick in ticks(axis_max):
         x = scale(tick)
         parts.append(
@@ -182,6 +187,7 @@ def rank_histogram(histogram: Sequence[int], *, title: str, width: int = 320) ->
     axis_max = float(max(1, peak))
     y_scale = LinearScale(0.0, axis_max, height - bottom, top)
     slot = (width - left - 8) / n
+    bar_w = min(slot * 0.7, 36.0)
     desc = "; ".join(
         f"rank {i + 1}: {c} subject{'s' if c != 1 else ''}" for i, c in enumerate(histogram)
     )
@@ -195,7 +201,7 @@ def rank_histogram(histogram: Sequence[int], *, title: str, width: int = 320) ->
         x = left + i * slot
         y = y_scale(count)
         parts.append(
-            f'<rect class="bar" x="{x + slot * 0.15:.1f}" y="{y:.1f}" width="{slot * 0.7:.1f}" '
+            f'<rect class="bar" x="{x + (slot - bar_w) / 2:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
             f'height="{base - y:.1f}"><title>rank {i + 1}: {count}</title></rect>'
         )
         parts.append(_text(x + slot / 2, base + 14, str(i + 1), "tick", "middle"))

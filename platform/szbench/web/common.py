@@ -18,11 +18,13 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, Form, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench import __version__
+from szbench.api.errors import describe_validation_errors
 from szbench.auth.dependencies import Principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
@@ -33,7 +35,7 @@ CSRF_COOKIE = "szbench_csrf"
 CSRF_FIELD = "csrf_token"
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
-templates.env.globals.update(fmt=charts.fmt, version=__version__, csrf_field=CSRF_FIELD)
+templates.env.globals.update(fmt=charts.fmt, app_version=__version__, csrf_field=CSRF_FIELD)
 
 
 def _pct(value: float | None) -> str:
@@ -42,6 +44,20 @@ def _pct(value: float | None) -> str:
 
 templates.env.filters["pct"] = _pct
 templates.env.filters["num"] = charts.fmt
+
+
+# Pages load nothing but their own static files: no inline script, no other origin, no
+# framing. A violation shows up as a console error, which the browser test fails on.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+        "object-src 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+}
 
 
 def csrf_token(request: Request) -> str:
@@ -82,6 +98,12 @@ CsrfChecked = Annotated[None, Depends(check_csrf)]
 Caller = Annotated[Principal, Depends(get_principal)]
 
 
+def signup_open() -> bool:
+    """Public sign-up: allowed by the setting and never in clinical-centre mode."""
+    settings = get_settings()
+    return settings.allow_signup and not settings.centre_mode
+
+
 def render(
     request: Request,
     template: str,
@@ -91,7 +113,6 @@ def render(
     status_code: int = 200,
 ) -> HTMLResponse:
     """Render ``template`` with the caller, CSRF token, flash message and settings."""
-    settings = get_settings()
     flash = request.query_params.get("msg")
     ctx = {
         "request": request,
@@ -99,12 +120,13 @@ def render(
         "is_admin": bool(caller and caller.is_admin),
         "csrf": csrf_token(request),
         "flash": flash[:300] if flash else None,
-        "signup_open": settings.allow_signup,
+        "signup_open": signup_open(),
         **(context or {}),
     }
     response = templates.TemplateResponse(request, template, ctx, status_code=status_code)
     _set_csrf_cookie(request, response)
     response.headers["Cache-Control"] = "no-store"
+    response.headers.update(SECURITY_HEADERS)
     return response
 
 
@@ -137,6 +159,7 @@ def install_error_pages(app: Any) -> None:
     handlers = app.exception_handlers
     api_error = handlers[SzbenchError]
     api_http = handlers[StarletteHTTPException]
+    api_validation = handlers[RequestValidationError]
 
     async def page_error(request: Request, exc: Exception) -> Any:
         if not is_page_request(request):
@@ -153,12 +176,26 @@ def install_error_pages(app: Any) -> None:
         detail = "There is no page here." if exc.status_code == 404 else str(exc.detail)
         return _error_page(request, exc.status_code, "Error", detail)
 
+    async def page_validation_error(request: Request, exc: Exception) -> Any:
+        if not is_page_request(request):
+            return await api_validation(request, exc)
+        assert isinstance(exc, RequestValidationError)
+        detail = describe_validation_errors(list(exc.errors()))
+        return _error_page(request, 400, "BadRequest", detail)
+
     app.add_exception_handler(SzbenchError, page_error)
     app.add_exception_handler(StarletteHTTPException, page_http_error)
+    app.add_exception_handler(RequestValidationError, page_validation_error)
 
 
 def _error_page(request: Request, status_code: int, name: str, detail: str) -> HTMLResponse:
-    titles = {403: "Not allowed", 404: "Not found", 409: "Conflict", 429: "Quota used up"}
+    titles = {
+        400: "Bad request",
+        403: "Not allowed",
+        404: "Not found",
+        409: "Conflict",
+        429: "Quota used up",
+    }
     context = {
         "signed_in": getattr(request.state, "user_id", None) is not None,
         "title": titles.get(status_code, "Something went wrong"),

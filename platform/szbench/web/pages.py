@@ -12,17 +12,16 @@ from szbench.api.deps import SessionDep
 from szbench.auth import cookies
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone
-from szbench.config import get_settings
 from szbench.datasets import queries as datasets
 from szbench.errors import Forbidden, NotFound, SzbenchError
 from szbench.evaluations import queries as evaluations
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards.statistics import CI_METRICS
-from szbench.models import Role
+from szbench.models import Evaluation, Role
 from szbench.results import queries as results
 from szbench.web import charts
 from szbench.web import queries as web_queries
-from szbench.web.common import Caller, CsrfChecked, redirect, render, safe_next
+from szbench.web.common import Caller, CsrfChecked, redirect, render, safe_next, signup_open
 
 router = APIRouter(include_in_schema=False)
 
@@ -86,7 +85,7 @@ def logout(request: Request, session: SessionDep, _csrf: CsrfChecked) -> Respons
 
 
 def _check_signup_open() -> None:
-    if not get_settings().allow_signup:
+    if not signup_open():
         raise Forbidden("sign-up is closed on this server; ask an admin for an account")
 
 
@@ -164,13 +163,14 @@ def leaderboard(
         ]
     if phase:
         items = [e for e in items if phase_of.get(e.algorithm_version_id) == phase]
-    fp_values = [e.event_fp_rate for e in board.items]
-    fp_values += [
-        (e.ci or {}).get("event_fp_rate").high
-        for e in board.items
-        if (e.ci or {}).get("event_fp_rate")
-    ]  # type: ignore[union-attr]
-    fp_max = charts.nice_max(max((v for v in fp_values if not charts.is_missing(v)), default=1.0))
+    # One FP/day scale for the whole table (rates have no natural maximum).
+    fp_values: list[float] = []
+    for e in board.items:
+        fp_ci = (e.ci or {}).get("event_fp_rate")
+        for v in (e.event_fp_rate, fp_ci.high if fp_ci else None):
+            if v is not None and not charts.is_missing(v):
+                fp_values.append(v)
+    fp_max = charts.nice_max(max(fp_values, default=1.0))
     rows = []
     for e in items:
         bars = {}
@@ -229,11 +229,8 @@ def algorithm_page(
 
 
 def _evaluation_charts(
-    session: SessionDep, evaluation: object, caller: Caller
+    session: SessionDep, evaluation: Evaluation, caller: Caller
 ) -> dict[str, object]:
-    from szbench.models import Evaluation
-
-    assert isinstance(evaluation, Evaluation)
     subjects, _ = results.subject_results(session, evaluation, limit=None)
     labels = [s.subject for s in subjects]
     subject_charts = [

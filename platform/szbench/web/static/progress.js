@@ -22,7 +22,8 @@
 
   async function refreshList() {
     const response = await fetch(fragmentUrl, { credentials: "same-origin" });
-    if (!response.ok) return;
+    // Signed out meanwhile: the answer is the sign-in page, not the list.
+    if (!response.ok || response.redirected) return;
     const html = await response.text();
     const focused = document.activeElement && document.activeElement.id;
     root.innerHTML = html;

@@ -27,7 +27,9 @@
     constructor(status, detail) { super(detail); this.status = status; }
   }
 
-  function mib(n) { return (n / 1048576).toFixed(1) + " MiB"; }
+  function mib(n) {
+    return n < 1048576 ? (n / 1024).toFixed(1) + " KiB" : (n / 1048576).toFixed(1) + " MiB";
+  }
   function showError(message) {
     errorBox.textContent = message;
     errorBox.hidden = false;
@@ -190,7 +192,14 @@
       } else {
         body.image_reference = reference;
       }
-      const created = await api("POST", "/api/v1/algorithms/" + algorithmId + "/versions", body);
+      let created;
+      try {
+        created = await api("POST", "/api/v1/algorithms/" + algorithmId + "/versions", body);
+      } catch (e) {
+        // Name the file the server's check refused (its message names the member or field).
+        if (e instanceof ApiError && source === "upload") throw new ApiError(e.status, file.name + ": " + e.message);
+        throw e;
+      }
       if (file) window.localStorage.removeItem(resumeKey(file));
       status("Submitted. Its smoke test starts shortly.");
       window.location.assign("/submissions?msg=" + encodeURIComponent(

@@ -1,0 +1,76 @@
+"""The web UI under test: the real app on the real PostgreSQL, each test rolled back."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from szbench import queue
+from szbench.api.deps import get_session
+from szbench.app import create_app
+from szbench.leaderboards import statistics
+
+PASSWORD = "correct-horse-9"
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture
+def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastAPI]:
+    settings_env.setenv("SZBENCH_PASSWORD_SCRYPT_N", "1024")
+    application = create_app()
+
+    def session_override() -> Iterator[Session]:
+        db_session.commit()
+        try:
+            yield db_session
+            db_session.commit()
+        except BaseException:
+            db_session.rollback()
+            raise
+
+    application.dependency_overrides[get_session] = session_override
+    statistics.clear_cache()
+    yield application
+    statistics.clear_cache()
+
+
+@pytest.fixture
+def sent() -> Iterator[list[tuple[str, str, dict]]]:
+    """Tasks sent to the broker (captured after their request's commit)."""
+    calls: list[tuple[str, str, dict]] = []
+    queue.set_sender(lambda name, q, kwargs: calls.append((name, q, kwargs)))
+    yield calls
+    queue.set_sender(None)
+
+
+@pytest.fixture
+def client(app: FastAPI, sent: list) -> Iterator[TestClient]:
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def csrf_of(html: str) -> str:
+    match = _CSRF.search(html)
+    assert match, "the page has no form with a CSRF token"
+    return match.group(1)
+
+
+def sign_in(client: TestClient, email: str, password: str = PASSWORD) -> None:
+    page = client.get("/login")
+    r = client.post(
+        "/login",
+        data={"email": email, "password": password, "csrf_token": csrf_of(page.text), "next": "/"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+
+
+def post_form(client: TestClient, page: str, action: str, data: dict | None = None, **kw):  # type: ignore[no-untyped-def]
+    """Open ``page``, take its CSRF token and POST ``data`` to ``action``."""
+    token = csrf_of(client.get(page).text)
+    return client.post(action, data={**(data or {}), "csrf_token": token}, **kw)
