@@ -201,9 +201,12 @@ async def load(base: str, paths: list[str], *, requests: int, concurrency: int) 
                 if response.status_code != 200:
                     errors += 1
 
-        # Warm-up (connections, caches), not measured.
-        await asyncio.gather(*(client.get(paths[i % len(paths)]) for i in range(concurrency)),
-                             return_exceptions=True)  # fmt: skip
+        # Warm-up, not measured: connections, and every distinct path once (the leaderboard
+        # statistics of each dataset are computed on its first request, then cached).
+        unique = list(dict.fromkeys(paths))
+        for start in range(0, len(unique), concurrency):
+            batch = unique[start : start + concurrency]
+            await asyncio.gather(*(client.get(p) for p in batch), return_exceptions=True)
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
