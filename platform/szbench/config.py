@@ -64,8 +64,10 @@ class Settings(BaseSettings):
     allow_root_images: bool = False
     # Algorithm versions a user may submit per rolling 24 h across phases (empty: no limit).
     submissions_per_day: int | None = None
-    # Leaderboard statistics (bootstrap CIs, rank stability) are cached this long (seconds).
-    leaderboard_cache_s: float = 60.0
+    # Leaderboard responses and statistics are cached at most this long (seconds); new,
+    # finished, published or hidden results show at once (the cache key changes), other
+    # edits such as an algorithm's title within this time.
+    leaderboard_cache_s: float = 600.0
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0
     confidence_level: float = 0.95

@@ -9,8 +9,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from szbench.api.deps import get_session
+from szbench.api.deps import get_session, get_side_session
 from szbench.app import create_app
+from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
 
 
@@ -32,9 +33,12 @@ def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastA
             raise
 
     application.dependency_overrides[get_session] = session_override
+    application.dependency_overrides[get_side_session] = session_override
     statistics.clear_cache()
+    leaderboards.clear_cache()
     yield application
     statistics.clear_cache()
+    leaderboards.clear_cache()
 
 
 @pytest.fixture

@@ -131,3 +131,74 @@ def test_openapi_documents_every_route(app) -> None:
             assert op.get("description") or op.get("summary"), f"{method} {path}"
             if path.startswith("/api/v1"):
                 assert "422" in op["responses"] or "404" in op["responses"], f"{method} {path}"
+
+
+def test_unreachable_database_is_503_not_500(settings_env: pytest.MonkeyPatch) -> None:
+    client = _client(
+        settings_env, SZBENCH_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/x"
+    )
+    r = client.get("/api/v1/algorithms")
+    assert r.status_code == 503
+    assert r.json()["error"] == "ServiceUnavailable"
+    assert r.headers["retry-after"] == "5"
+
+
+def test_requests_queue_for_session_slots_without_deadlock(
+    settings_env: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """With a single session slot, 40 concurrent requests (signed in: a sync auth dependency
+    in a thread, then the route in a thread) all succeed, one after the other."""
+    import anyio
+    import httpx
+
+    from szbench.api import deps
+
+    url = f"sqlite:///{tmp_path / 'slots.sqlite3'}"
+    migrate.upgrade(url)
+    settings_env.setenv("SZBENCH_DATABASE_URL", url)
+    get_settings.cache_clear()
+    db.reset_engine()
+    with db.session_scope() as s:
+        _, secret = f.token(s, f.user(s))
+    held = {"now": 0, "most": 0}
+    real_sessionmaker = deps.get_sessionmaker
+
+    def counting_sessionmaker():  # type: ignore[no-untyped-def]
+        maker = real_sessionmaker()
+
+        def make():  # type: ignore[no-untyped-def]
+            held["now"] += 1
+            held["most"] = max(held["most"], held["now"])
+            session = maker()
+            close = session.close
+
+            def closing() -> None:
+                held["now"] -= 1
+                close()
+
+            session.close = closing  # type: ignore[method-assign]
+            return session
+
+        return make
+
+    settings_env.setattr(deps, "get_sessionmaker", counting_sessionmaker)
+    one_slot = anyio.Semaphore(1)
+    settings_env.setattr(deps, "_session_slots", lambda: one_slot)
+
+    async def main() -> list[int]:
+        transport = httpx.ASGITransport(app=create_app())
+        headers = {"Authorization": f"Bearer {secret}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            statuses: list[int] = []
+
+            async def one() -> None:
+                statuses.append((await client.get("/api/v1/auth/me", headers=headers)).status_code)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(40):
+                    tg.start_soon(one)
+            return statuses
+
+    statuses = anyio.run(main)
+    assert statuses == [200] * 40
+    assert held["most"] == 1

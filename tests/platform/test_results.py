@@ -325,6 +325,12 @@ def test_algorithm_results_side_by_side(
         f"/api/v1/algorithms/{algo_id}/results", params={"official_only": False}
     ).json()
     assert with_rescores["total"] == 4
+    page = client.get(
+        f"/api/v1/algorithms/{algo_id}/results", params={"limit": 2, "offset": 2}
+    ).json()
+    assert page["total"] == 3
+    assert len(page["items"]) == 1
+    assert page["items"][0]["evaluation_id"] not in {r["evaluation_id"] for r in body["items"][:2]}
 
 
 def test_held_out_recordings_never_served_to_non_admins(
@@ -375,7 +381,6 @@ def test_dataset_detail_hides_admin_fields(
 
 
 def test_leaderboard_statistics(client: TestClient, world: World) -> None:
-    pytest.importorskip("szbench_scoring.stats", reason="lands with the scoring branch")
     board = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert board["statistics"]["status"] == "ok"
     beta, alpha = board["items"]
@@ -391,3 +396,20 @@ def test_leaderboard_statistics(client: TestClient, world: World) -> None:
     # Cached: the same set of entries gives the same (seeded) figures.
     again = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert again["items"][1]["ci"] == alpha["ci"]
+
+
+def test_leaderboard_cache_sees_new_results_at_once(
+    client: TestClient, world: World, db_session: Session
+) -> None:
+    before = client.get("/api/v1/leaderboards/chb-heldout").json()
+    assert before["total"] == 2
+    newcomer = f.algorithm(db_session, world.carol, name="epsilon")
+    ev = f.evaluation(db_session, f.version(db_session, newcomer), world.dv)
+    f.result(db_session, ev, _subjects([0.95, 0.95, 0.95]))
+    after = client.get("/api/v1/leaderboards/chb-heldout").json()
+    assert after["total"] == 3
+    assert after["items"][0]["algorithm"] == "epsilon"
+    # Hiding the algorithm hides it at once too.
+    newcomer.visibility = Visibility.PRIVATE
+    db_session.flush()
+    assert client.get("/api/v1/leaderboards/chb-heldout").json()["total"] == 2

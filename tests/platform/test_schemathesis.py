@@ -15,7 +15,6 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, settings
 from sqlalchemy.orm import Session
 
-from szbench.api.deps import get_session
 from szbench.app import create_app
 from szbench.models import Role
 from tests.platform import factories as f
@@ -28,7 +27,7 @@ schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", APP)
 
 @pytest.fixture(autouse=True)
 def _wired(app: FastAPI) -> Iterator[None]:
-    APP.dependency_overrides[get_session] = app.dependency_overrides[get_session]
+    APP.dependency_overrides.update(app.dependency_overrides)
     yield
     APP.dependency_overrides.clear()
 

@@ -319,3 +319,31 @@ def test_submission_without_pipeline_is_503_and_keeps_the_upload(
     assert r.status_code == 503
     assert r.json()["error"] == "ServiceUnavailable"
     assert client.get(f"/api/v1/uploads/{upload_id}", headers=h).json()["complete"] is True
+
+
+def test_allowed_images_and_centre_mode(
+    client: TestClient, db_session: Session, smoke_requests: list[int], settings_env
+) -> None:
+    settings_env.setenv("SZBENCH_ALLOWED_IMAGES", "localhost:5000/approved/")
+    settings_env.setenv("SZBENCH_CENTRE_MODE", "true")
+    get_settings.cache_clear()
+    owner = f.user(db_session)
+    h = f.headers(db_session, owner)
+    algo = f.algorithm(db_session, owner)
+    url = f"/api/v1/algorithms/{algo.id}/versions"
+    digest = "@sha256:" + "d" * 64
+    r = client.post(
+        url, headers=h, json={"version": "1", "image_reference": "elsewhere/x" + digest}
+    )
+    assert r.status_code == 422
+    assert "SZBENCH_ALLOWED_IMAGES" in r.json()["detail"]
+    r = client.post(
+        url,
+        headers=h,
+        json={"version": "1", "image_reference": "localhost:5000/approved/x" + digest},
+    )
+    assert r.status_code == 201, r.text
+    r = client.post(
+        "/api/v1/auth/signup", json={"email": "c@example.org", "password": "longenough"}
+    )
+    assert r.status_code == 403

@@ -248,8 +248,8 @@ def check_image_archive(path: Path, *, allow_root: bool = False) -> ImageInfo:
         )
     return ImageInfo(
         digest=f"sha256:{digest_hex}",
-        architecture=arch,
-        os=os_name,
+        architecture=str(arch),
+        os=str(os_name),
         user=user,
         layout=layout,
         layers=len(layers),

@@ -12,7 +12,14 @@ from szbench import pipeline
 from szbench.algorithms.image_check import check_image_archive
 from szbench.auth import policy
 from szbench.config import get_settings
-from szbench.errors import BadRequest, Conflict, Forbidden, NotFound, QuotaExceeded
+from szbench.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidSubmission,
+    NotFound,
+    QuotaExceeded,
+)
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -221,6 +228,11 @@ def submit_version(
         assert image_reference is not None
         row.image_digest = parse_image_reference(image_reference)
         row.image_reference = image_reference.strip()
+    if not get_settings().image_is_allowed(digest=row.image_digest, reference=row.image_reference):
+        raise InvalidSubmission(
+            f"image {row.image_reference or row.image_digest}: this server runs only the images "
+            "its operators allow (SZBENCH_ALLOWED_IMAGES); ask them to add it"
+        )
     session.add(row)
     session.flush()
     evaluations.request_smoke_test(session, row)

@@ -2,17 +2,60 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
+import anyio
+from anyio.lowlevel import RunVar
 from fastapi import Depends
 from sqlalchemy.orm import Session
 
-from szbench.db import get_sessionmaker
+from szbench.db import get_engine, get_sessionmaker
+
+# One slot per pooled database connection, per event loop. A request takes a slot before
+# its session exists and gives it back after the session is closed. Without this, requests
+# whose route has returned but whose commit has not run yet keep their connection while new
+# requests take more, and under load the pool runs dry (a 30 s wait, then an error).
+_slots: RunVar[anyio.Semaphore] = RunVar("szbench_session_slots")
 
 
-def get_session() -> Iterator[Session]:
-    """The request's unit of work: commit when the route returns, roll back when it raises."""
+def _session_slots() -> anyio.Semaphore:
+    try:
+        return _slots.get()
+    except LookupError:
+        pool = get_engine().pool
+        size = getattr(pool, "size", lambda: 0)() + max(getattr(pool, "_max_overflow", 0), 0)
+        slots = anyio.Semaphore(max(size, 1))
+        _slots.set(slots)
+        return slots
+
+
+async def get_session() -> AsyncIterator[Session]:
+    """The request's unit of work: commit when the route returns, roll back when it raises.
+
+    The blocking database calls (commit, rollback, close) run in worker threads; waiting for
+    a connection slot does not hold a thread.
+    """
+    async with _session_slots():
+        session = get_sessionmaker()()
+        try:
+            yield session
+            await anyio.to_thread.run_sync(session.commit)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(session.rollback)
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(session.close)
+
+
+def get_side_session() -> Iterator[Session]:
+    """A session outside the request slots, for routes that stream for long (uploads).
+
+    Its user commits as soon as it is done with the database: the connection goes back to
+    the pool then, while the route goes on streaming.
+    """
     session = get_sessionmaker()()
     try:
         yield session

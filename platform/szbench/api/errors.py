@@ -14,7 +14,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench.errors import SzbenchError
@@ -95,6 +96,18 @@ async def _data_error(request: Request, exc: Exception) -> Any:
     )
 
 
+async def _overloaded(request: Request, exc: Exception) -> Any:
+    # No database connection in time (pool exhausted, database down): the server's state,
+    # not the request's fault; a client may retry.
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return envelope(
+        503,
+        "ServiceUnavailable",
+        "the database is busy or unreachable; retry shortly",
+        {"Retry-After": "5"},
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> Any:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return envelope(500, "InternalError", "an unexpected error occurred; it has been logged")
@@ -105,6 +118,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DataError, _data_error)
+    app.add_exception_handler(SATimeoutError, _overloaded)
+    app.add_exception_handler(OperationalError, _overloaded)
     app.add_exception_handler(Exception, _unexpected)
 
 

@@ -14,8 +14,9 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
+from sqlalchemy.orm import Session
 
-from szbench.api.deps import SessionDep
+from szbench.api.deps import SessionDep, get_side_session
 from szbench.auth import service
 from szbench.auth.cookies import read_session_cookie
 from szbench.config import get_settings
@@ -113,7 +114,21 @@ def admin_only(request: Request, principal: Annotated[Principal, Depends(signed_
     return principal
 
 
+def submitter_outside_request_session(
+    request: Request, session: Annotated[Session, Depends(get_side_session)]
+) -> Principal:
+    """:func:`submitter`, checked in a side session whose connection is released at once.
+
+    For routes that stream for a long time (uploads): they must not hold a database
+    connection, or one of the request session slots, while the bytes arrive.
+    """
+    principal = submitter(request, signed_in(request, get_principal(request, session)))
+    session.commit()  # the token's last-used time; ends the transaction, frees the connection
+    return principal
+
+
 Anyone = Annotated[Principal, Depends(anyone)]
 SignedIn = Annotated[Principal, Depends(signed_in)]
 Submitter = Annotated[Principal, Depends(submitter)]
 AdminOnly = Annotated[Principal, Depends(admin_only)]
+StreamingSubmitter = Annotated[Principal, Depends(submitter_outside_request_session)]

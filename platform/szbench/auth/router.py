@@ -50,7 +50,8 @@ def logout(request: Request, session: SessionDep, caller: SignedIn) -> Response:
 @router.post("/auth/signup", response_model=UserOut, status_code=status.HTTP_201_CREATED)
 def signup(body: SignupIn, session: SessionDep, _caller: Anyone) -> UserOut:
     """Create a researcher account (when sign-up is open)."""
-    if not get_settings().allow_signup:
+    settings = get_settings()
+    if not settings.allow_signup or settings.centre_mode:
         raise Forbidden("sign-up is closed on this server; ask an admin for an account")
     user = service.create_user(
         session, email=body.email, password=body.password, name=body.name, role=Role.RESEARCHER

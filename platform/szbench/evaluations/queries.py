@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
 from szbench.auth import policy
@@ -30,7 +30,7 @@ _LOAD = (
 )
 
 
-def _joined() -> Select[tuple[Evaluation]]:
+def _joined() -> Any:
     return (
         select(Evaluation)
         .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
@@ -104,7 +104,7 @@ def outcome_counts(session: Session, evaluation_ids: Iterable[int]) -> dict[int,
         .group_by(RecordingRun.evaluation_id, RecordingRun.outcome)
     ).all()
     for evaluation_id, outcome, n in rows:
-        counts[evaluation_id][outcome.value] = n
+        counts[evaluation_id][str(outcome)] = n
     return counts
 
 

@@ -45,9 +45,9 @@ def get_leaderboard(
     sort: Sort = "rank",
     order: Order = None,
     versions: Versions = "latest",
-) -> Leaderboard:
+) -> Response:
     """A dataset version's leaderboard: SzCORE rank, metrics, bootstrap CIs, rank stability."""
-    return service.leaderboard(
+    body = service.leaderboard_json(
         session,
         slug=slug,
         version=version,
@@ -58,6 +58,7 @@ def get_leaderboard(
         limit=page.limit,
         offset=page.offset,
     )
+    return Response(body, media_type="application/json")
 
 
 @router.get(

@@ -4,11 +4,14 @@ SzCORE way (per-subject-averaged event F1, then event sensitivity), with statist
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
 from szbench.auth import policy
@@ -35,6 +38,7 @@ from szbench.models import (
     EvaluationKind,
     EvaluationStatus,
     User,
+    Visibility,
 )
 from szbench.results.queries import METRICS
 
@@ -176,14 +180,13 @@ def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], s
     else:
         natural = "asc" if sort in _LOWER_IS_BETTER else "desc"
         # Best first, None/NaN last in both directions.
-        sign = 1 if natural == "desc" else -1
-        ordered = sorted(
-            rows,
-            key=lambda r: (
-                _desc_key(None if r.metrics[sort] is None else sign * r.metrics[sort]),
-                r.rank,
-            ),
-        )
+        sign = 1.0 if natural == "desc" else -1.0
+
+        def best_first(r: Row) -> tuple[float, int]:
+            value = r.metrics[sort]
+            return (_desc_key(None if value is None else sign * value), r.rank)
+
+        ordered = sorted(rows, key=best_first)
     order = order or natural
     if order not in ("asc", "desc"):
         raise BadRequest(f"order: {order!r} is not asc or desc")
@@ -297,6 +300,93 @@ def leaderboard(
         limit=len(window) if limit is None else limit,
         offset=offset,
     )
+
+
+_responses: OrderedDict[tuple[Any, ...], tuple[float, bytes]] = OrderedDict()
+_responses_lock = threading.Lock()
+_RESPONSES_KEPT = 512
+
+
+def clear_cache() -> None:
+    with _responses_lock:
+        _responses.clear()
+
+
+def _stamp(session: Session, dv: DatasetVersion) -> tuple[Any, ...]:
+    """Changes whenever a result on ``dv`` appears, finishes, is published or hidden."""
+    shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC)
+    return tuple(
+        session.execute(
+            select(
+                func.count(Evaluation.id),
+                func.max(Evaluation.id),
+                func.max(Evaluation.finished_at),
+                func.sum(case((shown, 1), else_=0)),
+                func.sum(case((Evaluation.status == EvaluationStatus.DONE, 1), else_=0)),
+            )
+            .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+            .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+            .where(Evaluation.dataset_version_id == dv.id)
+        ).one()
+    )
+
+
+def leaderboard_json(
+    session: Session,
+    *,
+    slug: str,
+    version: str | None,
+    viewer: User | None,
+    sort: str = "rank",
+    order: str | None = None,
+    versions: VersionsMode = "latest",
+    limit: int = 50,
+    offset: int = 0,
+) -> bytes:
+    """:func:`leaderboard` as JSON bytes, served from a cache while nothing changed.
+
+    The key holds the viewer (visibility differs per user), the query, and a stamp of the
+    dataset version's evaluations (one small aggregate query), so a new, finished,
+    published or hidden result is seen at once; other edits (an algorithm's title) show
+    within ``SZBENCH_LEADERBOARD_CACHE_S``.
+    """
+    dataset = datasets.get_dataset(session, slug)
+    dv = datasets.get_version(session, dataset, version)
+    key = (
+        dv.id,
+        viewer.id if viewer else None,
+        viewer.role if viewer else None,
+        sort,
+        order,
+        versions,
+        limit,
+        offset,
+        _stamp(session, dv),
+    )
+    now = time.monotonic()
+    ttl = get_settings().leaderboard_cache_s
+    with _responses_lock:
+        hit = _responses.get(key)
+        if hit is not None and now - hit[0] < ttl:
+            _responses.move_to_end(key)
+            return hit[1]
+    board = leaderboard(
+        session,
+        slug=slug,
+        version=dv.version,
+        viewer=viewer,
+        sort=sort,
+        order=order,
+        versions=versions,
+        limit=limit,
+        offset=offset,
+    )
+    body = board.model_dump_json().encode()
+    with _responses_lock:
+        _responses[key] = (now, body)
+        while len(_responses) > _RESPONSES_KEPT:
+            _responses.popitem(last=False)
+    return body
 
 
 def index(session: Session, *, viewer: User | None) -> list[LeaderboardIndexRow]:

@@ -75,7 +75,7 @@ def _finite(x: float) -> float | None:
 
 def _compute(session: Session, evaluation_ids: Sequence[int]) -> BoardStats:
     try:
-        from szbench_scoring import stats
+        from szbench_scoring import stats  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         return BoardStats(
             status="unavailable: szbench_scoring.stats is not installed", by_evaluation={}

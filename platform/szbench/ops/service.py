@@ -66,9 +66,9 @@ def check_broker() -> str | None:
         if url.startswith(("redis://", "rediss://")):
             _redis_client(url).ping()
         else:
-            from kombu import Connection
+            from kombu import Connection  # type: ignore[attr-defined]
 
-            with Connection(url, connect_timeout=1.0) as conn:
+            with Connection(url, connect_timeout=1.0) as conn:  # type: ignore[no-untyped-call]
                 conn.ensure_connection(max_retries=1)
     except Exception as exc:
         log.warning("readiness: broker check failed: %s", exc)
@@ -163,14 +163,14 @@ class DatabaseCollector(Collector):
             "szbench_evaluations", "Evaluations by status.", labels=["status"]
         )
         for status, n in evaluations:
-            gauge.add_metric([str(status.value)], n)
+            gauge.add_metric([str(status)], n)
         yield gauge
 
         runs = CounterMetricFamily(
             "szbench_runs_finished", "Recording runs finished, by outcome.", labels=["outcome"]
         )
         for outcome, n in outcomes:
-            runs.add_metric([str(outcome.value)], n)
+            runs.add_metric([str(outcome)], n)
         yield runs
 
         waiting = GaugeMetricFamily(

@@ -12,6 +12,7 @@ from szbench.evaluations.schemas import DatasetResultOut, RunOut, RunProvenance,
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
+    Dataset,
     DatasetResult,
     DatasetVersion,
     Evaluation,
@@ -161,9 +162,16 @@ def detections(
 
 
 def algorithm_results(
-    session: Session, algorithm: Algorithm, *, viewer: User | None, official_only: bool
-) -> list[Evaluation]:
-    """The newest finished evaluation of each version on each dataset version."""
+    session: Session,
+    algorithm: Algorithm,
+    *,
+    viewer: User | None,
+    official_only: bool,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[Evaluation], int]:
+    """The newest finished evaluation of each version on each dataset version (a page of
+    them, and how many there are)."""
     clauses = [
         AlgorithmVersion.algorithm_id == algorithm.id,
         Evaluation.status == EvaluationStatus.DONE,
@@ -181,14 +189,28 @@ def algorithm_results(
             Evaluation.algorithm_version_id, Evaluation.dataset_version_id, Evaluation.official
         )
     )
+    # Ids first (cheap), then whole objects for the page only.
+    ids = list(
+        session.scalars(
+            select(Evaluation.id)
+            .where(Evaluation.id.in_(newest))
+            .order_by(Evaluation.dataset_version_id, Evaluation.algorithm_version_id)
+        )
+    )
+    window = ids[offset:] if limit is None else ids[offset : offset + limit]
+    if not window:
+        return [], len(ids)
     rows = session.scalars(
         select(Evaluation)
-        .where(Evaluation.id.in_(newest))
+        .where(Evaluation.id.in_(window))
         .options(
             joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
-            joinedload(Evaluation.dataset_version).joinedload(DatasetVersion.dataset),
-            joinedload(Evaluation.result),
+            joinedload(Evaluation.dataset_version)
+            .joinedload(DatasetVersion.dataset)
+            .defer(Dataset.run_limits),
+            # The side-by-side table needs the metrics, not each whole report.
+            joinedload(Evaluation.result).defer(DatasetResult.report),
         )
         .order_by(Evaluation.dataset_version_id, Evaluation.algorithm_version_id)
     ).unique()
-    return list(rows)
+    return list(rows), len(ids)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
@@ -22,7 +22,9 @@ from szbench.results.schemas import AlgorithmResultRow, AlgorithmResults
 router = APIRouter(tags=["results"], responses=ERROR_RESPONSES)
 
 Format = Annotated[Literal["csv", "json"], Query(description="Download format.")]
-_DOWNLOAD = {200: {"content": {"text/csv": {}, "application/json": {}}}}
+_DOWNLOAD: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {}, "application/json": {}}}
+}
 
 
 @router.get("/evaluations/{evaluation_id}/result", response_model=DatasetResultOut)
@@ -137,10 +139,14 @@ def algorithm_results(
 ) -> AlgorithmResults:
     """An algorithm's results on every dataset version, side by side."""
     algorithm = algorithms.get_algorithm(session, algorithm_id, viewer=caller.user)
-    rows = queries.algorithm_results(
-        session, algorithm, viewer=caller.user, official_only=official_only
+    window, total = queries.algorithm_results(
+        session,
+        algorithm,
+        viewer=caller.user,
+        official_only=official_only,
+        limit=page.limit,
+        offset=page.offset,
     )
-    window = rows[page.offset : page.offset + page.limit]
     prov = provenances(session, window)
     items = [
         AlgorithmResultRow(
@@ -161,7 +167,7 @@ def algorithm_results(
         algorithm_id=algorithm.id,
         algorithm=algorithm.name,
         items=items,
-        total=len(rows),
+        total=total,
         limit=page.limit,
         offset=page.offset,
     )

@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response, status
 
 from szbench.api.errors import ERROR_RESPONSES
-from szbench.auth.dependencies import Submitter
+from szbench.auth.dependencies import StreamingSubmitter, Submitter
 from szbench.errors import BadRequest
 from szbench.uploads import service
 from szbench.uploads.schemas import UploadCreate, UploadOut
@@ -85,7 +85,7 @@ def _start_offset(request: Request, offset: int | None, size: int) -> int:
 async def put_chunk(
     upload_id: str,
     request: Request,
-    caller: Submitter,
+    caller: StreamingSubmitter,
     offset: Annotated[
         int | None, Query(ge=0, le=2**50, description="Byte offset of this chunk.")
     ] = None,

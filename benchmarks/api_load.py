@@ -1,0 +1,317 @@
+"""Load test of the read API: leaderboards and results with 10,000 results in PostgreSQL.
+
+What it does, in one run:
+
+1. creates a scratch PostgreSQL database, migrates it and fills it: 100 algorithms x 100
+   dataset versions = 10,000 evaluations with their dataset results, 10 subject results
+   each (100,000 rows) and one recording run each (provenance);
+2. starts two uvicorn servers with the same options on loopback: the szbench API on that
+   database, and the floor, a minimal FastAPI app whose one endpoint returns a constant;
+3. drives each endpoint with 100 concurrent clients (httpx, asyncio, keep-alive) for a
+   fixed number of requests, and prints p50/p99 latency, requests/s and the ratios to the
+   floor. Goal: p99 under 50 ms and at least half the floor's throughput.
+
+Run: ``python benchmarks/api_load.py`` (PostgreSQL on 127.0.0.1:5432, trust auth), or
+``--requests 4000 --concurrency 100 --workers 1``. The scratch database is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "platform"), str(ROOT / "scoring"), str(ROOT / "worker")]
+
+from fastapi import FastAPI  # noqa: E402
+
+PG_ADMIN_URL = os.environ.get(
+    "SZBENCH_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+# The floor: the least a FastAPI endpoint can cost on this server setup.
+floor_app = FastAPI()
+
+
+@floor_app.get("/constant")
+def constant() -> dict[str, str]:
+    """A constant."""
+    return {"status": "ok"}
+
+
+def seed(url: str, *, algorithms: int, datasets: int, subjects: int) -> dict[str, list[int]]:
+    from sqlalchemy import create_engine, insert, select
+
+    from szbench.models import (
+        Algorithm,
+        AlgorithmVersion,
+        Dataset,
+        DatasetKind,
+        DatasetResult,
+        DatasetVersion,
+        Evaluation,
+        EvaluationKind,
+        EvaluationStatus,
+        Recording,
+        RecordingRun,
+        Role,
+        RunOutcome,
+        SubjectResult,
+        User,
+        VersionStatus,
+    )
+
+    rng = random.Random(0)
+    now = datetime.now(UTC)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(insert(User), [
+            {"email": f"u{i}@bench.org", "name": f"user {i}", "role": Role.RESEARCHER}
+            for i in range(10)
+        ])  # fmt: skip
+        users = list(conn.scalars(select(User.id).order_by(User.id)))
+        conn.execute(insert(Algorithm), [
+            {"owner_id": users[i % 10], "name": f"algo-{i:03d}", "title": f"Algorithm {i}"}
+            for i in range(algorithms)
+        ])  # fmt: skip
+        algos = list(conn.scalars(select(Algorithm.id).order_by(Algorithm.id)))
+        conn.execute(insert(AlgorithmVersion), [
+            {"algorithm_id": a, "version": "1.0", "image_digest": f"sha256:{a:064x}",
+             "status": VersionStatus.ACTIVE}
+            for a in algos
+        ])  # fmt: skip
+        versions = list(conn.scalars(select(AlgorithmVersion.id).order_by(AlgorithmVersion.id)))
+        conn.execute(insert(Dataset), [
+            {"slug": f"ds-{d:03d}", "title": f"Dataset {d}", "kind": DatasetKind.HELD_OUT}
+            for d in range(datasets)
+        ])  # fmt: skip
+        ds_ids = list(conn.scalars(select(Dataset.id).order_by(Dataset.id)))
+        conn.execute(insert(DatasetVersion), [
+            {"dataset_id": d, "version": "1.0", "path": "/data"} for d in ds_ids
+        ])  # fmt: skip
+        dvs = list(conn.scalars(select(DatasetVersion.id).order_by(DatasetVersion.id)))
+        conn.execute(insert(Recording), [
+            {"dataset_version_id": dv, "key": "sub-01_run-00", "subject": "01",
+             "duration_s": 3600.0, "checksum": f"{dv:064x}", "eeg_path": "e.edf",
+             "annotations_path": "a.tsv"}
+            for dv in dvs
+        ])  # fmt: skip
+        recordings = dict(conn.execute(select(Recording.dataset_version_id, Recording.id)).all())
+        conn.execute(insert(Evaluation), [
+            {"algorithm_version_id": v, "dataset_version_id": dv, "kind": EvaluationKind.FULL,
+             "status": EvaluationStatus.DONE, "image_digest": f"sha256:{v:064x}",
+             "scorer_version": "bench", "scoring_params": {}, "official": True,
+             "published": True, "recordings_total": 1, "recordings_done": 1, "finished_at": now}
+            for dv in dvs for v in versions
+        ])  # fmt: skip
+        evals = conn.execute(
+            select(Evaluation.id, Evaluation.dataset_version_id, Evaluation.image_digest)
+        ).all()
+        metric_rows = []
+        subject_rows = []
+        run_rows = []
+        for eid, dv, digest in evals:
+            per = [
+                {"f1": rng.random(), "sens": rng.random(), "prec": rng.random(),
+                 "fp": rng.random() * 10}
+                for _ in range(subjects)
+            ]  # fmt: skip
+            for s, m in enumerate(per):
+                subject_rows.append({
+                    "evaluation_id": eid, "subject": f"{s:02d}", "recordings": 1, "counts": {},
+                    "event_f1": m["f1"], "event_sensitivity": m["sens"],
+                    "event_precision": m["prec"], "event_fp_rate": m["fp"],
+                })  # fmt: skip
+            metric_rows.append({
+                "evaluation_id": eid, "subjects": subjects, "recordings": subjects, "report": {},
+                "event_f1": statistics.fmean(m["f1"] for m in per),
+                "event_sensitivity": statistics.fmean(m["sens"] for m in per),
+                "event_precision": statistics.fmean(m["prec"] for m in per),
+                "event_fp_rate": statistics.fmean(m["fp"] for m in per),
+            })  # fmt: skip
+            run_rows.append({
+                "evaluation_id": eid, "recording_id": recordings[dv], "image_digest": digest,
+                "recording_checksum": f"{dv:064x}", "scorer_version": "bench",
+                "outcome": RunOutcome.OK, "worker_host": f"worker-{eid % 4}",
+                "wall_time_s": 60.0, "peak_memory_bytes": 10**9,
+            })  # fmt: skip
+        conn.execute(insert(DatasetResult), metric_rows)
+        conn.execute(insert(SubjectResult), subject_rows)
+        conn.execute(insert(RecordingRun), run_rows)
+    engine.dispose()
+    return {"evaluations": [e[0] for e in evals], "algorithms": algos}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(app: str, port: int, env: dict[str, str], workers: int) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+        "--workers", str(workers), "--log-level", "warning", "--no-access-log",
+        "--timeout-keep-alive", "120",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/healthz" if "szbench" in app else
+                      f"http://127.0.0.1:{port}/constant", timeout=1)  # fmt: skip
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.terminate()
+    raise RuntimeError(f"{app} did not start")
+
+
+async def load(base: str, paths: list[str], *, requests: int, concurrency: int) -> dict[str, float]:
+    latencies: list[float] = []
+    errors = 0
+    counter = iter(range(requests))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+
+        async def worker() -> None:
+            nonlocal errors
+            for i in counter:
+                started = time.perf_counter()
+                try:
+                    response = await client.get(paths[i % len(paths)])
+                except httpx.HTTPError as exc:
+                    errors += 1
+                    print(f"  {type(exc).__name__} on {paths[i % len(paths)]}", file=sys.stderr)
+                    continue
+                latencies.append(time.perf_counter() - started)
+                if response.status_code != 200:
+                    errors += 1
+
+        # Warm-up, not measured: connections, and every distinct path once (the leaderboard
+        # statistics of each dataset are computed on its first request, then cached).
+        unique = list(dict.fromkeys(paths))
+        for start in range(0, len(unique), concurrency):
+            batch = unique[start : start + concurrency]
+            await asyncio.gather(*(client.get(p) for p in batch), return_exceptions=True)
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "rps": len(latencies) / elapsed,
+        "errors": errors,
+    }
+
+
+def main() -> None:
+    # `timeout` and Ctrl-C must still stop the servers and drop the scratch database.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=3000, help="Requests per endpoint.")
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn processes (both servers).")
+    parser.add_argument("--algorithms", type=int, default=100)
+    parser.add_argument("--datasets", type=int, default=100)
+    parser.add_argument("--subjects", type=int, default=10)
+    args = parser.parse_args()
+
+    from sqlalchemy import create_engine, text
+
+    from szbench import migrate
+
+    name = f"szbench_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        migrate.upgrade(url)
+        t0 = time.perf_counter()
+        ids = seed(url, algorithms=args.algorithms, datasets=args.datasets, subjects=args.subjects)
+        print(f"seeded {len(ids['evaluations'])} results in {time.perf_counter() - t0:.1f} s")
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT / "platform"), str(ROOT / "scoring"), str(ROOT / "benchmarks")]
+            ),
+            "SZBENCH_DATABASE_URL": url,
+            "SZBENCH_BROKER_URL": "",
+            "SZBENCH_DATA_DIR": f"/tmp/{name}",
+        }
+        api_port, floor_port = free_port(), free_port()
+        procs.append(start_server("szbench.app:app", api_port, env, args.workers))
+        procs.append(start_server("api_load:floor_app", floor_port, env, args.workers))
+        rng = random.Random(1)
+        evals = ids["evaluations"]
+        scenarios = {
+            "floor GET /constant": (floor_port, ["/constant"]),
+            "GET /leaderboards/{dataset}": (
+                api_port,
+                [f"/api/v1/leaderboards/ds-{d:03d}" for d in range(args.datasets)],
+            ),
+            "GET /evaluations/{id}/result": (
+                api_port,
+                [f"/api/v1/evaluations/{rng.choice(evals)}/result" for _ in range(500)],
+            ),
+            "GET /evaluations/{id}/subjects": (
+                api_port,
+                [f"/api/v1/evaluations/{rng.choice(evals)}/subjects" for _ in range(500)],
+            ),
+            "GET /algorithms/{id}/results": (
+                api_port,
+                [f"/api/v1/algorithms/{a}/results" for a in ids["algorithms"]],
+            ),
+        }
+        results = {}
+        for label, (port, paths) in scenarios.items():
+            print(f"loading {label} ...", file=sys.stderr)
+            results[label] = asyncio.run(
+                load(
+                    f"http://127.0.0.1:{port}",
+                    paths,
+                    requests=args.requests,
+                    concurrency=args.concurrency,
+                )
+            )
+        floor = results["floor GET /constant"]
+        print(
+            f"\n{args.concurrency} concurrent clients, {args.requests} requests per endpoint, "
+            f"{args.workers} uvicorn worker(s), {len(evals)} results in PostgreSQL\n"
+        )
+        print(f"{'endpoint':34} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'x floor rps':>11} "
+              f"{'p99<50':>7} {'>=0.5x':>7} {'errors':>6}")  # fmt: skip
+        for label, r in results.items():
+            ratio = r["rps"] / floor["rps"]
+            print(
+                f"{label:34} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['rps']:8.0f} {ratio:11.2f} "
+                f"{'yes' if r['p99_ms'] < 50 else 'no':>7} {'yes' if ratio >= 0.5 else 'no':>7} "
+                f"{r['errors']:6d}"
+            )
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
