@@ -339,4 +339,7 @@ def visible_results(
     session: Session, algorithm: Algorithm, viewer: User | None
 ) -> list[Evaluation]:
     """The algorithm's newest finished evaluation per version and dataset version."""
-    return results.algorithm_results(session, algorithm, viewer=viewer, official_only=False)
+    shown, _total = results.algorithm_results(
+        session, algorithm, viewer=viewer, official_only=False
+    )
+    return shown
