@@ -36,5 +36,5 @@ EXPOSE 8000
 ENTRYPOINT ["/usr/bin/tini", "-e", "143", "--"]
 # The app factory directly (not `szbench serve`): no embedded worker in this image, and
 # uvicorn reads UVICORN_* variables (e.g. UVICORN_WORKERS) for tuning.
-CMD ["uvicorn", "--factory", "szbench.app:create_app", "--host", "0.0.0.0", "--port", "8000", \
+CMD ["uvicorn", "--factory", "szbench.app:create_production_app", "--host", "0.0.0.0", "--port", "8000", \
      "--proxy-headers", "--forwarded-allow-ips", "*"]

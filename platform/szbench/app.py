@@ -19,6 +19,7 @@ from szbench.auth.router import router as auth_router
 from szbench.datasets.router import router as datasets_router
 from szbench.evaluations.router import router as evaluations_router
 from szbench.leaderboards.router import router as leaderboards_router
+from szbench.logging import RequestIdMiddleware, configure_logging
 from szbench.ops.middleware import RequestMetrics
 from szbench.ops.router import router as ops_router
 from szbench.ops.service import DatabaseCollector
@@ -77,7 +78,18 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     registry.register(DatabaseCollector())
     app.state.metrics_registry = registry
     app.add_middleware(RequestMetrics, registry=registry, api_prefix=API_PREFIX)
+    app.add_middleware(RequestIdMiddleware)
     return app
+
+
+def create_production_app() -> FastAPI:
+    """The served application: structured logs as the settings say, then :func:`create_app`.
+
+    uvicorn configures its own logging before it calls this factory, so ours replaces it.
+    Tests build apps with :func:`create_app` and keep pytest's log capture.
+    """
+    configure_logging()
+    return create_app()
 
 
 app = create_app()

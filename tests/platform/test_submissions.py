@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from szbench import pipeline
 from szbench.config import get_settings
+from szbench.evaluations import service as evaluation_service
 from szbench.models import (
     AlgorithmVersion,
     EvaluationKind,
@@ -28,8 +27,11 @@ from tests.platform.images import docker_save
 def smoke_requests(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record request_smoke_test calls (the pipeline's service is tested on its own)."""
     calls: list[int] = []
-    fake = SimpleNamespace(request_smoke_test=lambda session, version: calls.append(version.id))
-    monkeypatch.setattr(pipeline, "evaluation_service", lambda: fake)
+    monkeypatch.setattr(
+        evaluation_service,
+        "request_smoke_test",
+        lambda session, version: calls.append(version.id),
+    )
     return calls
 
 
@@ -294,31 +296,6 @@ def test_phase_quota_and_infrastructure_failures(
     assert "closed" in r.json()["detail"]
     body["phase"] = "nope"
     assert client.post(url, headers=h, json=body).status_code == 404
-
-
-def test_submission_without_pipeline_is_503_and_keeps_the_upload(
-    client: TestClient, db_session: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from szbench.errors import ServiceUnavailable
-
-    def missing() -> object:
-        raise ServiceUnavailable("the evaluation pipeline is not installed on this server")
-
-    monkeypatch.setattr(pipeline, "evaluation_service", missing)
-    owner = f.user(db_session)
-    h = f.headers(db_session, owner)
-    algo = f.algorithm(db_session, owner)
-    archive = tmp_path / "img.tar"
-    docker_save(archive)
-    upload_id = _upload(client, h, archive.read_bytes())
-    r = client.post(
-        f"/api/v1/algorithms/{algo.id}/versions",
-        headers=h,
-        json={"version": "1", "upload_id": upload_id},
-    )
-    assert r.status_code == 503
-    assert r.json()["error"] == "ServiceUnavailable"
-    assert client.get(f"/api/v1/uploads/{upload_id}", headers=h).json()["complete"] is True
 
 
 def test_allowed_images_and_centre_mode(

@@ -537,3 +537,42 @@ def test_gpu_task_on_a_cpu_only_worker_is_an_infrastructure_fault(
         ("GPU-b",),
         ("GPU-a",),
     ]
+
+
+def test_image_off_the_allow_list_is_refused_before_any_container(
+    env: Env, settings_env: pytest.MonkeyPatch
+) -> None:
+    evaluation_id = new_evaluation(env)
+    # The operator narrows the allow-list after the evaluation was queued.
+    settings_env.setenv("SZBENCH_ALLOWED_IMAGES", "sha256:" + "b" * 64)
+    get_settings.cache_clear()
+    deliver(env)
+    assert env.runner.calls == []
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.FAILED
+        assert {run.outcome for run in ev.runs} == {RunOutcome.INFRASTRUCTURE_ERROR}
+        assert all("allow-list" in run.submitter_message for run in ev.runs)
+        assert all(run.attempts == 1 for run in ev.runs)
+
+
+def test_smoke_test_refuses_an_image_off_the_allow_list(
+    env: Env, settings_env: pytest.MonkeyPatch
+) -> None:
+    settings_env.setenv("SZBENCH_ALLOWED_IMAGES", "registry.local/approved/")
+    get_settings.cache_clear()
+    with session_scope() as session:
+        world = seed_world(
+            session,
+            env.prepared,
+            RECS,
+            slug="public-sample",
+            kind=DatasetKind.PUBLIC_SAMPLE,
+            digest=DIGEST,
+            status=VersionStatus.PENDING,
+        )
+        version_id = world.version.id
+    outcome = pipeline.smoke_test(version_id)
+    assert outcome.status == VersionStatus.REJECTED
+    assert "allow-list" in outcome.message
+    assert env.runner.calls == []

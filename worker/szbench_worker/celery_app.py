@@ -20,6 +20,7 @@ from celery import Celery, Task, signals
 
 from szbench import db
 from szbench.config import get_settings
+from szbench.logging import configure_logging, install_celery_log_context
 from szbench.queue import QUEUE_CPU, celery_config
 from szbench_worker.runner import RunnerError
 
@@ -99,6 +100,16 @@ def project_task(name: str, *, queue: str = QUEUE_CPU) -> Callable[[F], Any]:
         )(fn)
 
     return decorator
+
+
+@signals.setup_logging.connect  # type: ignore[untyped-decorator]
+def _structured_logs(**_: Any) -> None:
+    # Connecting this signal tells Celery to leave the root logger to us: one format (JSON or
+    # text, SZBENCH_LOG_FORMAT) for the API and the workers, with task ids on every record.
+    configure_logging()
+
+
+install_celery_log_context()
 
 
 @signals.worker_process_init.connect  # type: ignore[untyped-decorator]

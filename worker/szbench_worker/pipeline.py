@@ -471,6 +471,12 @@ def run_recording(run_id: int) -> RunStep:
     # Unique per attempt: two deliveries of one run on one host must not share a folder.
     output_dir = Path(tempfile.mkdtemp(prefix=f"run-{run_id}-", dir=base))
     try:
+        if not settings.image_is_allowed(
+            digest=claim.expected_digest, reference=claim.image.image_reference
+        ):
+            # The operator narrowed SZBENCH_ALLOWED_IMAGES after this run was queued: the
+            # run is refused for good (not retried, not the submitter's fault).
+            return _store_refused(run_id, NOT_ALLOWED_MESSAGE)
         try:
             image = deps.resolve_image(claim.image)
         except ImageError as exc:
@@ -581,6 +587,25 @@ def _store_result(run_id: int, result: RunResult, ran_image: str = "") -> RunSte
             _mark_infrastructure_failure(run, f"scoring failed: {exc}")
         progress = _finish_run(session, run)
         return RunStep(ran_container=True, stored=True, progress=progress)
+
+
+NOT_ALLOWED_MESSAGE = (
+    "This host runs only the algorithm images on its allow-list (SZBENCH_ALLOWED_IMAGES); "
+    "this image is not on it. Ask the platform's operators."
+)
+
+
+def _store_refused(run_id: int, message: str) -> RunStep:
+    """End a run that policy forbids: the submitter sees why; it counts as a platform fault
+    (never against a quota) and is not retried."""
+    with session_scope() as session:
+        run = _lock_run(session, run_id)
+        if run is None or run.finished_at is not None:
+            return RunStep(skipped="already finished")
+        _mark_infrastructure_failure(run, f"refused: {message}")
+        run.submitter_message = message
+        progress = _finish_run(session, run)
+        return RunStep(stored=True, progress=progress)
 
 
 def _store_infrastructure_failure(run_id: int, detail: str) -> RunStep:
@@ -835,6 +860,10 @@ def smoke_test(algorithm_version_id: int) -> SmokeOutcome:
             return SmokeOutcome(version.status, "already decided")
         version.status = VersionStatus.SMOKE_TESTING
         version.status_message = "Smoke test running."
+    if not settings.image_is_allowed(
+        digest=version.image_digest, reference=version.image_reference
+    ):
+        return _decide_smoke(algorithm_version_id, None, rejected_because=NOT_ALLOWED_MESSAGE)
     deps = get_dependencies()
     try:
         image = deps.resolve_image(version)

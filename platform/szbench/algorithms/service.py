@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from szbench import pipeline
 from szbench.algorithms.image_check import check_image_archive
 from szbench.auth import policy
 from szbench.config import get_settings
@@ -20,6 +19,7 @@ from szbench.errors import (
     NotFound,
     QuotaExceeded,
 )
+from szbench.evaluations import service as evaluation_service
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -195,8 +195,6 @@ def submit_version(
     its smoke test (enqueued after the commit)."""
     if not policy.can_manage_algorithm(user, algorithm):
         raise Forbidden(f"algorithm {algorithm.id} belongs to another user")
-    # Before anything is moved or written: a server without the pipeline answers 503.
-    evaluations = pipeline.evaluation_service()
     if (upload_id is None) == (image_reference is None):
         raise BadRequest("give exactly one of upload_id and image_reference")
     taken = session.scalar(
@@ -235,7 +233,7 @@ def submit_version(
         )
     session.add(row)
     session.flush()
-    evaluations.request_smoke_test(session, row)
+    evaluation_service.request_smoke_test(session, row)
     return row
 
 

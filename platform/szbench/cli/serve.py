@@ -41,7 +41,8 @@ def serve(
         workers = 1  # one process owns the SQLite file and the in-process worker
     try:
         uvicorn.run(
-            "szbench.app:app",
+            "szbench.app:create_production_app",
+            factory=True,
             host=host,
             port=port,
             workers=workers,

@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 from fastapi.responses import FileResponse
 
-from szbench import pipeline
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import Page, PageDep
 from szbench.auth.dependencies import AdminOnly, Anyone, SignedIn
 from szbench.datasets import queries
+from szbench.datasets import service as dataset_service
 from szbench.datasets.schemas import (
     DatasetCreate,
     DatasetDetail,
@@ -24,6 +24,7 @@ from szbench.datasets.schemas import (
     PlannedVersion,
     RecordingOut,
 )
+from szbench.evaluations import service as evaluation_service
 from szbench.models import AlgorithmVersion, Dataset, DatasetVersion
 
 router = APIRouter(prefix="/datasets", tags=["datasets"], responses=ERROR_RESPONSES)
@@ -77,7 +78,7 @@ def list_datasets(session: SessionDep, _caller: Anyone, page: PageDep) -> Page[D
 @router.post("", response_model=DatasetDetail, status_code=status.HTTP_201_CREATED)
 def create_dataset(body: DatasetCreate, session: SessionDep, _admin: AdminOnly) -> DatasetDetail:
     """Create a dataset (then register prepared versions of it)."""
-    dataset = pipeline.dataset_service().create_dataset(session, **body.model_dump())
+    dataset = dataset_service.create_dataset(session, **body.model_dump())
     session.refresh(dataset, ["versions"])
     return _detail(session, dataset, admin=True)
 
@@ -103,22 +104,22 @@ def register_version(
     ] = False,
 ) -> DatasetVersionRegistered:
     """Register a prepared dataset version and queue continuous benchmarking on it."""
-    datasets = pipeline.dataset_service()
-    evaluations = pipeline.evaluation_service()
     dataset = queries.get_dataset(session, slug)
     nested = session.begin_nested() if dry_run else None
     try:
-        dv: DatasetVersion = datasets.register_dataset_version(
+        dv: DatasetVersion = dataset_service.register_dataset_version(
             session, dataset, version=body.version, prepared_path=Path(body.prepared_path)
         )
         session.flush()
         session.refresh(dv, ["recordings"])
         subjects = {r.subject for r in dv.recordings}
         if dry_run or not body.queue_benchmark:
-            planned = _planned(evaluations.plan_continuous_benchmark(session, dv))
+            planned = _planned(evaluation_service.plan_continuous_benchmark(session, dv))
             queued: list[int] = []
         else:
-            created = evaluations.queue_continuous_benchmark(session, dv, created_by=admin.user)
+            created = evaluation_service.queue_continuous_benchmark(
+                session, dv, created_by=admin.user
+            )
             planned = _planned([e.algorithm_version for e in created])
             queued = [e.id for e in created]
         return DatasetVersionRegistered(
@@ -142,16 +143,14 @@ def benchmark_plan(
 ) -> list[PlannedVersion]:
     """Dry run: the algorithm versions continuous benchmarking would queue on this version."""
     dv = queries.get_version(session, queries.get_dataset(session, slug), version)
-    return _planned(pipeline.evaluation_service().plan_continuous_benchmark(session, dv))
+    return _planned(evaluation_service.plan_continuous_benchmark(session, dv))
 
 
 @router.post("/{slug}/versions/{version}/benchmark", response_model=list[int])
 def queue_benchmark(slug: str, version: str, session: SessionDep, admin: AdminOnly) -> list[int]:
     """Queue every active algorithm version not yet evaluated on this version; the new ids."""
     dv = queries.get_version(session, queries.get_dataset(session, slug), version)
-    created = pipeline.evaluation_service().queue_continuous_benchmark(
-        session, dv, created_by=admin.user
-    )
+    created = evaluation_service.queue_continuous_benchmark(session, dv, created_by=admin.user)
     return [e.id for e in created]
 
 

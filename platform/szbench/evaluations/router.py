@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from szbench import pipeline
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
@@ -15,6 +14,7 @@ from szbench.auth.dependencies import AdminOnly, Anyone, Submitter
 from szbench.datasets import queries as datasets
 from szbench.errors import NotFound
 from szbench.evaluations import queries
+from szbench.evaluations import service as evaluation_service
 from szbench.evaluations.schemas import (
     EvaluationCreate,
     EvaluationDetail,
@@ -73,7 +73,7 @@ def create_evaluation(
         raise NotFound(f"algorithm_version_id: version {body.algorithm_version_id} does not exist")
     algorithms.get_managed_algorithm(session, version.algorithm_id, user=caller.user)
     dv = datasets.get_version(session, datasets.get_dataset(session, body.dataset), body.version)
-    evaluation = pipeline.evaluation_service().create_evaluation(
+    evaluation = evaluation_service.create_evaluation(
         session, algorithm_version=version, dataset_version=dv, created_by=caller.user
     )
     return queries.to_detail(session, evaluation)
@@ -102,7 +102,7 @@ def cancel_evaluation(
     """Cancel a queued or running evaluation (owner or admin)."""
     assert caller.user is not None
     evaluation = queries.get_managed_evaluation(session, evaluation_id, user=caller.user)
-    evaluation = pipeline.evaluation_service().cancel_evaluation(session, evaluation)
+    evaluation = evaluation_service.cancel_evaluation(session, evaluation)
     return queries.to_detail(session, evaluation)
 
 
@@ -115,9 +115,7 @@ def rerun_evaluation(
     """Run the same image digest again with fresh container runs (a new evaluation)."""
     assert caller.user is not None
     evaluation = queries.get_managed_evaluation(session, evaluation_id, user=caller.user)
-    new = pipeline.evaluation_service().rerun_evaluation(
-        session, evaluation, created_by=caller.user
-    )
+    new = evaluation_service.rerun_evaluation(session, evaluation, created_by=caller.user)
     return queries.to_detail(session, new)
 
 
@@ -130,7 +128,7 @@ def rescore_evaluation(
     """Score the stored detections again with other scorer parameters (no container run)."""
     assert caller.user is not None
     evaluation = queries.get_managed_evaluation(session, evaluation_id, user=caller.user)
-    new = pipeline.evaluation_service().rescore_evaluation(
+    new = evaluation_service.rescore_evaluation(
         session, evaluation, scoring_params=body.scoring_params, created_by=caller.user
     )
     return queries.to_detail(session, new)

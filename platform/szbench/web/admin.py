@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 
-from szbench import pipeline
 from szbench.api.deps import SessionDep
 from szbench.auth import service as auth
 from szbench.auth.dependencies import AdminOnly
 from szbench.datasets import queries as datasets
 from szbench.datasets import router as datasets_api
+from szbench.datasets import service as dataset_service
 from szbench.datasets.schemas import DatasetVersionCreate
 from szbench.errors import BadRequest, SzbenchError
 from szbench.evaluations import queries as evaluations
@@ -84,7 +84,7 @@ def create_dataset(
             request, session, caller, error=f"kind: unknown kind {kind!r}", status_code=400
         )
     try:
-        pipeline.dataset_service().create_dataset(
+        dataset_service.create_dataset(
             session, slug=slug.strip(), title=title, description=description, kind=kind_value
         )
     except SzbenchError as exc:
