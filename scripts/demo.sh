@@ -36,13 +36,20 @@ else
 fi
 
 echo "== Evaluating the baseline on the synthetic dataset"
-"$SZ" evaluate "${algo[@]}" --dataset "$EEG" --name baseline --dataset-name synthetic-demo \
+"$SZ" evaluate "${algo[@]}" --dataset "$EEG" --name baseline --dataset-name synthetic-demo --public-sample \
     --json var/demo/scores.json
 echo "== Scores written to var/demo/scores.json"
 "$SZ" leaderboard synthetic-demo
 
+# A local admin account, so the timelines and the admin pages can be seen (loopback only).
+if "$SZ" user create demo@example.org --role admin --name "Demo admin" --password demo-password \
+    >/dev/null 2>&1; then
+    echo "== Created the local account demo@example.org / demo-password (admin)"
+fi
+
 if [ "${DEMO_SERVE:-1}" != 0 ]; then
     port=${DEMO_PORT:-8000}
-    echo "== Web UI: http://127.0.0.1:$port/ (leaderboard: /leaderboards/synthetic-demo); Ctrl-C stops"
+    echo "== Web UI: http://127.0.0.1:$port/leaderboards/synthetic-demo"
+    echo "   sign in as demo@example.org / demo-password to see recording timelines; Ctrl-C stops"
     exec "$SZ" serve --host 127.0.0.1 --port "$port"
 fi

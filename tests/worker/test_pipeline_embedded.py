@@ -23,7 +23,7 @@ from szbench.cli.main import app
 from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.evaluations import service as evaluations
-from szbench.models import Evaluation, EvaluationStatus, RunOutcome
+from szbench.models import DatasetKind, Evaluation, EvaluationStatus, RunOutcome
 from szbench_worker import pipeline
 from szbench_worker.embedded import start_embedded_worker
 from szbench_worker.runner import FakeRun, FakeRunner, Outcome
@@ -128,9 +128,27 @@ def test_cli_evaluate_local_process_end_to_end(embedded: Path, tmp_path: Path) -
     cli = CliRunner()
     result = cli.invoke(
         app,
-        ["evaluate", "--local-process", command, "--dataset", str(prepared), "--json", str(out)],
+        [
+            "evaluate",
+            "--local-process",
+            command,
+            "--dataset",
+            str(prepared),
+            "--json",
+            str(out),
+            "--name",
+            "my-detector",
+            "--dataset-name",
+            "my-eeg",
+            "--public-sample",
+        ],
     )
     assert result.exit_code == 0, result.output
+    with session_scope() as session:
+        first = session.query(Evaluation).one()
+        assert first.algorithm_version.algorithm.name == "my-detector"
+        dataset = first.dataset_version.dataset
+        assert (dataset.slug, dataset.kind) == ("my-eeg", DatasetKind.PUBLIC_SAMPLE)
     assert "NOT sandboxed" in result.output
     assert "sensitivity" in result.output
     payload = json.loads(out.read_text())
@@ -152,7 +170,7 @@ def test_cli_evaluate_local_process_end_to_end(embedded: Path, tmp_path: Path) -
     detector.write_text("raise SystemExit('must not run')")
     again = cli.invoke(
         app,
-        ["evaluate", "--local-process", command, "--dataset", str(prepared)],
+        ["evaluate", "--local-process", command, "--dataset", str(prepared), "--name", "other"],
     )
     # The detector's text changed, so its digest changed: a *different* algorithm, run anew.
     assert again.exit_code == 0, again.output
@@ -161,6 +179,9 @@ def test_cli_evaluate_local_process_end_to_end(embedded: Path, tmp_path: Path) -
         assert len(evs) == 2
         assert evs[0].image_digest != evs[1].image_digest
         assert all(r.outcome == RunOutcome.CRASHED for r in evs[1].runs)
+        # Without --dataset-name the slug derives from the manifest's checksum.
+        assert evs[1].dataset_version.dataset.slug.startswith("local-")
+        assert evs[1].algorithm_version.algorithm.name == "other"
 
 
 def test_cli_evaluate_rejects_two_sources(embedded: Path, tmp_path: Path) -> None:

@@ -145,19 +145,25 @@ def _algorithm_version(session: Any, digest: str, reference: str, name: str) -> 
     return user, version
 
 
-def _dataset_version(session: Any, prepared: Path, slug: str | None) -> Any:
+def _dataset_version(session: Any, prepared: Path, slug: str | None, public: bool) -> Any:
     from sqlalchemy import select
 
     from szbench.datasets.service import create_dataset, read_manifest, register_dataset_version
     from szbench.errors import SzbenchError
-    from szbench.models import Dataset, DatasetVersion
+    from szbench.models import Dataset, DatasetKind, DatasetVersion
 
     try:
         _, checksum = read_manifest(prepared)
         slug = slug or f"local-{checksum.rsplit(':', 1)[-1][:16]}"
         dataset = session.scalars(select(Dataset).where(Dataset.slug == slug)).first()
         if dataset is None:
-            dataset = create_dataset(session, slug=slug, title=f"Local dataset {prepared.name}")
+            dataset = create_dataset(
+                session,
+                slug=slug,
+                title=slug,
+                # Held-out unless asked: the web UI then shows annotations to admins only.
+                kind=DatasetKind.PUBLIC_SAMPLE if public else DatasetKind.HELD_OUT,
+            )
         versions = session.scalars(
             select(DatasetVersion).where(DatasetVersion.dataset_id == dataset.id)
         ).all()
@@ -256,6 +262,12 @@ def evaluate(
         "--dataset-name",
         help="Dataset slug for the leaderboard (default: derived from the dataset's checksum).",
     ),
+    public_sample: bool = typer.Option(
+        False,
+        "--public-sample",
+        help="Register a new dataset as a public sample: its annotations and the detections "
+        "are shown on the web pages (timelines) to anyone who may read them.",
+    ),
 ) -> None:
     """Run an algorithm on every recording of a local dataset, score it, print the results."""
     chosen = [x for x in (image, tar, local_process) if x is not None]
@@ -285,7 +297,7 @@ def evaluate(
     try:
         with session_scope() as session:
             user, version = _algorithm_version(session, digest, reference, name)
-            dv = _dataset_version(session, prepared, dataset_name)
+            dv = _dataset_version(session, prepared, dataset_name, public_sample)
             evaluation = create_evaluation(
                 session,
                 algorithm_version=version,
