@@ -15,8 +15,8 @@ setup: ## install system packages, the virtual environment and the project
 services: setup ## start PostgreSQL, Redis and the Docker engine; build the local base images
 	./scripts/test-services.sh
 
-test: services ## the whole test suite (what CI runs)
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: ## the whole test suite (what CI runs: scripts/test.sh)
+	./scripts/test.sh $(PYTEST_ARGS)
 
 lint: setup ## ruff, mypy and the import contracts
 	$(BIN)/ruff check .
