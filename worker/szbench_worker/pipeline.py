@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import func, select, update
@@ -144,22 +144,26 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _lock_evaluation(session: Session, evaluation_id: int) -> Evaluation | None:
+_Row = TypeVar("_Row", Evaluation, RecordingRun, AlgorithmVersion)
+
+
+def _lock(session: Session, model: type[_Row], row_id: int) -> _Row | None:
+    """The row, locked for this transaction (FOR UPDATE on PostgreSQL; SQLite serialises
+    writers) and re-read, so a concurrent task's change is never overwritten."""
     return session.execute(
-        select(Evaluation)
-        .where(Evaluation.id == evaluation_id)
+        select(model)
+        .where(model.id == row_id)
         .with_for_update()
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
+
+
+def _lock_evaluation(session: Session, evaluation_id: int) -> Evaluation | None:
+    return _lock(session, Evaluation, evaluation_id)
 
 
 def _lock_run(session: Session, run_id: int) -> RecordingRun | None:
-    return session.execute(
-        select(RecordingRun)
-        .where(RecordingRun.id == run_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).scalar_one_or_none()
+    return _lock(session, RecordingRun, run_id)
 
 
 def _insert(session: Session, table: Any) -> Any:
@@ -844,12 +848,7 @@ def smoke_test(algorithm_version_id: int) -> SmokeOutcome:
     """
     settings = get_settings()
     with session_scope() as session:
-        version = session.execute(
-            select(AlgorithmVersion)
-            .where(AlgorithmVersion.id == algorithm_version_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        ).scalar_one_or_none()
+        version = _lock(session, AlgorithmVersion, algorithm_version_id)
         if version is None:
             return SmokeOutcome(None, "no such algorithm version")
         if version.status not in (
@@ -954,12 +953,9 @@ def _decide_smoke(
     from szbench.evaluations.service import create_evaluation
 
     with session_scope() as session:
-        version = session.execute(
-            select(AlgorithmVersion)
-            .where(AlgorithmVersion.id == algorithm_version_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        ).scalar_one()
+        version = _lock(session, AlgorithmVersion, algorithm_version_id)
+        if version is None:
+            return SmokeOutcome(None, "no such algorithm version")
         if version.status != VersionStatus.SMOKE_TESTING:
             return SmokeOutcome(version.status, "already decided")
         if rejected_because is not None:
