@@ -24,8 +24,10 @@ import random
 import signal
 import socket
 import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -219,6 +221,47 @@ async def load(base: str, paths: list[str], *, requests: int, concurrency: int) 
     }
 
 
+WRK_SCRIPT = """
+paths = {%s}
+counter = 0
+request = function()
+  counter = counter + 1
+  return wrk.format("GET", paths[(counter %% #paths) + 1])
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("SZBENCH %%f %%f %%d %%d %%d\\n", latency:percentile(50),
+    latency:percentile(99), summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
+
+
+def load_wrk(base: str, paths: list[str], *, seconds: float, concurrency: int) -> dict[str, float]:
+    """The same load from wrk (C, two threads): the client costs far less CPU than httpx, so
+    on a small machine the figures say more about the server."""
+    for path in dict.fromkeys(paths):  # warm-up, as in load(): statistics are cached after
+        httpx.get(base + path, timeout=60)
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(WRK_SCRIPT % ", ".join(f'"{p}"' for p in paths))
+    try:
+        out = subprocess.run(
+            ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:g}s", "--timeout", "30s",
+             "-s", script.name, base],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+    finally:
+        os.unlink(script.name)
+    line = next(ln for ln in out.splitlines() if ln.startswith("SZBENCH "))
+    p50_us, p99_us, n, duration_us, errors = (float(x) for x in line.split()[1:])
+    return {
+        "p50_ms": p50_us / 1000,
+        "p99_ms": p99_us / 1000,
+        "rps": n / (duration_us / 1e6),
+        "errors": int(errors),
+    }
+
+
 def main() -> None:
     # `timeout` and Ctrl-C must still stop the servers and drop the scratch database.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -229,6 +272,13 @@ def main() -> None:
     parser.add_argument("--algorithms", type=int, default=100)
     parser.add_argument("--datasets", type=int, default=100)
     parser.add_argument("--subjects", type=int, default=10)
+    parser.add_argument(
+        "--driver",
+        choices=["httpx", "wrk"],
+        default="wrk" if shutil.which("wrk") else "httpx",
+        help="Load generator: wrk (Debian's package; default when installed) or httpx.",
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="wrk: seconds per endpoint.")
     args = parser.parse_args()
 
     from sqlalchemy import create_engine, text
@@ -282,17 +332,19 @@ def main() -> None:
         results = {}
         for label, (port, paths) in scenarios.items():
             print(f"loading {label} ...", file=sys.stderr)
-            results[label] = asyncio.run(
-                load(
-                    f"http://127.0.0.1:{port}",
-                    paths,
-                    requests=args.requests,
-                    concurrency=args.concurrency,
+            base = f"http://127.0.0.1:{port}"
+            if args.driver == "wrk":
+                results[label] = load_wrk(
+                    base, paths, seconds=args.seconds, concurrency=args.concurrency
                 )
-            )
+            else:
+                results[label] = asyncio.run(
+                    load(base, paths, requests=args.requests, concurrency=args.concurrency)
+                )
         floor = results["floor GET /constant"]
+        amount = f"{args.seconds:g} s" if args.driver == "wrk" else f"{args.requests} requests"
         print(
-            f"\n{args.concurrency} concurrent clients, {args.requests} requests per endpoint, "
+            f"\n{args.driver}: {args.concurrency} concurrent clients, {amount} per endpoint, "
             f"{args.workers} uvicorn worker(s), {len(evals)} results in PostgreSQL\n"
         )
         print(f"{'endpoint':34} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'x floor rps':>11} "
