@@ -21,10 +21,10 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
-import shutil
 import subprocess
 import sys
 import tempfile
