@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     # finished, published or hidden results show at once (the cache key changes), other
     # edits such as an algorithm's title within this time.
     leaderboard_cache_s: float = 600.0
+    # A leaderboard answer checked against the database is served as it is for this long
+    # (seconds): no database round trip for hot leaderboards. 0 checks on every request.
+    leaderboard_fresh_s: float = 1.0
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0
     confidence_level: float = 0.95

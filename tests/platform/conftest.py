@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from szbench.api.deps import get_session, get_side_session
 from szbench.app import create_app
+from szbench.config import get_settings
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
 
@@ -19,6 +20,10 @@ from szbench.leaderboards import statistics
 def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastAPI]:
     # Cheap password hashes keep the suite fast; the cost is a setting.
     settings_env.setenv("SZBENCH_PASSWORD_SCRYPT_N", "1024")
+    # Visibility tests read a leaderboard right after changing it: no freshness window
+    # (test_results sets one where it tests the window itself).
+    settings_env.setenv("SZBENCH_LEADERBOARD_FRESH_S", "0")
+    get_settings.cache_clear()
     application = create_app()
 
     def session_override() -> Iterator[Session]:
