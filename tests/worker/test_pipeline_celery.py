@@ -381,11 +381,18 @@ def test_worker_killed_mid_evaluation_completes_after_restart_exactly_once(
     assert not [c for c in our_containers(docker_client, host) if c.status == "running"]
 
 
-def test_warm_shutdown_finishes_the_run_in_progress(
-    celery_env: tuple[Workers, str], slow_image: str, docker_client: Any, tmp_path: Path
-) -> None:
-    workers, host = celery_env
-    recs = [Rec(f"sub-0{i}", "run-00", 600, ((100, 20),)) for i in range(1, 4)]
+def _slow_evaluation_running(
+    workers: Workers,
+    host: str,
+    slow_image: str,
+    docker_client: Any,
+    tmp_path: Path,
+    *,
+    recordings: int,
+    worker: str,
+) -> tuple[int, subprocess.Popen[bytes]]:
+    """An evaluation of the slow image, with a worker started and a container running."""
+    recs = [Rec(f"sub-0{i}", "run-00", 600, ((100, 20),)) for i in range(1, recordings + 1)]
     data = make_prepared_dataset(tmp_path / "data", recs)
     with session_scope() as session:
         world = seed_world(session, data, recs, run_limits={**LIMITS, "timeout_s": 60})
@@ -393,12 +400,22 @@ def test_warm_shutdown_finishes_the_run_in_progress(
         evaluation_id = evaluations.create_evaluation(
             session, algorithm_version=version, dataset_version=world.dataset_version
         ).id
-    first = workers.start("warm")
+    process = workers.start(worker)
     wait_until(
         lambda: any(c.status == "running" for c in our_containers(docker_client, host)),
         60,
         "a running container",
         workers,
+    )
+    return evaluation_id, process
+
+
+def test_warm_shutdown_finishes_the_run_in_progress(
+    celery_env: tuple[Workers, str], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    workers, host = celery_env
+    evaluation_id, first = _slow_evaluation_running(
+        workers, host, slow_image, docker_client, tmp_path, recordings=3, worker="warm"
     )
     first.send_signal(signal.SIGTERM)
     assert first.wait(60) == 0
@@ -564,20 +581,8 @@ def test_cold_shutdown_hands_the_run_back_and_removes_its_container(
     celery_env: tuple[Workers, str], slow_image: str, docker_client: Any, tmp_path: Path
 ) -> None:
     workers, host = celery_env
-    recs = [Rec(f"sub-0{i}", "run-00", 600, ((100, 20),)) for i in range(1, 3)]
-    data = make_prepared_dataset(tmp_path / "data", recs)
-    with session_scope() as session:
-        world = seed_world(session, data, recs, run_limits={**LIMITS, "timeout_s": 60})
-        version = add_version(session, slow_image, docker_client)
-        evaluation_id = evaluations.create_evaluation(
-            session, algorithm_version=version, dataset_version=world.dataset_version
-        ).id
-    first = workers.start("cold")
-    wait_until(
-        lambda: any(c.status == "running" for c in our_containers(docker_client, host)),
-        60,
-        "a running container",
-        workers,
+    evaluation_id, first = _slow_evaluation_running(
+        workers, host, slow_image, docker_client, tmp_path, recordings=2, worker="cold"
     )
     first.send_signal(signal.SIGQUIT)
     first.wait(60)
