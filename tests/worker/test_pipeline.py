@@ -427,17 +427,22 @@ def test_wrong_recording_duration_is_invalid_output(env: Env) -> None:
         assert ev.result.missing_hypotheses == 4
 
 
+def seed_pending_on_public_sample(session: Any, env: Env) -> Any:
+    """A pending algorithm version and the public-sample dataset its smoke test runs on."""
+    return seed_world(
+        session,
+        env.prepared,
+        RECS,
+        slug="public-sample",
+        kind=DatasetKind.PUBLIC_SAMPLE,
+        digest=DIGEST,
+        status=VersionStatus.PENDING,
+    )
+
+
 def test_smoke_test_activates_and_queues_held_out_evaluations(env: Env) -> None:
     with session_scope() as session:
-        world = seed_world(
-            session,
-            env.prepared,
-            RECS,
-            slug="public-sample",
-            kind=DatasetKind.PUBLIC_SAMPLE,
-            digest=DIGEST,
-            status=VersionStatus.PENDING,
-        )
+        world = seed_pending_on_public_sample(session, env)
         held = make_prepared_dataset(env.prepared.parent / "held", RECS[:2], seed=1)
         seed_world(session, held, RECS[:2], slug="held", digest=DIGEST)
         evaluations.request_smoke_test(session, world.version)
@@ -464,15 +469,7 @@ def test_smoke_test_activates_and_queues_held_out_evaluations(env: Env) -> None:
 def test_smoke_test_rejects_a_crashing_algorithm(env: Env) -> None:
     env.runner.script = lambda recording: FakeRun(outcome=Outcome.CRASHED, exit_code=1)
     with session_scope() as session:
-        world = seed_world(
-            session,
-            env.prepared,
-            RECS,
-            slug="public-sample",
-            kind=DatasetKind.PUBLIC_SAMPLE,
-            digest=DIGEST,
-            status=VersionStatus.PENDING,
-        )
+        world = seed_pending_on_public_sample(session, env)
         version_id = world.version.id
     outcome = pipeline.smoke_test(version_id)
     assert outcome.status == VersionStatus.REJECTED
@@ -562,15 +559,7 @@ def test_smoke_test_refuses_an_image_off_the_allow_list(
     settings_env.setenv("SZBENCH_ALLOWED_IMAGES", "registry.local/approved/")
     get_settings.cache_clear()
     with session_scope() as session:
-        world = seed_world(
-            session,
-            env.prepared,
-            RECS,
-            slug="public-sample",
-            kind=DatasetKind.PUBLIC_SAMPLE,
-            digest=DIGEST,
-            status=VersionStatus.PENDING,
-        )
+        world = seed_pending_on_public_sample(session, env)
         version_id = world.version.id
     outcome = pipeline.smoke_test(version_id)
     assert outcome.status == VersionStatus.REJECTED
