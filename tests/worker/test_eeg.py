@@ -427,3 +427,13 @@ def test_peak_memory_does_not_grow_with_recording_length(tmp_path: Path) -> None
     whole_recording = 19 * 1800 * 512 * 8  # what loading the long one would take (float64)
     assert peak_long < 1.25 * peak_short + 2_000_000, (peak_short, peak_long)
     assert peak_long < whole_recording / 4
+
+
+@pytest.mark.parametrize(("up", "down"), [(1, 2), (1, 3), (1, 4), (1, 8), (64, 125), (32, 25)])
+@pytest.mark.parametrize("n", [1, 7, 1000, 1001])
+def test_fast_decimation_equals_resample_poly(up: int, down: int, n: int) -> None:
+    x = np.random.default_rng(n).standard_normal((3, n)) * 100
+    expected = resample_poly(x, up, down, axis=1)
+    got = eeg._resample(x, up, down)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
