@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from szbench import __version__
 from szbench.algorithms.router import router as algorithms_router
+from szbench.api.cache import EndFreshnessOnWrite
 from szbench.api.errors import install_error_handlers
 from szbench.auth.router import router as auth_router
 from szbench.datasets.router import router as datasets_router
@@ -78,6 +79,7 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     registry.register(DatabaseCollector())
     app.state.metrics_registry = registry
     app.add_middleware(RequestMetrics, registry=registry, api_prefix=API_PREFIX)
+    app.add_middleware(EndFreshnessOnWrite)
     app.add_middleware(RequestIdMiddleware)
     return app
 

@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     # A leaderboard answer checked against the database is served as it is for this long
     # (seconds): no database round trip for hot leaderboards. 0 checks on every request.
     leaderboard_fresh_s: float = 1.0
+    # The same two, for an evaluation's result and subjects and an algorithm's results:
+    # answers are rebuilt when the evaluation's (or algorithm's) facts change, or after
+    # results_cache_s; facts are read at most once per results_fresh_s (docs/api.md).
+    results_cache_s: float = 600.0
+    results_fresh_s: float = 1.0
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0
     confidence_level: float = 0.95

@@ -14,15 +14,17 @@ from szbench.app import create_app
 from szbench.config import get_settings
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
+from szbench.results import service as results
 
 
 @pytest.fixture
 def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastAPI]:
     # Cheap password hashes keep the suite fast; the cost is a setting.
     settings_env.setenv("SZBENCH_PASSWORD_SCRYPT_N", "1024")
-    # Visibility tests read a leaderboard right after changing it: no freshness window
-    # (test_results sets one where it tests the window itself).
+    # Visibility tests read results right after changing them: no freshness window
+    # (test_read_cache sets one where it tests the window itself).
     settings_env.setenv("SZBENCH_LEADERBOARD_FRESH_S", "0")
+    settings_env.setenv("SZBENCH_RESULTS_FRESH_S", "0")
     get_settings.cache_clear()
     application = create_app()
 
@@ -41,9 +43,11 @@ def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastA
     application.dependency_overrides[get_side_session] = session_override
     statistics.clear_cache()
     leaderboards.clear_cache()
+    results.clear_cache()
     yield application
     statistics.clear_cache()
     leaderboards.clear_cache()
+    results.clear_cache()
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ class PageParams:
     offset: int = 0
 
 
-def page_params(
+async def page_params(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Items per page.")] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9, description="Items to skip.")] = 0,
 ) -> PageParams:

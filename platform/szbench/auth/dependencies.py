@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from szbench.api.deps import SessionDep, get_side_session
+from szbench.api.deps import BareSessionDep, get_side_session, run_in_slot
 from szbench.auth import service
 from szbench.auth.cookies import read_session_cookie
 from szbench.config import get_settings
@@ -43,25 +43,42 @@ class Principal:
         return self.user is not None and self.user.role == Role.ADMIN
 
 
-def get_principal(request: Request, session: SessionDep) -> Principal:
+def _credential(request: Request) -> tuple[str, bool] | None:
+    """The token secret the request carries, and whether it came in the session cookie."""
     header = request.headers.get("authorization")
     if header:
         scheme, _, credential = header.partition(" ")
         if scheme.lower() != "bearer" or not credential.strip():
             raise Unauthorized("Authorization header: expected 'Bearer <token>'")
-        token = service.resolve_token(session, credential.strip())
-        if token is None:
-            raise Unauthorized("the token is invalid, expired or revoked")
-        principal = Principal(user=token.user, token=token)
+        return credential.strip(), False
+    secret = read_session_cookie(request)
+    return (secret, True) if secret else None
+
+
+def _resolve(request: Request, session: Session, credential: tuple[str, bool] | None) -> Principal:
+    if credential is None:
+        principal = Principal(None)
     else:
-        secret = read_session_cookie(request)
-        token = service.resolve_token(session, secret) if secret else None
-        # A stale cookie must not break public pages: it just means "signed out".
-        principal = (
-            Principal(user=token.user, token=token, via_cookie=True) if token else Principal(None)
-        )
+        secret, via_cookie = credential
+        token = service.resolve_token(session, secret)
+        if token is not None:
+            principal = Principal(user=token.user, token=token, via_cookie=via_cookie)
+        elif via_cookie:
+            principal = Principal(None)  # a stale cookie must not break public pages
+        else:
+            raise Unauthorized("the token is invalid, expired or revoked")
     request.state.user_id = principal.user.id if principal.user else None
     return principal
+
+
+async def get_principal(request: Request, session: BareSessionDep) -> Principal:
+    # Anonymous callers (most public reads) cost no database access and no worker thread.
+    credential = _credential(request)
+    if credential is None:
+        return _resolve(request, session, None)
+    # The token check ends its own transaction (keeping the token's last-used time whatever
+    # the route does) and gives its connection back at once.
+    return await run_in_slot(request, session, lambda: _resolve(request, session, credential))
 
 
 def _check_origin(request: Request) -> None:
@@ -80,7 +97,13 @@ def _check_scope(request: Request, principal: Principal, *, admin: bool = False)
         _check_origin(request)
 
 
-def anyone(request: Request, principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+# The role checks below are async so that FastAPI runs them on the event loop: as plain
+# functions each would cost a worker-thread round trip on every request.
+
+
+async def anyone(
+    request: Request, principal: Annotated[Principal, Depends(get_principal)]
+) -> Principal:
     """Signed in or not (anonymous reads can be switched off with SZBENCH_ANONYMOUS_READ)."""
     if principal.user is None:
         if not get_settings().anonymous_read:
@@ -90,23 +113,35 @@ def anyone(request: Request, principal: Annotated[Principal, Depends(get_princip
     return principal
 
 
-def signed_in(
-    request: Request, principal: Annotated[Principal, Depends(get_principal)]
-) -> Principal:
+def _require_signed_in(request: Request, principal: Principal) -> Principal:
     if principal.user is None:
         raise Unauthorized("sign in first (bearer token or session cookie)")
     _check_scope(request, principal)
     return principal
 
 
-def submitter(request: Request, principal: Annotated[Principal, Depends(signed_in)]) -> Principal:
+def _require_submitter(principal: Principal) -> Principal:
     assert principal.user is not None
     if principal.user.role not in (Role.ADMIN, Role.RESEARCHER):
         raise Forbidden(f"a {principal.user.role.value} account cannot submit algorithms")
     return principal
 
 
-def admin_only(request: Request, principal: Annotated[Principal, Depends(signed_in)]) -> Principal:
+async def signed_in(
+    request: Request, principal: Annotated[Principal, Depends(get_principal)]
+) -> Principal:
+    return _require_signed_in(request, principal)
+
+
+async def submitter(
+    request: Request, principal: Annotated[Principal, Depends(signed_in)]
+) -> Principal:
+    return _require_submitter(principal)
+
+
+async def admin_only(
+    request: Request, principal: Annotated[Principal, Depends(signed_in)]
+) -> Principal:
     assert principal.user is not None
     if principal.user.role != Role.ADMIN:
         raise Forbidden("admins only")
@@ -122,7 +157,8 @@ def submitter_outside_request_session(
     For routes that stream for a long time (uploads): they must not hold a database
     connection, or one of the request session slots, while the bytes arrive.
     """
-    principal = submitter(request, signed_in(request, get_principal(request, session)))
+    principal = _resolve(request, session, _credential(request))
+    principal = _require_submitter(_require_signed_in(request, principal))
     session.commit()  # the token's last-used time; ends the transaction, frees the connection
     return principal
 

@@ -38,7 +38,14 @@ def owns(user: User | None, algorithm: Algorithm) -> bool:
 
 
 def can_view_algorithm(user: User | None, algorithm: Algorithm) -> bool:
-    return algorithm.visibility == Visibility.PUBLIC or owns(user, algorithm) or is_admin(user)
+    return may_view_algorithm(
+        user, owner_id=algorithm.owner_id, public=algorithm.visibility == Visibility.PUBLIC
+    )
+
+
+def may_view_algorithm(user: User | None, *, owner_id: int, public: bool) -> bool:
+    """:func:`can_view_algorithm` on plain facts (the result caches keep only those)."""
+    return public or is_admin(user) or (user is not None and user.id == owner_id)
 
 
 def can_manage_algorithm(user: User | None, algorithm: Algorithm) -> bool:
@@ -47,13 +54,22 @@ def can_manage_algorithm(user: User | None, algorithm: Algorithm) -> bool:
 
 def can_view_evaluation(user: User | None, evaluation: Evaluation) -> bool:
     algorithm = evaluation.algorithm_version.algorithm
-    if is_admin(user) or owns(user, algorithm):
-        return True
-    return (
-        algorithm.visibility == Visibility.PUBLIC
-        and evaluation.published
-        and evaluation.kind != EvaluationKind.SMOKE_TEST
+    return may_view_results(
+        user,
+        owner_id=algorithm.owner_id,
+        public=algorithm.visibility == Visibility.PUBLIC,
+        published=evaluation.published,
+        smoke_test=evaluation.kind == EvaluationKind.SMOKE_TEST,
     )
+
+
+def may_view_results(
+    user: User | None, *, owner_id: int, public: bool, published: bool, smoke_test: bool
+) -> bool:
+    """:func:`can_view_evaluation` on plain facts (the result caches keep only those)."""
+    if is_admin(user) or (user is not None and user.id == owner_id):
+        return True
+    return public and published and not smoke_test
 
 
 def can_read_recordings(user: User | None, dataset: Dataset) -> bool:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
-from szbench.api.deps import SessionDep
+from szbench.api.cache import serve
+from szbench.api.deps import BareSessionDep, SessionDep
 from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import PageDep
 from szbench.auth.dependencies import Anyone
+from szbench.config import get_settings
 from szbench.leaderboards import service
 from szbench.leaderboards.schemas import Leaderboard, LeaderboardIndexRow
 
@@ -36,9 +38,10 @@ def list_leaderboards(session: SessionDep, caller: Anyone) -> list[LeaderboardIn
 
 
 @router.get("/{slug}", response_model=Leaderboard)
-def get_leaderboard(
+async def get_leaderboard(
+    request: Request,
     slug: str,
-    session: SessionDep,
+    session: BareSessionDep,
     caller: Anyone,
     page: PageDep,
     version: Version = None,
@@ -47,18 +50,35 @@ def get_leaderboard(
     versions: Versions = "latest",
 ) -> Response:
     """A dataset version's leaderboard: SzCORE rank, metrics, bootstrap CIs, rank stability."""
-    body = service.leaderboard_json(
+    viewer = caller.user
+
+    def build() -> bytes:
+        board = service.leaderboard(
+            session,
+            slug=slug,
+            version=version,
+            viewer=viewer,
+            sort=sort,
+            order=order,
+            versions=versions,
+            limit=page.limit,
+            offset=page.offset,
+        )
+        return board.model_dump_json().encode()
+
+    settings = get_settings()
+    return await serve(
+        service.answers,
+        request,
         session,
-        slug=slug,
-        version=version,
-        viewer=caller.user,
-        sort=sort,
-        order=order,
-        versions=versions,
-        limit=page.limit,
-        offset=page.offset,
+        (slug, version),
+        (service.viewer_key(viewer), sort, order, versions, page.limit, page.offset),
+        window_s=settings.leaderboard_fresh_s,
+        ttl_s=settings.leaderboard_cache_s,
+        authorize=lambda facts: None,  # what a viewer may see is in the answer's variant
+        build=build,
+        missing=lambda: service.missing(session, slug, version),
     )
-    return Response(body, media_type="application/json")
 
 
 @router.get(

@@ -4,9 +4,6 @@ SzCORE way (per-subject-averaged event F1, then event sensitivity), with statist
 from __future__ import annotations
 
 import math
-import threading
-import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -14,10 +11,11 @@ from typing import Any, Literal
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
+from szbench.api.cache import StampedCache
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
-from szbench.errors import BadRequest
+from szbench.errors import BadRequest, NotFound
 from szbench.evaluations.queries import make_provenance, run_summaries
 from szbench.leaderboards import statistics
 from szbench.leaderboards.schemas import (
@@ -302,22 +300,6 @@ def leaderboard(
     )
 
 
-_responses: OrderedDict[tuple[Any, ...], tuple[float, bytes]] = OrderedDict()
-_responses_lock = threading.Lock()
-_RESPONSES_KEPT = 512
-
-
-# The answer last checked against the database per query, and when: within
-# SZBENCH_LEADERBOARD_FRESH_S of that check it is served as it is.
-_fresh: OrderedDict[tuple[Any, ...], tuple[float, bytes]] = OrderedDict()
-
-
-def clear_cache() -> None:
-    with _responses_lock:
-        _responses.clear()
-        _fresh.clear()
-
-
 def _stamp(session: Session, dv: DatasetVersion) -> tuple[Any, ...]:
     """Changes whenever a result on ``dv`` appears, finishes, is published or hidden."""
     shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC)
@@ -337,81 +319,33 @@ def _stamp(session: Session, dv: DatasetVersion) -> tuple[Any, ...]:
     )
 
 
-def leaderboard_json(
-    session: Session,
-    *,
-    slug: str,
-    version: str | None,
-    viewer: User | None,
-    sort: str = "rank",
-    order: str | None = None,
-    versions: VersionsMode = "latest",
-    limit: int = 50,
-    offset: int = 0,
-) -> bytes:
-    """:func:`leaderboard` as JSON bytes, served from a cache while nothing changed.
-
-    The key holds the viewer (visibility differs per user), the query, and a stamp of the
-    dataset version's evaluations (one small aggregate query), so a new, finished,
-    published or hidden result is seen within ``SZBENCH_LEADERBOARD_FRESH_S`` (during which
-    a repeated query is answered without any database access; 0 checks every time); other
-    edits (an algorithm's title) show within ``SZBENCH_LEADERBOARD_CACHE_S``.
-    """
-    settings = get_settings()
-    query = (
-        slug,
-        version,
-        viewer.id if viewer else None,
-        viewer.role if viewer else None,
-        sort,
-        order,
-        versions,
-        limit,
-        offset,
-    )
-    now = time.monotonic()
-    with _responses_lock:
-        fresh = _fresh.get(query)
-        if fresh is not None and now - fresh[0] < settings.leaderboard_fresh_s:
-            # Checked against the database a moment ago: answer without touching it, so a
-            # busy leaderboard costs no database round trip at all.
-            return fresh[1]
-    dataset = datasets.get_dataset(session, slug)
-    dv = datasets.get_version(session, dataset, version)
-    key = (dv.id, *query[2:], _stamp(session, dv))
-    ttl = settings.leaderboard_cache_s
-    with _responses_lock:
-        hit = _responses.get(key)
-        if hit is not None and now - hit[0] < ttl:
-            _responses.move_to_end(key)
-            _remember_fresh(query, now, hit[1])
-            return hit[1]
-    board = leaderboard(
-        session,
-        slug=slug,
-        version=dv.version,
-        viewer=viewer,
-        sort=sort,
-        order=order,
-        versions=versions,
-        limit=limit,
-        offset=offset,
-    )
-    body = board.model_dump_json().encode()
-    with _responses_lock:
-        _responses[key] = (now, body)
-        while len(_responses) > _RESPONSES_KEPT:
-            _responses.popitem(last=False)
-        _remember_fresh(query, now, body)
-    return body
+def _facts(session: Session, subjects: list[tuple[str, str | None]]) -> dict[Any, Any]:
+    """Per (slug, version asked for): the dataset version it means, and its stamp."""
+    facts: dict[Any, Any] = {}
+    for slug, version in subjects:
+        try:
+            dv = datasets.get_version(session, datasets.get_dataset(session, slug), version)
+        except NotFound:
+            continue
+        facts[(slug, version)] = (dv.id, _stamp(session, dv))
+    return facts
 
 
-def _remember_fresh(query: tuple[Any, ...], now: float, body: bytes) -> None:
-    # Caller holds _responses_lock.
-    _fresh[query] = (now, body)
-    _fresh.move_to_end(query)
-    while len(_fresh) > _RESPONSES_KEPT:
-        _fresh.popitem(last=False)
+answers = StampedCache("leaderboards", _facts, kept=512)
+"""Leaderboard answers per (slug, version asked for); see :mod:`szbench.api.cache`."""
+
+
+def clear_cache() -> None:
+    answers.clear()
+
+
+def viewer_key(viewer: User | None) -> tuple[int, str] | None:
+    return (viewer.id, viewer.role.value) if viewer else None
+
+
+def missing(session: Session, slug: str, version: str | None) -> None:
+    """Raise the not-found error for a dataset or version that does not exist."""
+    datasets.get_version(session, datasets.get_dataset(session, slug), version)
 
 
 def index(session: Session, *, viewer: User | None) -> list[LeaderboardIndexRow]:

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
 
 from szbench.algorithms import service as algorithms
-from szbench.api.deps import SessionDep
+from szbench.api.cache import serve
+from szbench.api.deps import BareSessionDep, SessionDep
 from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
-from szbench.auth.dependencies import Anyone
+from szbench.auth.dependencies import Anyone, Principal
+from szbench.config import get_settings
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.queries import provenances
 from szbench.evaluations.schemas import DatasetResultOut, RunOut, SubjectResultsPage
-from szbench.models import RunOutcome
-from szbench.results import queries
+from szbench.models import Evaluation, RunOutcome
+from szbench.results import queries, service
 from szbench.results.schemas import AlgorithmResultRow, AlgorithmResults
 
 router = APIRouter(tags=["results"], responses=ERROR_RESPONSES)
@@ -27,28 +32,69 @@ _DOWNLOAD: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _viewer_key(caller: Principal) -> tuple[int, str] | None:
+    return (caller.user.id, caller.user.role.value) if caller.user else None
+
+
+async def _evaluation_answer(
+    request: Request, session: Session, caller: Principal, evaluation_id: int, variant: Hashable,
+    build: Callable[[Evaluation], BaseModel],
+) -> Response:  # fmt: skip
+    """A cached answer about one evaluation that every viewer allowed to see it shares."""
+    settings = get_settings()
+    return await serve(
+        service.evaluation_answers,
+        request,
+        session,
+        evaluation_id,
+        variant,
+        window_s=settings.results_fresh_s,
+        ttl_s=settings.results_cache_s,
+        authorize=lambda facts: service.authorize_evaluation(caller.user, evaluation_id, facts),
+        build=lambda: (
+            build(evaluations.get_evaluation(session, evaluation_id, viewer=caller.user))
+            .model_dump_json()
+            .encode()
+        ),
+        missing=lambda: evaluations.get_evaluation(session, evaluation_id, viewer=caller.user),
+    )
+
+
 @router.get("/evaluations/{evaluation_id}/result", response_model=DatasetResultOut)
-def get_result(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -> DatasetResultOut:
+async def get_result(
+    request: Request, evaluation_id: IdPath, session: BareSessionDep, caller: Anyone
+) -> Response:
     """Dataset-level figures of an evaluation (per-subject means ranked on, std, pooled)."""
-    evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
-    return queries.dataset_result(session, evaluation)
+    return await _evaluation_answer(
+        request,
+        session,
+        caller,
+        evaluation_id,
+        "result",
+        lambda e: queries.dataset_result(session, e),
+    )
 
 
 @router.get("/evaluations/{evaluation_id}/subjects", response_model=SubjectResultsPage)
-def list_subject_results(
-    evaluation_id: IdPath, session: SessionDep, caller: Anyone, page: PageDep
-) -> SubjectResultsPage:
+async def list_subject_results(
+    request: Request, evaluation_id: IdPath, session: BareSessionDep, caller: Anyone, page: PageDep
+) -> Response:
     """Per-subject results of an evaluation."""
-    evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
-    items, total = queries.subject_results(
-        session, evaluation, limit=page.limit, offset=page.offset
-    )
-    return SubjectResultsPage(
-        items=items,
-        total=total,
-        limit=page.limit,
-        offset=page.offset,
-        provenance=provenances(session, [evaluation])[evaluation.id],
+
+    def build(evaluation: Evaluation) -> SubjectResultsPage:
+        items, total = queries.subject_results(
+            session, evaluation, limit=page.limit, offset=page.offset
+        )
+        return SubjectResultsPage(
+            items=items,
+            total=total,
+            limit=page.limit,
+            offset=page.offset,
+            provenance=provenances(session, [evaluation])[evaluation.id],
+        )
+
+    return await _evaluation_answer(
+        request, session, caller, evaluation_id, ("subjects", page.limit, page.offset), build
     )
 
 
@@ -130,44 +176,66 @@ def download_recording_results(
 
 
 @router.get("/algorithms/{algorithm_id}/results", response_model=AlgorithmResults)
-def algorithm_results(
+async def algorithm_results(
+    request: Request,
     algorithm_id: IdPath,
-    session: SessionDep,
+    session: BareSessionDep,
     caller: Anyone,
     page: PageDep,
     official_only: Annotated[bool, Query(description="Only default-parameter scoring.")] = True,
-) -> AlgorithmResults:
+) -> Response:
     """An algorithm's results on every dataset version, side by side."""
-    algorithm = algorithms.get_algorithm(session, algorithm_id, viewer=caller.user)
-    window, total = queries.algorithm_results(
-        session,
-        algorithm,
-        viewer=caller.user,
-        official_only=official_only,
-        limit=page.limit,
-        offset=page.offset,
-    )
-    prov = provenances(session, window)
-    items = [
-        AlgorithmResultRow(
-            evaluation_id=e.id,
-            dataset=e.dataset_version.dataset.slug,
-            dataset_version=e.dataset_version.version,
-            algorithm_version=e.algorithm_version.version,
-            official=e.official,
-            published=e.published,
-            subjects=e.result.subjects if e.result else 0,
-            recordings=e.result.recordings if e.result else 0,
-            provenance=prov[e.id],
-            **(queries.metrics_of(e.result) if e.result else dict.fromkeys(queries.METRICS)),
+
+    def build() -> bytes:
+        algorithm = algorithms.get_algorithm(session, algorithm_id, viewer=caller.user)
+        window, total = queries.algorithm_results(
+            session,
+            algorithm,
+            viewer=caller.user,
+            official_only=official_only,
+            limit=page.limit,
+            offset=page.offset,
         )
-        for e in window
-    ]
-    return AlgorithmResults(
-        algorithm_id=algorithm.id,
-        algorithm=algorithm.name,
-        items=items,
-        total=total,
-        limit=page.limit,
-        offset=page.offset,
+        prov = provenances(session, window)
+        items = [
+            AlgorithmResultRow(
+                evaluation_id=e.id,
+                dataset=e.dataset_version.dataset.slug,
+                dataset_version=e.dataset_version.version,
+                algorithm_version=e.algorithm_version.version,
+                official=e.official,
+                published=e.published,
+                subjects=e.result.subjects if e.result else 0,
+                recordings=e.result.recordings if e.result else 0,
+                provenance=prov[e.id],
+                **(queries.metrics_of(e.result) if e.result else dict.fromkeys(queries.METRICS)),
+            )
+            for e in window
+        ]
+        return (
+            AlgorithmResults(
+                algorithm_id=algorithm.id,
+                algorithm=algorithm.name,
+                items=items,
+                total=total,
+                limit=page.limit,
+                offset=page.offset,
+            )
+            .model_dump_json()
+            .encode()
+        )
+
+    settings = get_settings()
+    return await serve(
+        service.algorithm_answers,
+        request,
+        session,
+        algorithm_id,
+        # What a viewer sees of an algorithm's evaluations depends on who they are.
+        (_viewer_key(caller), official_only, page.limit, page.offset),
+        window_s=settings.results_fresh_s,
+        ttl_s=settings.results_cache_s,
+        authorize=lambda facts: service.authorize_algorithm(caller.user, algorithm_id, facts),
+        build=build,
+        missing=lambda: algorithms.get_algorithm(session, algorithm_id, viewer=caller.user),
     )
