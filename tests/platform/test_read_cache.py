@@ -190,3 +190,12 @@ def test_cached_answers_match_fresh_ones(
     cached = [client.get(p).json() for p in paths] + [client.get(p).json() for p in paths]
     assert cached == fresh + fresh
     assert [x["subject"] for x in fresh[1]["items"]] == ["01", "02"]
+
+
+def test_answers_per_subject_are_bounded() -> None:
+    cache = StampedCache("test", FakeFacts({1: "a"}))
+    cache.check(None, 1)  # type: ignore[arg-type]
+    for viewer in range(cache_module.ANSWERS_PER_SUBJECT + 10):
+        cache.store(1, "a", viewer, b"x")
+    assert cache.answer(1, "a", 0, ttl_s=60) is None  # the oldest went first
+    assert cache.answer(1, "a", cache_module.ANSWERS_PER_SUBJECT + 9, ttl_s=60) == b"x"

@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 #: are re-read in the background.
 STALE_GRACE_S = 5.0
 
+#: Answers kept per subject (variants: query parameters, and viewers where answers differ).
+ANSWERS_PER_SUBJECT = 64
+
 #: Reads the facts of many subjects; a subject missing from the result does not exist.
 StampReader = Callable[[Session, list[Any]], dict[Any, Hashable]]
 
@@ -182,7 +185,12 @@ class StampedCache:
         with self._lock:
             entry = self._entries.get(subject)
             if entry is not None and entry.facts == facts:
+                entry.answers.pop(variant, None)
                 entry.answers[variant] = (self._clock(), body)
+                # Answers per viewer could grow without end on a busy subject: keep the
+                # newest few (a dict keeps insertion order).
+                while len(entry.answers) > ANSWERS_PER_SUBJECT:
+                    del entry.answers[next(iter(entry.answers))]
 
     # --- Anywhere --------------------------------------------------------------------------
 
