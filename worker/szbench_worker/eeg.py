@@ -20,6 +20,7 @@ checksum of a standardised file costs no second read.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import math
 import os
@@ -427,14 +428,10 @@ def _resample(x: np.ndarray, up: int, down: int) -> np.ndarray:
     return out
 
 
-_TAPS_CACHE: dict[int, np.ndarray] = {}
-
-
+@functools.cache
 def _decimation_taps(down: int) -> np.ndarray:
     # The filter resample_poly designs for (1, down): keep the two in step.
-    if down not in _TAPS_CACHE:
-        _TAPS_CACHE[down] = firwin(20 * down + 1, 1.0 / down, window=("kaiser", 5.0))
-    return _TAPS_CACHE[down]
+    return np.asarray(firwin(20 * down + 1, 1.0 / down, window=("kaiser", 5.0)))
 
 
 def _header_bounds_uv(path: Path, labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:

@@ -205,6 +205,11 @@ class StampedCache:
             self._pending.clear()
 
 
+def viewer_key(viewer: Any) -> tuple[int, str] | None:
+    """The part of a variant that says who asks, for answers that differ per viewer."""
+    return (viewer.id, viewer.role.value) if viewer is not None else None
+
+
 def end_freshness() -> None:
     """After a write: every cached answer must be checked against the database again."""
     for cache in list(_caches):

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from szbench.api.cache import serve
+from szbench.api.cache import serve, viewer_key
 from szbench.api.deps import BareSessionDep, SessionDep
 from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
@@ -72,7 +72,7 @@ async def get_leaderboard(
         request,
         session,
         (slug, version),
-        (service.viewer_key(viewer), sort, order, versions, page.limit, page.offset),
+        (viewer_key(viewer), sort, order, versions, page.limit, page.offset),
         window_s=settings.leaderboard_fresh_s,
         ttl_s=settings.leaderboard_cache_s,
         authorize=lambda facts: None,  # what a viewer may see is in the answer's variant

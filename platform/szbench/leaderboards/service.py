@@ -339,10 +339,6 @@ def clear_cache() -> None:
     answers.clear()
 
 
-def viewer_key(viewer: User | None) -> tuple[int, str] | None:
-    return (viewer.id, viewer.role.value) if viewer else None
-
-
 def missing(session: Session, slug: str, version: str | None) -> None:
     """Raise the not-found error for a dataset or version that does not exist."""
     datasets.get_version(session, datasets.get_dataset(session, slug), version)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from szbench.algorithms import service as algorithms
-from szbench.api.cache import serve
+from szbench.api.cache import serve, viewer_key
 from szbench.api.deps import BareSessionDep, SessionDep
 from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
@@ -30,10 +30,6 @@ Format = Annotated[Literal["csv", "json"], Query(description="Download format.")
 _DOWNLOAD: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/csv": {}, "application/json": {}}}
 }
-
-
-def _viewer_key(caller: Principal) -> tuple[int, str] | None:
-    return (caller.user.id, caller.user.role.value) if caller.user else None
 
 
 async def _evaluation_answer(
@@ -232,7 +228,7 @@ async def algorithm_results(
         session,
         algorithm_id,
         # What a viewer sees of an algorithm's evaluations depends on who they are.
-        (_viewer_key(caller), official_only, page.limit, page.offset),
+        (viewer_key(caller.user), official_only, page.limit, page.offset),
         window_s=settings.results_fresh_s,
         ttl_s=settings.results_cache_s,
         authorize=lambda facts: service.authorize_algorithm(caller.user, algorithm_id, facts),
