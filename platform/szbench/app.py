@@ -14,13 +14,16 @@ from prometheus_client import CollectorRegistry
 
 from szbench import __version__
 from szbench.algorithms.router import router as algorithms_router
-from szbench.api.cache import EndFreshnessOnWrite
+from szbench.api.cache import AnonymousFront, EndFreshnessOnWrite
 from szbench.api.errors import install_error_handlers
 from szbench.auth.router import router as auth_router
+from szbench.config import get_settings
 from szbench.datasets.router import router as datasets_router
 from szbench.evaluations.router import router as evaluations_router
 from szbench.leaderboards.router import router as leaderboards_router
 from szbench.logging import RequestIdMiddleware, configure_logging
+from szbench.ops import heap
+from szbench.ops.heap import FreezeAfterSlowPass
 from szbench.ops.middleware import RequestMetrics
 from szbench.ops.router import router as ops_router
 from szbench.ops.service import DatabaseCollector
@@ -78,6 +81,7 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DatabaseCollector())
     app.state.metrics_registry = registry
+    app.add_middleware(AnonymousFront)  # innermost: metrics and request ids still see it
     app.add_middleware(RequestMetrics, registry=registry, api_prefix=API_PREFIX)
     app.add_middleware(EndFreshnessOnWrite)
     app.add_middleware(RequestIdMiddleware)
@@ -88,10 +92,17 @@ def create_production_app() -> FastAPI:
     """The served application: structured logs as the settings say, then :func:`create_app`.
 
     uvicorn configures its own logging before it calls this factory, so ours replaces it.
-    Tests build apps with :func:`create_app` and keep pytest's log capture.
+    Tests build apps with :func:`create_app` and keep pytest's log capture (and a garbage
+    collector that collects everything).
     """
     configure_logging()
-    return create_app()
+    app = create_app()
+    # The long-lived heap out of the collector's full passes (szbench.ops.heap): now, with
+    # everything imported and built, and again whenever a full pass shows that it grew.
+    slow_pass_s = get_settings().gc_slow_pass_ms / 1000
+    app.add_middleware(FreezeAfterSlowPass, slow_pass_s=slow_pass_s)
+    heap.freeze()
+    return app
 
 
 app = create_app()

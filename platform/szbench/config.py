@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     # results_cache_s; facts are read at most once per results_fresh_s (docs/api.md).
     results_cache_s: float = 600.0
     results_fresh_s: float = 1.0
+    # The served API takes its long-lived heap out of the garbage collector's full passes at
+    # start-up, and again after any full pass slower than this (the heap grew: caches
+    # filled); on a warm server each such pass stops every request. 0 turns the second off.
+    gc_slow_pass_ms: float = 10.0
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0
     confidence_level: float = 0.95

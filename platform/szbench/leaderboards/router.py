@@ -12,7 +12,6 @@ from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import PageDep
 from szbench.auth.dependencies import Anyone
-from szbench.config import get_settings
 from szbench.leaderboards import service
 from szbench.leaderboards.schemas import Leaderboard, LeaderboardIndexRow
 
@@ -66,15 +65,12 @@ async def get_leaderboard(
         )
         return board.model_dump_json().encode()
 
-    settings = get_settings()
     return await serve(
         service.answers,
         request,
         session,
         (slug, version),
         (viewer_key(viewer), sort, order, versions, page.limit, page.offset),
-        window_s=settings.leaderboard_fresh_s,
-        ttl_s=settings.leaderboard_cache_s,
         authorize=lambda facts: None,  # what a viewer may see is in the answer's variant
         build=build,
         missing=lambda: service.missing(session, slug, version),

@@ -15,7 +15,7 @@ from szbench.api.cache import StampedCache
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
-from szbench.errors import BadRequest, NotFound
+from szbench.errors import BadRequest
 from szbench.evaluations.queries import make_provenance, run_summaries
 from szbench.leaderboards import statistics
 from szbench.leaderboards.schemas import (
@@ -300,38 +300,64 @@ def leaderboard(
     )
 
 
-def _stamp(session: Session, dv: DatasetVersion) -> tuple[Any, ...]:
-    """Changes whenever a result on ``dv`` appears, finishes, is published or hidden."""
+def _facts(session: Session, subjects: list[tuple[str, str | None]]) -> dict[Any, Any]:
+    """Per (slug, version asked for): the dataset version it means, and a stamp of its
+    evaluations that changes whenever a result appears, finishes, is published or hidden.
+
+    Two queries for any number of subjects: the background refresh of a busy server asks
+    for every leaderboard read in the last second at once. The sums are weighted by
+    evaluation id so that two changes (one published, another hidden) rarely cancel out.
+    """
+    versions: dict[str, list[tuple[int, str, bool]]] = {}
+    for slug, dv_id, name, active in session.execute(
+        select(Dataset.slug, DatasetVersion.id, DatasetVersion.version, DatasetVersion.is_active)
+        .join(DatasetVersion, DatasetVersion.dataset_id == Dataset.id)
+        .where(Dataset.slug.in_({slug for slug, _ in subjects}))
+        .order_by(DatasetVersion.id)
+    ):
+        versions.setdefault(slug, []).append((dv_id, name, active))
+    meant: dict[tuple[str, str | None], int] = {}
+    for slug, version in subjects:
+        # As datasets.get_version: the named version, or the newest active one.
+        ids = [
+            dv_id
+            for dv_id, name, active in versions.get(slug, ())
+            if (version is None and active) or name == version
+        ]
+        if ids:
+            meant[(slug, version)] = ids[-1]
+    if not meant:
+        return {}
     shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC)
-    return tuple(
-        session.execute(
+    done = Evaluation.status == EvaluationStatus.DONE
+    stamps = {
+        row[0]: tuple(row[1:])
+        for row in session.execute(
             select(
+                Evaluation.dataset_version_id,
                 func.count(Evaluation.id),
                 func.max(Evaluation.id),
                 func.max(Evaluation.finished_at),
-                func.sum(case((shown, 1), else_=0)),
-                func.sum(case((Evaluation.status == EvaluationStatus.DONE, 1), else_=0)),
+                func.sum(case((shown, Evaluation.id), else_=0)),
+                func.sum(case((done, Evaluation.id), else_=0)),
             )
             .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
             .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
-            .where(Evaluation.dataset_version_id == dv.id)
-        ).one()
-    )
+            .where(Evaluation.dataset_version_id.in_(set(meant.values())))
+            .group_by(Evaluation.dataset_version_id)
+        )
+    }
+    empty = (0, None, None, None, None)
+    return {key: (dv_id, stamps.get(dv_id, empty)) for key, dv_id in meant.items()}
 
 
-def _facts(session: Session, subjects: list[tuple[str, str | None]]) -> dict[Any, Any]:
-    """Per (slug, version asked for): the dataset version it means, and its stamp."""
-    facts: dict[Any, Any] = {}
-    for slug, version in subjects:
-        try:
-            dv = datasets.get_version(session, datasets.get_dataset(session, slug), version)
-        except NotFound:
-            continue
-        facts[(slug, version)] = (dv.id, _stamp(session, dv))
-    return facts
-
-
-answers = StampedCache("leaderboards", _facts, kept=512)
+answers = StampedCache(
+    "leaderboards",
+    _facts,
+    kept=512,
+    window_s=lambda: get_settings().leaderboard_fresh_s,
+    ttl_s=lambda: get_settings().leaderboard_cache_s,
+)
 """Leaderboard answers per (slug, version asked for); see :mod:`szbench.api.cache`."""
 
 

@@ -16,7 +16,6 @@ from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth.dependencies import Anyone, Principal
-from szbench.config import get_settings
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.queries import provenances
 from szbench.evaluations.schemas import DatasetResultOut, RunOut, SubjectResultsPage
@@ -37,15 +36,12 @@ async def _evaluation_answer(
     build: Callable[[Evaluation], BaseModel],
 ) -> Response:  # fmt: skip
     """A cached answer about one evaluation that every viewer allowed to see it shares."""
-    settings = get_settings()
     return await serve(
         service.evaluation_answers,
         request,
         session,
         evaluation_id,
         variant,
-        window_s=settings.results_fresh_s,
-        ttl_s=settings.results_cache_s,
         authorize=lambda facts: service.authorize_evaluation(caller.user, evaluation_id, facts),
         build=lambda: (
             build(evaluations.get_evaluation(session, evaluation_id, viewer=caller.user))
@@ -221,7 +217,6 @@ async def algorithm_results(
             .encode()
         )
 
-    settings = get_settings()
     return await serve(
         service.algorithm_answers,
         request,
@@ -229,8 +224,6 @@ async def algorithm_results(
         algorithm_id,
         # What a viewer sees of an algorithm's evaluations depends on who they are.
         (viewer_key(caller.user), official_only, page.limit, page.offset),
-        window_s=settings.results_fresh_s,
-        ttl_s=settings.results_cache_s,
         authorize=lambda facts: service.authorize_algorithm(caller.user, algorithm_id, facts),
         build=build,
         missing=lambda: algorithms.get_algorithm(session, algorithm_id, viewer=caller.user),

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from szbench.api.cache import StampedCache
 from szbench.auth import policy
+from szbench.config import get_settings
 from szbench.errors import NotFound
 from szbench.models import (
     Algorithm,
@@ -70,8 +71,18 @@ def _algorithm_facts(session: Session, ids: list[int]) -> dict[Any, Hashable]:
     return {row[0]: tuple(row[1:]) for row in rows}
 
 
-evaluation_answers = StampedCache("evaluation results", _evaluation_facts)
-algorithm_answers = StampedCache("algorithm results", _algorithm_facts)
+evaluation_answers = StampedCache(
+    "evaluation results",
+    _evaluation_facts,
+    window_s=lambda: get_settings().results_fresh_s,
+    ttl_s=lambda: get_settings().results_cache_s,
+)
+algorithm_answers = StampedCache(
+    "algorithm results",
+    _algorithm_facts,
+    window_s=lambda: get_settings().results_fresh_s,
+    ttl_s=lambda: get_settings().results_cache_s,
+)
 
 
 def clear_cache() -> None:
