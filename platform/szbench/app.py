@@ -1,8 +1,9 @@
 """The FastAPI application: ``create_app()`` for tests and embedding, ``app`` for uvicorn.
 
-``uvicorn szbench.app:app`` (or ``szbench serve``) serves the REST API under ``/api/v1``,
-the probes ``/healthz`` and ``/readyz``, and ``/metrics``. The web UI registers its page
-routers on the same app through :data:`EXTRA_ROUTERS` hooks (see :func:`create_app`).
+``uvicorn szbench.app:app`` (or ``szbench serve``) serves the REST API under ``/api/v1``
+(interactive docs, which work offline, at ``/api/v1/docs``), the probes ``/healthz`` and
+``/readyz``, and ``/metrics``. The web UI registers its page routers on the same app through
+:data:`EXTRA_ROUTERS` hooks (see :func:`create_app`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from szbench.results.router import router as results_router
 from szbench.uploads.router import router as uploads_router
 from szbench.users.router import router as users_router
 from szbench.web import install as install_web
+from szbench.web.api_docs import install as install_api_docs
 
 API_PREFIX = "/api/v1"
 
@@ -67,7 +69,9 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
         version=__version__,
         description=DESCRIPTION,
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        # FastAPI's docs page loads Swagger UI from a CDN with an inline script: ours
+        # (install_api_docs below) serves it from an installed package, under the CSP.
+        docs_url=None,
         redoc_url=None,
     )
     install_error_handlers(app)
@@ -75,6 +79,7 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(ops_router)
     install_web(app)
+    install_api_docs(app, f"{API_PREFIX}/docs")
     for hook in [*EXTRA_ROUTERS, *(extra or [])]:
         hook(app)
 

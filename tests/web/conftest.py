@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -17,6 +20,16 @@ from szbench.leaderboards import statistics
 
 PASSWORD = "correct-horse-9"
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+CHROMIUM = os.environ.get("SZBENCH_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @pytest.fixture
@@ -52,6 +65,25 @@ def sent() -> Iterator[list[tuple[str, str, dict]]]:
 def client(app: FastAPI, sent: list) -> Iterator[TestClient]:
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Debian's chromium under Playwright (Playwright's own browser download is never used)."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(
+            f"no browser at {CHROMIUM}: install Debian's chromium (apt-get install -y chromium "
+            "fonts-liberation); Playwright's own browser download is never used",
+            pytrace=False,
+        )
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield instance
+        finally:
+            instance.close()
 
 
 def csrf_of(html: str) -> str:

@@ -45,16 +45,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytes
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 REDIS_URL = os.environ.get("SZBENCH_TEST_REDIS_URL_WEB", "redis://127.0.0.1:6379/14")
-CHROMIUM = os.environ.get("SZBENCH_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 BASELINE_TAG = "szbench-test/baseline:web"
 ADMIN = ("admin@example.org", "admin-password-1")
 RESEARCHER = ("rita@example.org", "rita-password-1")
@@ -270,24 +260,6 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
     if name != "failure":
         assert page.evaluate(AUDIT) == [], (name, page.url)
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(
-            f"no browser at {CHROMIUM}: install Debian's chromium (apt-get install -y chromium "
-            "fonts-liberation); Playwright's own browser download is never used",
-            pytrace=False,
-        )
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield instance
-        finally:
-            instance.close()
 
 
 def sign_in(page: Any, base: str, email: str, password: str) -> None:

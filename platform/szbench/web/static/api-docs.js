@@ -1,0 +1,18 @@
+// The API docs page (szbench.web.api_docs): start Swagger UI on the OpenAPI document that the
+// page names. A file rather than FastAPI's inline script, so the page runs under the same
+// Content-Security-Policy as the others (scripts from this origin only).
+"use strict";
+(function () {
+  const root = document.getElementById("swagger-ui");
+  // FastAPI's defaults, minus the online validator (another origin, never reachable offline).
+  SwaggerUIBundle({
+    url: root.dataset.openapiUrl,
+    domNode: root,
+    layout: "BaseLayout",
+    deepLinking: true,
+    showExtensions: true,
+    showCommonExtensions: true,
+    validatorUrl: null,
+    presets: [SwaggerUIBundle.presets.apis, SwaggerUIBundle.SwaggerUIStandalonePreset],
+  });
+})();
