@@ -4,15 +4,25 @@ What it does, in one run:
 
 1. creates a scratch PostgreSQL database, migrates it and fills it: 100 algorithms x 100
    dataset versions = 10,000 evaluations with their dataset results, 10 subject results
-   each (100,000 rows) and one recording run each (provenance);
-2. starts two uvicorn servers with the same options on loopback: the szbench API on that
-   database, and the floor, a minimal FastAPI app whose one endpoint returns a constant;
-3. drives each endpoint with 100 concurrent clients (httpx, asyncio, keep-alive) for a
-   fixed number of requests, and prints p50/p99 latency, requests/s and the ratios to the
-   floor. Goal: p99 under 50 ms and at least half the floor's throughput.
+   each (100,000 rows) and one recording run each (provenance), plus a researcher with a
+   read-scoped API token;
+2. starts two uvicorn servers with the same options on loopback: the szbench API as it is
+   served (``szbench.app:create_production_app``, as ``szbench serve`` and the API image
+   run it) on that database, and the floor, a minimal FastAPI app whose one endpoint
+   returns a constant;
+3. drives each endpoint with 100 concurrent clients, anonymous and signed in with the
+   token, and prints p50/p90/p99/p99.9 latency, requests/s and the ratio to the floor.
+   Goal: p99 under 50 ms and at least half the floor's throughput.
 
-Run: ``python benchmarks/api_load.py`` (PostgreSQL on 127.0.0.1:5432, trust auth), or
-``--requests 4000 --concurrency 100 --workers 1``. The scratch database is dropped at the end.
+Each scenario is warmed up first, untimed: one request per distinct path (the answers of a
+cold server are computed then), then the same load as the measurement for
+``--warmup-seconds``, so that the measurement sees the steady state of a busy server rather
+than the catch-up after a slow sequential warm-up. ``--warmup-seconds 0`` measures from
+just after the sequential pass.
+
+Run: ``python benchmarks/api_load.py`` (PostgreSQL on 127.0.0.1:5432, trust auth; Debian's
+``wrk`` is used when installed, else an httpx client, which on a small machine takes CPU
+from the server). The scratch database is dropped at the end.
 """
 
 from __future__ import annotations
@@ -157,17 +167,34 @@ def seed(url: str, *, algorithms: int, datasets: int, subjects: int) -> dict[str
     return {"evaluations": [e[0] for e in evals], "algorithms": algos}
 
 
+def make_token(url: str) -> str:
+    """A researcher's read-scoped API token, as a script of theirs would hold."""
+    from sqlalchemy.orm import Session
+
+    from szbench.auth import service
+    from szbench.db import make_engine
+
+    engine = make_engine(url)
+    with Session(engine) as session, session.begin():
+        user = service.create_user(session, email="reader@bench.org", name="reader")
+        _, secret = service.create_token(session, user, name="bench", scopes=["read"])
+    engine.dispose()
+    return secret
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def start_server(app: str, port: int, env: dict[str, str], workers: int) -> subprocess.Popen[bytes]:
+def start_server(
+    app: str, port: int, env: dict[str, str], workers: int, *, factory: bool = False
+) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
         "--workers", str(workers), "--log-level", "warning", "--no-access-log",
-        "--timeout-keep-alive", "120",
+        "--timeout-keep-alive", "120", *(["--factory"] if factory else []),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
     deadline = time.monotonic() + 60
@@ -182,68 +209,99 @@ def start_server(app: str, port: int, env: dict[str, str], workers: int) -> subp
     raise RuntimeError(f"{app} did not start")
 
 
-async def load(base: str, paths: list[str], *, requests: int, concurrency: int) -> dict[str, float]:
+def percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+def warm_each_path(base: str, paths: list[str], headers: dict[str, str]) -> None:
+    """One request per distinct path: a cold server computes its answers now."""
+    with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
+        for path in dict.fromkeys(paths):
+            client.get(path)
+
+
+async def load(
+    base: str,
+    paths: list[str],
+    headers: dict[str, str],
+    *,
+    seconds: float,
+    concurrency: int,
+) -> dict[str, float]:
+    """``concurrency`` clients (httpx, keep-alive), each sending its next request as soon as
+    the last is answered, for ``seconds``."""
     latencies: list[float] = []
     errors = 0
-    counter = iter(range(requests))
+    counter = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+    async with httpx.AsyncClient(
+        base_url=base, limits=limits, timeout=30, headers=headers
+    ) as client:
+        started = time.perf_counter()
+        deadline = started + seconds
 
         async def worker() -> None:
-            nonlocal errors
-            for i in counter:
-                started = time.perf_counter()
+            nonlocal errors, counter
+            while time.perf_counter() < deadline:
+                path = paths[counter % len(paths)]
+                counter += 1
+                sent = time.perf_counter()
                 try:
-                    response = await client.get(paths[i % len(paths)])
+                    response = await client.get(path)
                 except httpx.HTTPError as exc:
                     errors += 1
-                    print(f"  {type(exc).__name__} on {paths[i % len(paths)]}", file=sys.stderr)
+                    print(f"  {type(exc).__name__} on {path}", file=sys.stderr)
                     continue
-                latencies.append(time.perf_counter() - started)
+                latencies.append(time.perf_counter() - sent)
                 if response.status_code != 200:
                     errors += 1
 
-        # Warm-up, not measured: connections, and every distinct path once (the leaderboard
-        # statistics of each dataset are computed on its first request, then cached).
-        unique = list(dict.fromkeys(paths))
-        for start in range(0, len(unique), concurrency):
-            batch = unique[start : start + concurrency]
-            await asyncio.gather(*(client.get(p) for p in batch), return_exceptions=True)
-        started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
     latencies.sort()
     return {
-        "p50_ms": 1000 * latencies[len(latencies) // 2],
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        **{f"p{q:g}_ms": 1000 * percentile(latencies, q) for q in (50, 90, 99, 99.9)},
         "rps": len(latencies) / elapsed,
         "errors": errors,
     }
 
 
 WRK_SCRIPT = """
-paths = {%s}
+paths = {%(paths)s}
+headers = {%(headers)s}
 counter = 0
 request = function()
   counter = counter + 1
-  return wrk.format("GET", paths[(counter %% #paths) + 1])
+  return wrk.format("GET", paths[(counter %% #paths) + 1], headers)
 end
 done = function(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format("SZBENCH %%f %%f %%d %%d %%d\\n", latency:percentile(50),
-    latency:percentile(99), summary.requests, summary.duration,
-    e.connect + e.read + e.write + e.status + e.timeout))
+  io.write(string.format("SZBENCH %%f %%f %%f %%f %%d %%d %%d %%d\\n",
+    latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency:percentile(99.9), summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status))
 end
 """
 
 
-def load_wrk(base: str, paths: list[str], *, seconds: float, concurrency: int) -> dict[str, float]:
+def load_wrk(
+    base: str,
+    paths: list[str],
+    headers: dict[str, str],
+    *,
+    seconds: float,
+    concurrency: int,
+) -> dict[str, float]:
     """The same load from wrk (C, two threads): the client costs far less CPU than httpx, so
     on a small machine the figures say more about the server."""
-    for path in dict.fromkeys(paths):  # warm-up, as in load(): statistics are cached after
-        httpx.get(base + path, timeout=60)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_SCRIPT % ", ".join(f'"{p}"' for p in paths))
+        script.write(
+            WRK_SCRIPT
+            % {
+                "paths": ", ".join(f'"{p}"' for p in paths),
+                "headers": ", ".join(f'["{k}"] = "{v}"' for k, v in headers.items()),
+            }
+        )
     try:
         out = subprocess.run(
             ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:g}s", "--timeout", "30s",
@@ -253,12 +311,14 @@ def load_wrk(base: str, paths: list[str], *, seconds: float, concurrency: int) -
     finally:
         os.unlink(script.name)
     line = next(ln for ln in out.splitlines() if ln.startswith("SZBENCH "))
-    p50_us, p99_us, n, duration_us, errors = (float(x) for x in line.split()[1:])
+    p50, p90, p99, p999, n, duration_us, errors, non_2xx = (float(x) for x in line.split()[1:])
     return {
-        "p50_ms": p50_us / 1000,
-        "p99_ms": p99_us / 1000,
+        "p50_ms": p50 / 1000,
+        "p90_ms": p90 / 1000,
+        "p99_ms": p99 / 1000,
+        "p99.9_ms": p999 / 1000,
         "rps": n / (duration_us / 1e6),
-        "errors": int(errors),
+        "errors": int(errors + non_2xx),
     }
 
 
@@ -266,7 +326,12 @@ def main() -> None:
     # `timeout` and Ctrl-C must still stop the servers and drop the scratch database.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=3000, help="Requests per endpoint.")
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="Measured seconds per scenario."
+    )
+    parser.add_argument(
+        "--warmup-seconds", type=float, default=3.0, help="Untimed load before each scenario."
+    )
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn processes (both servers).")
     parser.add_argument("--algorithms", type=int, default=100)
@@ -278,7 +343,9 @@ def main() -> None:
         default="wrk" if shutil.which("wrk") else "httpx",
         help="Load generator: wrk (Debian's package; default when installed) or httpx.",
     )
-    parser.add_argument("--seconds", type=float, default=10.0, help="wrk: seconds per endpoint.")
+    parser.add_argument(
+        "--only", default="", help="Run only the scenarios whose label contains this text."
+    )
     args = parser.parse_args()
 
     from sqlalchemy import create_engine, text
@@ -295,6 +362,7 @@ def main() -> None:
         migrate.upgrade(url)
         t0 = time.perf_counter()
         ids = seed(url, algorithms=args.algorithms, datasets=args.datasets, subjects=args.subjects)
+        signed_in = {"Authorization": f"Bearer {make_token(url)}"}
         print(f"seeded {len(ids['evaluations'])} results in {time.perf_counter() - t0:.1f} s")
         env = {
             **os.environ,
@@ -304,56 +372,69 @@ def main() -> None:
             "SZBENCH_DATABASE_URL": url,
             "SZBENCH_BROKER_URL": "",
             "SZBENCH_DATA_DIR": f"/tmp/{name}",
+            "SZBENCH_LOG_LEVEL": "WARNING",
         }
         api_port, floor_port = free_port(), free_port()
-        procs.append(start_server("szbench.app:app", api_port, env, args.workers))
+        procs.append(
+            start_server(
+                "szbench.app:create_production_app", api_port, env, args.workers, factory=True
+            )
+        )
         procs.append(start_server("api_load:floor_app", floor_port, env, args.workers))
         rng = random.Random(1)
         evals = ids["evaluations"]
-        scenarios = {
-            "floor GET /constant": (floor_port, ["/constant"]),
-            "GET /leaderboards/{dataset}": (
-                api_port,
-                [f"/api/v1/leaderboards/ds-{d:03d}" for d in range(args.datasets)],
-            ),
-            "GET /evaluations/{id}/result": (
-                api_port,
-                [f"/api/v1/evaluations/{rng.choice(evals)}/result" for _ in range(500)],
-            ),
-            "GET /evaluations/{id}/subjects": (
-                api_port,
-                [f"/api/v1/evaluations/{rng.choice(evals)}/subjects" for _ in range(500)],
-            ),
-            "GET /algorithms/{id}/results": (
-                api_port,
-                [f"/api/v1/algorithms/{a}/results" for a in ids["algorithms"]],
-            ),
+        boards = [f"/api/v1/leaderboards/ds-{d:03d}" for d in range(args.datasets)]
+        results = [f"/api/v1/evaluations/{rng.choice(evals)}/result" for _ in range(500)]
+        subjects = [f"/api/v1/evaluations/{rng.choice(evals)}/subjects" for _ in range(500)]
+        side_by_side = [f"/api/v1/algorithms/{a}/results" for a in ids["algorithms"]]
+        scenarios: dict[str, tuple[int, list[str], dict[str, str]]] = {
+            "floor GET /constant": (floor_port, ["/constant"], {}),
+            "GET /leaderboards/{dataset}": (api_port, boards, {}),
+            "GET /evaluations/{id}/result": (api_port, results, {}),
+            "GET /evaluations/{id}/subjects": (api_port, subjects, {}),
+            "GET /algorithms/{id}/results": (api_port, side_by_side, {}),
+            "signed in: /leaderboards/{dataset}": (api_port, boards, signed_in),
+            "signed in: /evaluations/{id}/result": (api_port, results, signed_in),
+            "signed in: /algorithms/{id}/results": (api_port, side_by_side, signed_in),
         }
-        results = {}
-        for label, (port, paths) in scenarios.items():
+        chosen = {
+            label: scenario
+            for label, scenario in scenarios.items()
+            if label.startswith("floor") or args.only in label
+        }
+        measured = {}
+        for label, (port, paths, headers) in chosen.items():
             print(f"loading {label} ...", file=sys.stderr)
             base = f"http://127.0.0.1:{port}"
-            if args.driver == "wrk":
-                results[label] = load_wrk(
-                    base, paths, seconds=args.seconds, concurrency=args.concurrency
+            warm_each_path(base, paths, headers)
+
+            def run(seconds: float, base: str = base, paths: list[str] = paths,
+                    headers: dict[str, str] = headers) -> dict[str, float]:  # fmt: skip
+                if args.driver == "wrk":
+                    return load_wrk(
+                        base, paths, headers, seconds=seconds, concurrency=args.concurrency
+                    )
+                return asyncio.run(
+                    load(base, paths, headers, seconds=seconds, concurrency=args.concurrency)
                 )
-            else:
-                results[label] = asyncio.run(
-                    load(base, paths, requests=args.requests, concurrency=args.concurrency)
-                )
-        floor = results["floor GET /constant"]
-        amount = f"{args.seconds:g} s" if args.driver == "wrk" else f"{args.requests} requests"
+
+            if args.warmup_seconds > 0:
+                run(args.warmup_seconds)
+            measured[label] = run(args.seconds)
+        floor = measured["floor GET /constant"]
         print(
-            f"\n{args.driver}: {args.concurrency} concurrent clients, {amount} per endpoint, "
-            f"{args.workers} uvicorn worker(s), {len(evals)} results in PostgreSQL\n"
+            f"\n{args.driver}: {args.concurrency} concurrent clients, {args.seconds:g} s per "
+            f"scenario after {args.warmup_seconds:g} s of warm-up, {args.workers} uvicorn "
+            f"worker(s), {len(evals)} results in PostgreSQL\n"
         )
-        print(f"{'endpoint':34} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'x floor rps':>11} "
-              f"{'p99<50':>7} {'>=0.5x':>7} {'errors':>6}")  # fmt: skip
-        for label, r in results.items():
+        print(f"{'scenario':38} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'p99.9 ms':>8} "
+              f"{'req/s':>7} {'x floor':>7} {'p99<50':>6} {'>=0.5x':>6} {'errors':>6}")  # fmt: skip
+        for label, r in measured.items():
             ratio = r["rps"] / floor["rps"]
             print(
-                f"{label:34} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['rps']:8.0f} {ratio:11.2f} "
-                f"{'yes' if r['p99_ms'] < 50 else 'no':>7} {'yes' if ratio >= 0.5 else 'no':>7} "
+                f"{label:38} {r['p50_ms']:7.1f} {r['p90_ms']:7.1f} {r['p99_ms']:7.1f} "
+                f"{r['p99.9_ms']:8.1f} {r['rps']:7.0f} {ratio:7.2f} "
+                f"{'yes' if r['p99_ms'] < 50 else 'no':>6} {'yes' if ratio >= 0.5 else 'no':>6} "
                 f"{r['errors']:6d}"
             )
     finally:

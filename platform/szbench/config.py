@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     # The served API takes its long-lived heap out of the garbage collector's full passes at
     # start-up, and again after any full pass slower than this (the heap grew: caches
     # filled); on a warm server each such pass stops every request. 0 turns the second off.
+    # A signed-in caller's token is read from the database at most once per token_fresh_s
+    # per process; a revoke through another API process takes effect within it (docs/api.md).
+    token_fresh_s: float = 1.0
     gc_slow_pass_ms: float = 10.0
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0

@@ -36,7 +36,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 from anyio.lowlevel import RunVar
@@ -84,6 +84,70 @@ class _LeaderGone(Exception):
     """The request doing a shared read or build was cancelled: the others try again."""
 
 
+def _settle(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+        future.exception()  # retrieved: nobody may be waiting, which is no error
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class SingleFlight(Generic[K, V]):
+    """One computation per key at a time: who asks while it runs waits for its result.
+
+    The first request for a key computes (with its own session, in its own slot); the
+    others get its result or its error. If the first is cancelled (its client went away),
+    one of the others computes instead. State is per event loop (asyncio futures belong to
+    one), so that apps under test, each on its own loop, share nothing.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._running: RunVar[dict[K, asyncio.Future[V]]] = RunVar(f"szbench_flights_{name}")
+
+    def _flights(self) -> dict[K, asyncio.Future[V]]:
+        try:
+            return self._running.get()
+        except LookupError:
+            flights: dict[K, asyncio.Future[V]] = {}
+            self._running.set(flights)
+            return flights
+
+    async def run(
+        self,
+        key: K,
+        compute: Callable[[], Awaitable[V]],
+        done: Callable[[], V | None] = lambda: None,
+    ) -> V:
+        """``compute()``'s result for ``key``; ``done()`` may give it without computing
+        (checked again after each wait, e.g. a cache that the computation fills)."""
+        flights = self._flights()
+        while True:
+            ready = done()
+            if ready is not None:
+                return ready
+            running = flights.get(key)
+            if running is None:
+                break
+            try:
+                return await asyncio.shield(running)
+            except _LeaderGone:
+                continue
+        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
+        flights[key] = future
+        try:
+            result = await compute()
+        except BaseException as exc:
+            _settle(future, exc if isinstance(exc, Exception) else _LeaderGone())
+            raise
+        else:
+            future.set_result(result)
+        finally:
+            del flights[key]
+        return result
+
+
 @dataclass
 class _LoopState:
     """What one event loop shares between its requests (asyncio futures belong to a loop)."""
@@ -97,16 +161,6 @@ class _LoopState:
     # Done each time a shared read ends: whoever waits wakes up, and one of them leads the
     # next read.
     turn: asyncio.Future[None] | None = None
-    # Answers being built: (subject, facts, variant) -> the future the others wait on.
-    building: dict[tuple[Any, Hashable, Hashable], asyncio.Future[bytes]] = field(
-        default_factory=dict
-    )
-
-
-def _settle(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
-        future.exception()  # retrieved: nobody may be waiting, which is no error
 
 
 class StampedCache:
@@ -134,6 +188,7 @@ class StampedCache:
         # the write, so what it found is kept but not trusted as checked.
         self._generation = 0
         self._loop_state: RunVar[_LoopState] = RunVar(f"szbench_cache_{name}")
+        self._builds: SingleFlight[tuple[Any, Hashable, Hashable], bytes] = SingleFlight(name)
         _caches.add(self)
 
     def _state(self) -> _LoopState:
@@ -235,32 +290,17 @@ class StampedCache:
         """The answer for ``(subject, facts, variant)``: cached, or built by one request
         while the others that want the same answer wait for it (a cold leaderboard asked
         for by a hundred clients at once is computed once)."""
-        state = self._state()
-        key = (subject, facts, variant)
-        while True:
-            body = self.answer(subject, facts, variant, ttl_s)
-            if body is not None:
-                return body
-            building = state.building.get(key)
-            if building is None:
-                break
-            try:
-                return await asyncio.shield(building)
-            except _LeaderGone:
-                continue
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        state.building[key] = future
-        try:
+
+        async def build_and_store() -> bytes:
             body = await build()
-        except BaseException as exc:
-            _settle(future, exc if isinstance(exc, Exception) else _LeaderGone())
-            raise
-        else:
             self.store(subject, facts, variant, body)
-            future.set_result(body)
-        finally:
-            del state.building[key]
-        return body
+            return body
+
+        return await self._builds.run(
+            (subject, facts, variant),
+            build_and_store,
+            done=lambda: self.answer(subject, facts, variant, ttl_s),
+        )
 
     def _refresh_later(self, subject: Any) -> None:
         state = self._state()
@@ -399,10 +439,20 @@ def viewer_key(viewer: Any) -> tuple[int, str] | None:
     return (viewer.id, viewer.role.value) if viewer is not None else None
 
 
+_write_hooks: list[Callable[[], None]] = []
+
+
+def on_local_write(hook: Callable[[], None]) -> None:
+    """Have :func:`end_freshness` call ``hook`` too (other per-process caches)."""
+    _write_hooks.append(hook)
+
+
 def end_freshness() -> None:
     """After a write: every cached answer must be checked against the database again."""
     for cache in list(_caches):
         cache.end_freshness()
+    for hook in _write_hooks:
+        hook()
 
 
 async def serve(

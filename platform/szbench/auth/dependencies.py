@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from szbench.api.deps import BareSessionDep, get_side_session, run_in_slot
 from szbench.auth import service
 from szbench.auth.cookies import read_session_cookie
+from szbench.auth.token_cache import tokens
 from szbench.config import get_settings
 from szbench.errors import Forbidden, Unauthorized
 from szbench.models import ApiToken, Role, User
@@ -55,20 +56,28 @@ def _credential(request: Request) -> tuple[str, bool] | None:
     return (secret, True) if secret else None
 
 
-def _resolve(request: Request, session: Session, credential: tuple[str, bool] | None) -> Principal:
-    if credential is None:
-        principal = Principal(None)
+def _principal(
+    request: Request, found: tuple[ApiToken, User] | None, via_cookie: bool
+) -> Principal:
+    if found is not None:
+        token, user = found
+        principal = Principal(user=user, token=token, via_cookie=via_cookie)
+    elif via_cookie:
+        principal = Principal(None)  # a stale cookie must not break public pages
     else:
-        secret, via_cookie = credential
-        token = service.resolve_token(session, secret)
-        if token is not None:
-            principal = Principal(user=token.user, token=token, via_cookie=via_cookie)
-        elif via_cookie:
-            principal = Principal(None)  # a stale cookie must not break public pages
-        else:
-            raise Unauthorized("the token is invalid, expired or revoked")
+        raise Unauthorized("the token is invalid, expired or revoked")
     request.state.user_id = principal.user.id if principal.user else None
     return principal
+
+
+def _resolve(request: Request, session: Session, credential: tuple[str, bool] | None) -> Principal:
+    """The caller, read from the database now (in a worker thread)."""
+    if credential is None:
+        request.state.user_id = None
+        return Principal(None)
+    secret, via_cookie = credential
+    token = service.resolve_token(session, secret)
+    return _principal(request, (token, token.user) if token else None, via_cookie)
 
 
 async def get_principal(request: Request, session: BareSessionDep) -> Principal:
@@ -76,9 +85,12 @@ async def get_principal(request: Request, session: BareSessionDep) -> Principal:
     credential = _credential(request)
     if credential is None:
         return _resolve(request, session, None)
-    # The token check ends its own transaction (keeping the token's last-used time whatever
-    # the route does) and gives its connection back at once.
-    return await run_in_slot(request, session, lambda: _resolve(request, session, credential))
+    secret, via_cookie = credential
+    # Known tokens are resolved from memory (szbench.auth.token_cache); a token read ends its
+    # own transaction (keeping the token's last-used time whatever the route does) and gives
+    # its connection back at once.
+    found = await tokens.resolve(session, secret, lambda work: run_in_slot(request, session, work))
+    return _principal(request, found, via_cookie)
 
 
 def _check_origin(request: Request) -> None:

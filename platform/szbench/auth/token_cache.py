@@ -1,0 +1,148 @@
+"""Signed-in callers resolved without a database round trip on every request.
+
+Each request that carries a bearer token (or the web session cookie) must learn whose token
+it is. Read from the database every time, that is a worker thread, a pooled connection and
+a query per API call of a researcher's script; under load each of those threads then waits
+for the busy event loop to hand over the GIL at every step, and signed-in reads ran at a
+fiftieth of the anonymous ones (docs/api.md, Speed).
+
+So each process remembers, per token hash, what it last read: the token's row and its
+user's, as detached copies. For ``SZBENCH_TOKEN_FRESH_S`` seconds after that read, a request
+with the same secret is resolved from memory: the expiry is checked against the clock, and
+the copies are merged into the request's session without a query, so that routes get
+session-bound objects exactly as before. After the window, the next request reads the
+token again (one read for all the requests with that token at that moment), which also
+keeps the token's last-used time. A revoke, a deactivation or a role change made through
+this process ends every window at once (the read caches' write hook); made through
+another process, it is seen within the window. A window of 0 reads on every request.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import inspect
+from sqlalchemy.orm import Session, make_transient_to_detached
+
+from szbench.api.cache import SingleFlight, on_local_write
+from szbench.auth import service
+from szbench.config import get_settings
+from szbench.models import ApiToken, User
+
+Row = TypeVar("Row", ApiToken, User)
+Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+def _detached_copy(obj: Row) -> Row:
+    """A copy of ``obj``'s columns, detached: mergeable into any session without a query."""
+    values = {
+        attr.key: copy.copy(getattr(obj, attr.key)) for attr in inspect(obj).mapper.column_attrs
+    }
+    clone = type(obj)(**values)
+    make_transient_to_detached(clone)
+    return clone
+
+
+def _attach(session: Session, copy: Row) -> Row:
+    """``copy`` as an object of ``session``, without a query. The session's own object
+    when it has one: it was read by this unit of work, and merging the copy into it would
+    overwrite what it read with what the cache read earlier."""
+    key = inspect(copy).key
+    present = session.identity_map.get(key) if key is not None else None
+    if present is not None:
+        return present
+    return session.merge(copy, load=False)
+
+
+@dataclass(frozen=True)
+class _Known:
+    token: ApiToken
+    user: User
+    read_at: float
+
+
+class TokenCache:
+    """Live tokens by hash, as last read (see the module's docstring)."""
+
+    def __init__(
+        self,
+        *,
+        window_s: Callable[[], float],
+        kept: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.window_s = window_s
+        self._now = now
+        self._kept = kept
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._generation = 0
+        self._reads: SingleFlight[str, _Known | None] = SingleFlight("tokens")
+
+    def _fresh(self, digest: str) -> _Known | None:
+        with self._lock:
+            known = self._known.get(digest)
+        if known is None or self._clock() - known.read_at >= self.window_s():
+            return None
+        return known
+
+    async def resolve(
+        self, session: Session, secret: str, run: Runner
+    ) -> tuple[ApiToken, User] | None:
+        """The live token for ``secret`` and its user, bound to ``session``; None when the
+        secret is no live token. ``run(work)`` runs blocking work on ``session`` in a worker
+        thread (:func:`szbench.api.deps.run_in_slot`)."""
+        digest = service.hash_token(secret)
+        known = self._fresh(digest)
+        if known is None:
+            # One read per token at a time; the others with the same token wait for it.
+            known = await self._reads.run(
+                digest, lambda: run(lambda: self._read(session, secret, digest))
+            )
+            if known is None:
+                return None
+        expires_at = known.token.expires_at
+        if expires_at is not None and _aware(expires_at) <= self._now():
+            return None
+        return _attach(session, known.token), _attach(session, known.user)
+
+    def _read(self, session: Session, secret: str, digest: str) -> _Known | None:
+        generation = self._generation
+        token = service.resolve_token(session, secret)
+        if token is None:
+            with self._lock:
+                self._known.pop(digest, None)
+            return None
+        known = _Known(_detached_copy(token), _detached_copy(token.user), self._clock())
+        with self._lock:
+            # A write in this process while the row was read: give this request what it read,
+            # but let the next one read again.
+            if generation == self._generation:
+                self._known[digest] = known
+                self._known.move_to_end(digest)
+                while len(self._known) > self._kept:
+                    self._known.popitem(last=False)
+        return known
+
+    def end_freshness(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._known.clear()
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored moment is UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+tokens = TokenCache(window_s=lambda: get_settings().token_fresh_s)
+on_local_write(tokens.end_freshness)
