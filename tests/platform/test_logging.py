@@ -175,3 +175,23 @@ def test_celery_task_logs_carry_task_id_and_name() -> None:
     assert record["task_id"] == "task-abc"
     assert record["task_name"] == "szbench.test.log_something"
     assert current_context() == {}
+
+
+def test_request_ids_are_unique_hex_and_differ_in_a_forked_child() -> None:
+    import os
+
+    from szbench.logging import new_request_id
+
+    ids = {new_request_id() for _ in range(10_000)}
+    assert len(ids) == 10_000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its generator was re-seeded at the fork
+        os.write(write_end, new_request_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child_id = os.read(read_end, 64).decode()
+    os.close(read_end)
+    os.close(write_end)
+    assert child_id != new_request_id()

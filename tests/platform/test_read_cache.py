@@ -557,3 +557,31 @@ def test_anonymous_front_is_off_when_anonymous_reads_are(
     monkeypatch.setenv("SZBENCH_ANONYMOUS_READ", "false")
     get_settings.cache_clear()
     assert client.get(path).status_code == 401
+
+
+def test_leaderboard_facts_for_many_boards_in_one_go(db_session: Session) -> None:
+    from szbench.leaderboards import service as leaderboards
+
+    s = db_session
+    a, b = f.dataset(s, slug="alpha"), f.dataset(s, slug="beta")
+    a1 = f.dataset_version(s, a, version="1")
+    a2 = f.dataset_version(s, a, version="2")
+    b1 = f.dataset_version(s, b, version="1", is_active=False)
+    algo = f.algorithm(s, f.user(s), name="x")
+    ev = f.evaluation(s, f.version(s, algo), a2, published=False)
+    asked = [("alpha", None), ("alpha", "1"), ("beta", None), ("beta", "1"), ("nope", None)]
+    statements: list[str] = []
+    for statements in _statements(s):
+        facts = leaderboards._facts(s, asked)
+    assert len(statements) == 2  # whatever the number of boards
+    # No version asked for: the newest active one; a named one even when inactive.
+    assert {key: value[0] for key, value in facts.items()} == {
+        ("alpha", None): a2.id,
+        ("alpha", "1"): a1.id,
+        ("beta", "1"): b1.id,
+    }
+    assert facts[("alpha", "1")][1] == (0, None, None, None, None)  # no evaluations
+    before = facts[("alpha", None)]
+    ev.published = True
+    s.flush()
+    assert leaderboards._facts(s, [("alpha", None)])[("alpha", None)] != before
