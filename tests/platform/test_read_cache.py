@@ -570,10 +570,9 @@ def test_leaderboard_facts_for_many_boards_in_one_go(db_session: Session) -> Non
     algo = f.algorithm(s, f.user(s), name="x")
     ev = f.evaluation(s, f.version(s, algo), a2, published=False)
     asked = [("alpha", None), ("alpha", "1"), ("beta", None), ("beta", "1"), ("nope", None)]
-    statements: list[str] = []
     for statements in _statements(s):
         facts = leaderboards._facts(s, asked)
-    assert len(statements) == 2  # whatever the number of boards
+        assert len(statements) == 2  # whatever the number of boards
     # No version asked for: the newest active one; a named one even when inactive.
     assert {key: value[0] for key, value in facts.items()} == {
         ("alpha", None): a2.id,
