@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from szbench import __version__
 from szbench.algorithms.router import router as algorithms_router
-from szbench.api.cache import AnonymousFront, EndFreshnessOnWrite
+from szbench.api.cache import EndFreshnessOnWrite, ReadFront
 from szbench.api.errors import install_error_handlers
+from szbench.auth.dependencies import viewer_from_memory
 from szbench.auth.router import router as auth_router
 from szbench.config import get_settings
 from szbench.datasets.router import router as datasets_router
@@ -86,7 +87,8 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DatabaseCollector())
     app.state.metrics_registry = registry
-    app.add_middleware(AnonymousFront)  # innermost: metrics and request ids still see it
+    # Innermost: metrics and request ids still see what it answers.
+    app.add_middleware(ReadFront, resolve_viewer=viewer_from_memory)
     app.add_middleware(RequestMetrics, registry=registry, api_prefix=API_PREFIX)
     app.add_middleware(EndFreshnessOnWrite)
     app.add_middleware(RequestIdMiddleware)

@@ -474,7 +474,7 @@ def test_background_recheck_does_not_reread_what_its_last_read_covered(
     assert reader.calls == [list(range(10))]
 
 
-# --- The anonymous front -------------------------------------------------------------------
+# --- The read front ------------------------------------------------------------------------
 
 
 def test_anonymous_front_answers_repeats_without_routing_and_only_for_anonymous_callers(
@@ -584,3 +584,58 @@ def test_leaderboard_facts_for_many_boards_in_one_go(db_session: Session) -> Non
     ev.published = True
     s.flush()
     assert leaderboards._facts(s, [("alpha", None)])[("alpha", None)] != before
+
+
+def test_read_front_serves_signed_in_callers_known_without_io_each_their_own_answer(
+    client: TestClient,
+    db_session: Session,
+    results_window: Callable[[float], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from szbench.results import router as results_router
+
+    routed: list[str] = []
+    real_serve = results_router.serve
+
+    async def counting_serve(*args: Any, **kwargs: Any) -> Any:
+        routed.append("route")
+        return await real_serve(*args, **kwargs)
+
+    monkeypatch.setattr(results_router, "serve", counting_serve)
+    monkeypatch.setenv("SZBENCH_TOKEN_FRESH_S", "3600")
+    results_window(3600)
+    s = db_session
+    alice, bob = f.user(s, name="Alice"), f.user(s, name="Bob")
+    algo = f.algorithm(s, alice, name="alpha")
+    ev = f.evaluation(
+        s, f.version(s, algo), f.dataset_version(s, f.dataset(s, slug="held")), published=False
+    )
+    f.result(s, ev, {"01": {"event_f1": 0.5, "event_sensitivity": 0.5}})
+    as_alice, as_bob = f.headers(s, alice), f.headers(s, bob)
+    write_only = f.headers(s, alice, scopes=["write"])
+    result, side_by_side = (
+        f"/api/v1/evaluations/{ev.id}/result",
+        f"/api/v1/algorithms/{algo.id}/results",
+    )
+
+    assert client.get(result, headers=as_alice).status_code == 200
+    assert len(routed) == 1
+    for statements in _statements(s):
+        again = client.get(result, headers=as_alice)  # a known token: in front, no database
+        assert statements == []
+    assert again.status_code == 200
+    assert len(routed) == 1
+    # The same path for callers who may not see it: refused in front, rendered by the route.
+    assert client.get(result).status_code == 404
+    assert client.get("/api/v1/auth/me", headers=as_bob).status_code == 200  # Bob now known
+    assert client.get(result, headers=as_bob).status_code == 404
+    assert client.get(result, headers=write_only).status_code == 403  # no read scope
+    assert len(routed) == 3  # the write-only token was refused before the route's body
+
+    # Answers that differ per viewer: each gets their own, in front after a first routed one.
+    assert client.get(side_by_side, headers=as_alice).json()["total"] == 1
+    assert client.get(side_by_side).json()["total"] == 0
+    routed.clear()
+    assert client.get(side_by_side, headers=as_alice).json()["total"] == 1
+    assert client.get(side_by_side).json()["total"] == 0
+    assert routed == []

@@ -44,7 +44,6 @@ from fastapi import Request, Response
 from sqlalchemy.orm import Session
 
 from szbench.api.deps import db_slot, run_in_slot
-from szbench.config import get_settings
 from szbench.db import get_sessionmaker
 
 log = logging.getLogger(__name__)
@@ -460,34 +459,38 @@ async def serve(
     request: Request,
     session: Session,
     subject: Any,
-    variant: Hashable,
     *,
-    authorize: Callable[[Hashable], None],
+    viewer: Any,
+    variant: Callable[[Any], Hashable],
+    authorize: Callable[[Any, Hashable], None],
     build: Callable[[], bytes],
     missing: Callable[[], object],
 ) -> Response:
     """A cached answer, or one built in a worker thread (see the module's docstring).
 
-    ``authorize(facts)`` raises when the caller may not see the subject; ``missing()``
-    raises the not-found error of a subject that does not exist; ``build()`` makes the
-    answer with the request's session, which must be the slot-less one (:data:`BareSessionDep`):
-    the database work takes a connection slot only when it runs. ``variant`` must say all
-    that the answer depends on besides the subject: the query parameters, and the viewer
-    where answers differ per viewer.
+    ``viewer`` is the caller's user (None: anonymous). ``variant(viewer)`` must say all that
+    the answer depends on besides the subject: the query parameters, and the viewer where
+    answers differ per viewer. ``authorize(viewer, facts)`` raises when that viewer may not
+    see the subject. Both may be called later with other viewers (by :class:`ReadFront`),
+    so they may use only the viewer's columns and what the path and query string say.
+    ``missing()`` raises the not-found error of a subject that does not exist; ``build()``
+    makes the answer with the request's session, which must be the slot-less one
+    (:data:`BareSessionDep`): the database work takes a connection slot only when it runs.
 
     Facts are read in reads shared by the requests that need them at the same time
     (:meth:`StampedCache.facts`), and an answer missing from the cache is built by one
     request for all that want it (:meth:`StampedCache.build_once`).
 
-    An answer given to an anonymous caller is also remembered by its raw path and query
-    string, so that :class:`AnonymousFront` can give it again without routing.
+    How the answer was found is remembered by the raw path and query string, so that
+    :class:`ReadFront` can give it again without routing.
     """
 
     def run(work: Callable[[], T]) -> Awaitable[T]:
         return run_in_slot(request, session, work)
 
     window_s, ttl_s = cache.window_s(), cache.ttl_s()
-    hit = cache.peek(subject, variant, window_s, ttl_s)
+    key = variant(viewer)
+    hit = cache.peek(subject, key, window_s, ttl_s)
     if hit is not None:
         facts, body = hit
     else:
@@ -495,41 +498,42 @@ async def serve(
         if facts is None:
             await run(missing)
             raise AssertionError("missing() must raise")
-    authorize(facts)
+    authorize(viewer, facts)
     if body is None:
-        body = await cache.build_once(subject, facts, variant, ttl_s, lambda: run(build))
-    _front.remember(request.scope, cache, subject, variant, authorize)
+        body = await cache.build_once(subject, facts, key, ttl_s, lambda: run(build))
+    _front.remember(
+        request.scope, _Way(cache, subject, variant, authorize, request.scope.get("route"))
+    )
     return Response(body, media_type="application/json")
 
 
-# --- The anonymous front -------------------------------------------------------------------
+# --- The read front ------------------------------------------------------------------------
 #
-# Most reads of a public benchmark are anonymous GETs of a few hot answers. Routing one through
-# FastAPI (matching a hundred routes, solving the dependencies, the exception layers) costs
-# several times what sending its cached bytes does, and under load that is the whole latency.
-# So the route itself, having answered an anonymous caller, leaves behind how it did: which
-# cache, subject and variant the path and query string meant, and its access check. The next
-# anonymous GET of the same path and query string is answered from there, with the same
-# freshness rules and the same check on the cached facts; anything else (a credential, any
-# cookie, a stale or missing answer, a refused check) goes through the route as before.
+# Most reads of a public benchmark are GETs of a few hot answers, anonymous or from scripts
+# with a token. Routing one through FastAPI (matching a hundred routes, solving the
+# dependencies, the exception layers) costs several times what sending its cached bytes
+# does, and under load that is the whole latency. So the route itself, having answered,
+# leaves behind how it did: which cache and subject the path and query string meant, and how
+# the variant and the access check follow from the viewer. The next GET of the same path and
+# query string whose caller is known without any I/O (anonymous, or a bearer token fresh in
+# the token cache; see szbench.auth.dependencies.viewer_from_memory) is answered from there,
+# with the same freshness rules and the same check on the cached facts. Anything else (a
+# cookie, a token to read, a stale or missing answer, a refused check) goes through the
+# route as before.
 
-
-def _is_anonymous(scope: Scope) -> bool:
-    """No credential of any kind: no Authorization header and no cookie at all."""
-    for key, _ in scope.get("headers", ()):
-        if key == b"authorization" or key == b"cookie":
-            return False
-    return True
+#: Who is calling, known from the request's headers without I/O: ``(True, user or None)``,
+#: or ``(False, None)`` when the route must decide.
+ViewerResolver = Callable[[Scope], tuple[bool, Any]]
 
 
 @dataclass(frozen=True)
 class _Way:
-    """How a route answered one anonymous path and query string."""
+    """How a route answered one path and query string."""
 
     cache: StampedCache
     subject: Any
-    variant: Hashable
-    authorize: Callable[[Hashable], None]
+    variant: Callable[[Any], Hashable]
+    authorize: Callable[[Any, Hashable], None]
     route: Any  # the matched route: the request metrics label requests by its template
 
 
@@ -538,31 +542,28 @@ class _Front:
         self._kept = kept
         self._ways: OrderedDict[tuple[str, bytes], _Way] = OrderedDict()
 
-    def remember(
-        self,
-        scope: Scope,
-        cache: StampedCache,
-        subject: Any,
-        variant: Hashable,
-        authorize: Callable[[Hashable], None],
-    ) -> None:
-        if scope.get("method") != "GET" or not _is_anonymous(scope):
+    def remember(self, scope: Scope, way: _Way) -> None:
+        if scope.get("method") != "GET":
             return
         key = (scope["path"], scope.get("query_string", b""))
         if key not in self._ways:
-            self._ways[key] = _Way(cache, subject, variant, authorize, scope.get("route"))
+            self._ways[key] = way
             while len(self._ways) > self._kept:
                 self._ways.popitem(last=False)
 
-    def answer(self, scope: Scope) -> tuple[_Way, bytes] | None:
+    def answer(self, scope: Scope, resolve_viewer: ViewerResolver) -> tuple[_Way, bytes] | None:
         way = self._ways.get((scope["path"], scope.get("query_string", b"")))
-        if way is None or not _is_anonymous(scope):
+        if way is None:
             return None
-        hit = way.cache.peek(way.subject, way.variant, way.cache.window_s(), way.cache.ttl_s())
+        known, viewer = resolve_viewer(scope)
+        if not known:
+            return None
+        cache = way.cache
+        hit = cache.peek(way.subject, way.variant(viewer), cache.window_s(), cache.ttl_s())
         if hit is None or hit[1] is None:
             return None
         try:
-            way.authorize(hit[0])
+            way.authorize(viewer, hit[0])
         except Exception:
             return None  # the route renders the refusal
         return way, hit[1]
@@ -577,20 +578,22 @@ _front = _Front()
 _JSON = (b"content-type", b"application/json")
 
 
-class AnonymousFront:
-    """ASGI middleware: answer an anonymous GET from the read caches without routing it.
+class ReadFront:
+    """ASGI middleware: answer a GET from the read caches without routing it.
 
     Add it innermost (first), so that the request id, metrics and error layers still see
-    every request. Only ``GET`` of a path and query string that a cached route has answered
-    anonymously before is handled here; see the comment above :func:`_is_anonymous`.
+    every request. Only a ``GET`` of a path and query string that a cached route has
+    answered before, from a caller that ``resolve_viewer`` knows without I/O, is handled
+    here; see the comment above :data:`ViewerResolver`.
     """
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, resolve_viewer: ViewerResolver) -> None:
         self.app = app
+        self.resolve_viewer = resolve_viewer
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and get_settings().anonymous_read:
-            found = _front.answer(scope)
+        if scope["type"] == "http" and scope["method"] == "GET":
+            found = _front.answer(scope, self.resolve_viewer)
             if found is not None:
                 way, body = found
                 if way.route is not None:

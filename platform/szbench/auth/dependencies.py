@@ -9,8 +9,9 @@ route touches are checked by the services through :mod:`szbench.auth.policy`.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
@@ -91,6 +92,32 @@ async def get_principal(request: Request, session: BareSessionDep) -> Principal:
     # its connection back at once.
     found = await tokens.resolve(session, secret, lambda work: run_in_slot(request, session, work))
     return _principal(request, found, via_cookie)
+
+
+def viewer_from_memory(scope: MutableMapping[str, Any]) -> tuple[bool, User | None]:
+    """Who calls, for :class:`szbench.api.cache.ReadFront`, when that is known without any
+    I/O and :data:`Anyone` would let them read: ``(True, None)`` for an anonymous caller
+    while anonymous reads are on, ``(True, user)`` for a bearer token fresh in the token
+    cache that has the read scope. ``(False, None)`` otherwise: a cookie (signed, and the
+    web's business), a token that must be read, a malformed header; the route decides.
+
+    The user is a detached copy: its columns may be read, nothing else.
+    """
+    authorization = None
+    for key, value in scope.get("headers", ()):
+        if key == b"authorization":
+            authorization = value
+        elif key == b"cookie":
+            return False, None
+    if authorization is None:
+        return get_settings().anonymous_read, None
+    scheme, _, secret = authorization.decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer":
+        return False, None
+    found = tokens.peek(secret.strip())
+    if found is None or "read" not in found[0].scopes:
+        return False, None
+    return True, found[1]
 
 
 def _check_origin(request: Request) -> None:

@@ -110,10 +110,21 @@ class TokenCache:
             )
             if known is None:
                 return None
-        expires_at = known.token.expires_at
-        if expires_at is not None and _aware(expires_at) <= self._now():
+        if self._expired(known):
             return None
         return _attach(session, known.token), _attach(session, known.user)
+
+    def peek(self, secret: str) -> tuple[ApiToken, User] | None:
+        """The live token for ``secret`` and its user when known without reading: detached
+        copies, for reading their columns only (:data:`szbench.api.cache.ViewerResolver`)."""
+        known = self._fresh(service.hash_token(secret))
+        if known is None or self._expired(known):
+            return None
+        return known.token, known.user
+
+    def _expired(self, known: _Known) -> bool:
+        expires_at = known.token.expires_at
+        return expires_at is not None and _aware(expires_at) <= self._now()
 
     def _read(self, session: Session, secret: str, digest: str) -> _Known | None:
         generation = self._generation

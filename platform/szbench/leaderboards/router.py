@@ -70,8 +70,9 @@ async def get_leaderboard(
         request,
         session,
         (slug, version),
-        (viewer_key(viewer), sort, order, versions, page.limit, page.offset),
-        authorize=lambda facts: None,  # what a viewer may see is in the answer's variant
+        viewer=viewer,
+        variant=lambda viewer: (viewer_key(viewer), sort, order, versions, page.limit, page.offset),
+        authorize=lambda viewer, facts: None,  # what a viewer may see is in the variant
         build=build,
         missing=lambda: service.missing(session, slug, version),
     )

@@ -41,8 +41,9 @@ async def _evaluation_answer(
         request,
         session,
         evaluation_id,
-        variant,
-        authorize=lambda facts: service.authorize_evaluation(caller.user, evaluation_id, facts),
+        viewer=caller.user,
+        variant=lambda viewer: variant,
+        authorize=lambda viewer, facts: service.authorize_evaluation(viewer, evaluation_id, facts),
         build=lambda: (
             build(evaluations.get_evaluation(session, evaluation_id, viewer=caller.user))
             .model_dump_json()
@@ -222,9 +223,10 @@ async def algorithm_results(
         request,
         session,
         algorithm_id,
+        viewer=caller.user,
         # What a viewer sees of an algorithm's evaluations depends on who they are.
-        (viewer_key(caller.user), official_only, page.limit, page.offset),
-        authorize=lambda facts: service.authorize_algorithm(caller.user, algorithm_id, facts),
+        variant=lambda viewer: (viewer_key(viewer), official_only, page.limit, page.offset),
+        authorize=lambda viewer, facts: service.authorize_algorithm(viewer, algorithm_id, facts),
         build=build,
         missing=lambda: algorithms.get_algorithm(session, algorithm_id, viewer=caller.user),
     )
