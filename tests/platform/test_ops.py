@@ -133,6 +133,14 @@ def test_openapi_documents_every_route(app) -> None:
                 assert "422" in op["responses"] or "404" in op["responses"], f"{method} {path}"
 
 
+def test_openapi_declares_the_bearer_token(app) -> None:
+    """So that the docs page offers "Authorize" and clients generated from it send tokens."""
+    schema = app.openapi()
+    assert schema["components"]["securitySchemes"]["token"]["scheme"] == "bearer"
+    assert {"token": []} in schema["paths"]["/api/v1/auth/me"]["get"]["security"]
+    assert {"token": []} in schema["paths"]["/api/v1/leaderboards/{slug}"]["get"]["security"]
+
+
 def test_unreachable_database_is_503_not_500(settings_env: pytest.MonkeyPatch) -> None:
     client = _client(
         settings_env, SZBENCH_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/x"

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from szbench.api.deps import BareSessionDep, get_side_session, run_in_slot
@@ -81,7 +82,20 @@ def _resolve(request: Request, session: Session, credential: tuple[str, bool] | 
     return _principal(request, (token, token.user) if token else None, via_cookie)
 
 
-async def get_principal(request: Request, session: BareSessionDep) -> Principal:
+# Declares the bearer scheme in the OpenAPI schema (the docs page's "Authorize" button); the
+# header itself is read by _credential, which also knows the session cookie.
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    description="An API token (`szb_...`) from `POST /api/v1/auth/login` or `POST /api/v1/tokens`.",
+)
+
+
+async def get_principal(
+    request: Request,
+    session: BareSessionDep,
+    _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
     # Anonymous callers (most public reads) cost no database access and no worker thread.
     credential = _credential(request)
     if credential is None:
