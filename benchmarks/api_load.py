@@ -176,7 +176,7 @@ def make_token(url: str) -> str:
 
     engine = make_engine(url)
     with Session(engine) as session, session.begin():
-        user = service.create_user(session, email="reader@bench.org", name="reader")
+        user = service.create_user(session, email="reader@bench.org", name="reader", password=None)
         _, secret = service.create_token(session, user, name="bench", scopes=["read"])
     engine.dispose()
     return secret

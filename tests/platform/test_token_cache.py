@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -178,3 +179,54 @@ def test_many_requests_with_one_unknown_token_read_it_once(
     anyio.run(main)
     assert users == [alice.id] * 31
     assert reads == [secret, "szb_not-a-token"]
+
+
+def test_a_token_in_steady_use_is_read_again_in_the_background_before_its_window_ends(
+    db_session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = f.user(db_session)
+    token, secret = f.token(db_session, alice)
+    clock = [0.0]
+    cache = TokenCache(window_s=lambda: 10.0, clock=lambda: clock[0])
+
+    @contextmanager
+    def this_session() -> Iterator[Session]:
+        yield db_session
+
+    cache.session_scope = this_session
+    reads: list[float] = []
+    real = auth_service.resolve_token
+
+    def counting(session: Session, secret: str) -> Any:
+        reads.append(clock[0])
+        return real(session, secret)
+
+    monkeypatch.setattr(auth_service, "resolve_token", counting)
+
+    async def in_thread(work: Callable[[], Any]) -> Any:
+        return await anyio.to_thread.run_sync(work)
+
+    async def until(condition: Callable[[], bool]) -> None:
+        with anyio.fail_after(10):
+            while not condition():
+                await anyio.sleep(0.001)
+
+    async def main() -> None:
+        assert await cache.resolve(db_session, secret, in_thread) is not None
+        clock[0] = 3.0
+        assert cache.peek(secret) is not None  # fresh, young: nothing more
+        clock[0] = 6.0
+        assert cache.peek(secret) is not None  # past half its window: served, and re-read
+        await until(lambda: len(reads) == 2)
+        clock[0] = 12.0  # past the first read's window, not the second's
+        assert cache.peek(secret) is not None  # and past half of it: re-read again
+        await until(lambda: len(reads) == 3)
+        token.revoked_at = datetime.now(UTC)  # revoked behind this process's back
+        db_session.flush()
+        clock[0] = 18.0
+        assert cache.peek(secret) is not None  # still within the window of the last read
+        await until(lambda: len(reads) == 4)  # which the next re-read closes
+        await until(lambda: cache.peek(secret) is None)
+
+    anyio.run(main)
+    assert reads == [0.0, 6.0, 12.0, 18.0]

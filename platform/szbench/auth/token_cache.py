@@ -10,34 +10,44 @@ So each process remembers, per token hash, what it last read: the token's row an
 user's, as detached copies. For ``SZBENCH_TOKEN_FRESH_S`` seconds after that read, a request
 with the same secret is resolved from memory: the expiry is checked against the clock, and
 the copies are merged into the request's session without a query, so that routes get
-session-bound objects exactly as before. After the window, the next request reads the
-token again (one read for all the requests with that token at that moment), which also
-keeps the token's last-used time. A revoke, a deactivation or a role change made through
+session-bound objects exactly as before. A token asked for past half its window is read
+again in the background (which also keeps its last-used time), so that one in steady use
+never runs out; one not asked for until after its window is read by the request that
+needs it (one read for all the requests with that token at that moment). A revoke, a deactivation or a role change made through
 this process ends every window at once (the read caches' write hook); made through
 another process, it is seen within the window. A window of 0 reads on every request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import anyio
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session, make_transient_to_detached
 
 from szbench.api.cache import SingleFlight, on_local_write
+from szbench.api.deps import db_slot
 from szbench.auth import service
 from szbench.config import get_settings
+from szbench.db import session_scope
 from szbench.models import ApiToken, User
 
 Row = TypeVar("Row", ApiToken, User)
 Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+log = logging.getLogger(__name__)
+_background: set[asyncio.Task[None]] = set()  # strong references to the running re-reads
 
 
 def _detached_copy(obj: Row) -> Row:
@@ -87,13 +97,50 @@ class TokenCache:
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._generation = 0
         self._reads: SingleFlight[str, _Known | None] = SingleFlight("tokens")
+        self._refreshing: set[str] = set()
+        #: Where background re-reads get their session (tests point it at theirs).
+        self.session_scope: Callable[[], AbstractContextManager[Session]] = session_scope
 
-    def _fresh(self, digest: str) -> _Known | None:
+    def _fresh(self, digest: str, secret: str) -> _Known | None:
+        """What is known of the token, if read within the window. Past half the window, a
+        background task reads it again (``secret`` is needed for that), so that a token in
+        steady use never runs out: otherwise, once per window, every request carrying it
+        would wait for the one that reads it."""
+        window_s = self.window_s()
         with self._lock:
             known = self._known.get(digest)
-        if known is None or self._clock() - known.read_at >= self.window_s():
+        if known is None:
             return None
+        age = self._clock() - known.read_at
+        if age >= window_s:
+            return None
+        if age >= window_s / 2:
+            self._refresh_soon(digest, secret)
         return known
+
+    def _refresh_soon(self, digest: str, secret: str) -> None:
+        with self._lock:
+            if digest in self._refreshing:
+                return
+            self._refreshing.add(digest)
+        task = asyncio.get_running_loop().create_task(self._refresh(digest, secret))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    async def _refresh(self, digest: str, secret: str) -> None:
+        try:
+            async with db_slot():
+                await anyio.to_thread.run_sync(self._read_in_own_session, secret, digest)
+        except Exception:
+            # It stays as it is; once the window ends, requests read it for themselves.
+            log.exception("re-reading a token in the background failed")
+        finally:
+            with self._lock:
+                self._refreshing.discard(digest)
+
+    def _read_in_own_session(self, secret: str, digest: str) -> None:
+        with self.session_scope() as session:  # commits the token's last-used time
+            self._read(session, secret, digest)
 
     async def resolve(
         self, session: Session, secret: str, run: Runner
@@ -102,7 +149,7 @@ class TokenCache:
         secret is no live token. ``run(work)`` runs blocking work on ``session`` in a worker
         thread (:func:`szbench.api.deps.run_in_slot`)."""
         digest = service.hash_token(secret)
-        known = self._fresh(digest)
+        known = self._fresh(digest, secret)
         if known is None:
             # One read per token at a time; the others with the same token wait for it.
             known = await self._reads.run(
@@ -117,7 +164,7 @@ class TokenCache:
     def peek(self, secret: str) -> tuple[ApiToken, User] | None:
         """The live token for ``secret`` and its user when known without reading: detached
         copies, for reading their columns only (:data:`szbench.api.cache.ViewerResolver`)."""
-        known = self._fresh(service.hash_token(secret))
+        known = self._fresh(service.hash_token(secret), secret)
         if known is None or self._expired(known):
             return None
         return known.token, known.user
