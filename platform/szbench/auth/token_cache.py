@@ -13,9 +13,10 @@ the copies are merged into the request's session without a query, so that routes
 session-bound objects exactly as before. A token asked for past half its window is read
 again in the background (which also keeps its last-used time), so that one in steady use
 never runs out; one not asked for until after its window is read by the request that
-needs it (one read for all the requests with that token at that moment). A revoke, a deactivation or a role change made through
-this process ends every window at once (the read caches' write hook); made through
-another process, it is seen within the window. A window of 0 reads on every request.
+needs it (one read for all the requests with that token at that moment). A revoke, a
+deactivation or a role change made through this process ends every window at once (the
+read caches' write hook); made through another process, it is seen within the window.
+Nothing is served from a read older than the window. A window of 0 reads on every request.
 """
 
 from __future__ import annotations
