@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from szbench.api import cache as cache_module
@@ -17,6 +16,7 @@ from szbench.api.cache import StampedCache
 from szbench.config import get_settings
 from szbench.models import Role, Visibility
 from tests.platform import factories as f
+from tests.platform.helpers import in_thread, recorded_statements, until
 
 
 class FakeFacts:
@@ -112,21 +112,6 @@ def results_window(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[float]
     get_settings.cache_clear()
 
 
-def _statements(db_session: Session) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
-        if "SAVEPOINT" not in statement:
-            statements.append(statement)
-
-    engine = db_session.get_bind()
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
-
-
 def test_cached_results_are_served_without_the_database_and_checked_per_viewer(
     client: TestClient, db_session: Session, results_window: Callable[[float], None]
 ) -> None:
@@ -146,7 +131,7 @@ def test_cached_results_are_served_without_the_database_and_checked_per_viewer(
     owner_view = [client.get(p, headers=as_alice) for p in paths]
     assert [r.status_code for r in owner_view] == [200, 200, 200]
     assert owner_view[0].json()["event_f1"] == 0.5
-    for statements in _statements(s):
+    with recorded_statements(s) as statements:
         again = [client.get(p) for p in paths[:2]]  # anonymous, within the window
         # The owner's cached answer is not served to others: access is decided on the
         # cached facts (unpublished), without the database.
@@ -227,41 +212,30 @@ class GatedFacts(FakeFacts):
         self._go.release()
 
 
-async def _in_thread(work: Callable[[], Any]) -> Any:
-    """What run_in_slot does, without a session: the blocking work in a worker thread."""
-    return await anyio.to_thread.run_sync(work)
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    with anyio.fail_after(10):
-        while not condition():
-            await anyio.sleep(0.001)
-
-
 def test_concurrent_misses_share_one_read_and_late_ones_wait_for_the_next() -> None:
     reader = GatedFacts({s: f"facts{s}" for s in range(30)})
     cache = StampedCache("test", reader)
     got: dict[int, Any] = {}
 
     async def ask(subject: int) -> None:
-        got[subject] = await cache.facts(subject, None, _in_thread)  # type: ignore[arg-type]
+        got[subject] = await cache.facts(subject, None, in_thread)  # type: ignore[arg-type]
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(ask, 0)  # nobody else waits: it reads at once, alone
-            await _until(lambda: reader.started == 1)
+            await until(lambda: reader.started == 1)
             for subject in range(1, 20):  # a burst while that read runs: all in the next one
                 tg.start_soon(ask, subject)
             await anyio.sleep(0.02)
             reader.let_go()
-            await _until(lambda: reader.started == 2)
+            await until(lambda: reader.started == 2)
             # Asked while the second read runs, 5 included: not answered by it (it may
             # predate a write this caller made), but by the one after, with the others.
             for subject in (5, 20, 21, 22):
                 tg.start_soon(ask, subject)
             await anyio.sleep(0.02)
             reader.let_go()
-            await _until(lambda: reader.started == 3)
+            await until(lambda: reader.started == 3)
             reader.let_go()
 
     anyio.run(main)
@@ -276,20 +250,20 @@ def test_a_failed_shared_read_fails_its_waiters_and_the_next_read_works() -> Non
 
     async def ask(subject: int) -> None:
         try:
-            outcomes.append(await cache.facts(subject, None, _in_thread))  # type: ignore[arg-type]
+            outcomes.append(await cache.facts(subject, None, in_thread))  # type: ignore[arg-type]
         except RuntimeError as exc:
             outcomes.append(str(exc))
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(ask, 0)
-            await _until(lambda: reader.started == 1)
+            await until(lambda: reader.started == 1)
             for subject in range(1, 5):
                 tg.start_soon(ask, subject)
             await anyio.sleep(0.02)
             reader.fail_next = True
             reader.let_go()
-            await _until(lambda: len(outcomes) == 1)
+            await until(lambda: len(outcomes) == 1)
             reader.let_go()
         tg_done = len(outcomes)
         assert tg_done == 5
@@ -317,12 +291,12 @@ def test_when_the_reading_request_is_cancelled_another_reads_for_the_rest() -> N
         async with anyio.create_task_group() as tg:
             async with anyio.create_task_group() as leader:
                 leader.start_soon(ask, 1)
-                await _until(lambda: reader.started == 1)
+                await until(lambda: reader.started == 1)
                 tg.start_soon(ask, 1)  # the same subject, after the read began
                 tg.start_soon(ask, 2)
                 await anyio.sleep(0.02)
                 leader.cancel_scope.cancel()  # the first caller goes away mid-read
-            await _until(lambda: reader.started == 2)
+            await until(lambda: reader.started == 2)
             reader.let_go()
             reader.let_go()
 
@@ -352,7 +326,7 @@ def test_an_answer_wanted_by_many_at_once_is_built_once() -> None:
         async with anyio.create_task_group() as tg:
             for _ in range(50):
                 tg.start_soon(ask)
-            await _until(lambda: len(builds) == 1)
+            await until(lambda: len(builds) == 1)
             await anyio.sleep(0.02)
             release.set()
         bodies.append(await cache.build_once(1, "a", "v", 60, build))  # cached by then
@@ -385,7 +359,7 @@ def test_single_flight_errors_reach_every_waiter_and_a_cancelled_leader_hands_ov
         async with anyio.create_task_group() as tg:
             for _ in range(3):
                 tg.start_soon(ask_failing)
-            await _until(lambda: bool(started))
+            await until(lambda: bool(started))
             release.set()
         assert errors == ["bad sort key"] * 3
         assert started == ["fail"]
@@ -402,7 +376,7 @@ def test_single_flight_errors_reach_every_waiter_and_a_cancelled_leader_hands_ov
         async with anyio.create_task_group() as tg:
             async with anyio.create_task_group() as leader:
                 leader.start_soon(flights.run, "k", slow)
-                await _until(lambda: started[-1] == "slow")
+                await until(lambda: started[-1] == "slow")
 
                 async def follower() -> None:
                     results.append(await flights.run("k", slow))
@@ -410,7 +384,7 @@ def test_single_flight_errors_reach_every_waiter_and_a_cancelled_leader_hands_ov
                 tg.start_soon(follower)
                 await anyio.sleep(0.02)
                 leader.cancel_scope.cancel()
-            await _until(lambda: started.count("slow") == 2)
+            await until(lambda: started.count("slow") == 2)
             gate.set()
         assert results == ["done"]
 
@@ -426,10 +400,10 @@ def test_a_write_during_a_read_leaves_what_it_read_unchecked() -> None:
             result: list[Any] = []
 
             async def ask() -> None:
-                result.append(await cache.facts(1, None, _in_thread))  # type: ignore[arg-type]
+                result.append(await cache.facts(1, None, in_thread))  # type: ignore[arg-type]
 
             tg.start_soon(ask)
-            await _until(lambda: reader.started == 1)
+            await until(lambda: reader.started == 1)
             cache_module.end_freshness()  # a write in this process while the row is read
             reader.let_go()
         return result[0]
@@ -467,7 +441,7 @@ def test_background_recheck_does_not_reread_what_its_last_read_covered(
         for subject in range(10):
             cache.peek(subject, "v", window_s=1)
         gate.set()
-        await _until(lambda: len(reader.calls) == 1)
+        await until(lambda: len(reader.calls) == 1)
         await anyio.sleep(0.05)
 
     anyio.run(main)
@@ -477,23 +451,30 @@ def test_background_recheck_does_not_reread_what_its_last_read_covered(
 # --- The read front ------------------------------------------------------------------------
 
 
+@pytest.fixture
+def routed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """One entry per request whose result route ran its body (not answered in front)."""
+    from szbench.results import router as results_router
+
+    calls: list[str] = []
+    real_serve = results_router.serve
+
+    async def counting_serve(*args: Any, **kwargs: Any) -> Any:
+        calls.append("route")
+        return await real_serve(*args, **kwargs)
+
+    monkeypatch.setattr(results_router, "serve", counting_serve)
+    return calls
+
+
 def test_anonymous_front_answers_repeats_without_routing_and_only_for_anonymous_callers(
     client: TestClient,
     db_session: Session,
     results_window: Callable[[float], None],
-    monkeypatch: pytest.MonkeyPatch,
+    routed: list[str],
 ) -> None:
     from szbench.logging import REQUEST_ID_HEADER
-    from szbench.results import router as results_router
 
-    routed: list[str] = []
-    real_serve = results_router.serve
-
-    async def counting_serve(*args: Any, **kwargs: Any) -> Any:
-        routed.append("route")
-        return await real_serve(*args, **kwargs)
-
-    monkeypatch.setattr(results_router, "serve", counting_serve)
     results_window(3600)
     s = db_session
     alice = f.user(s, name="Alice")
@@ -505,7 +486,7 @@ def test_anonymous_front_answers_repeats_without_routing_and_only_for_anonymous_
     first = client.get(path)
     assert first.status_code == 200
     assert routed == ["route"]
-    for statements in _statements(s):
+    with recorded_statements(s) as statements:
         again = client.get(path)
         assert routed == ["route"]  # answered in front of the router ...
         assert statements == []  # ... and without the database
@@ -570,7 +551,7 @@ def test_leaderboard_facts_for_many_boards_in_one_go(db_session: Session) -> Non
     algo = f.algorithm(s, f.user(s), name="x")
     ev = f.evaluation(s, f.version(s, algo), a2, published=False)
     asked = [("alpha", None), ("alpha", "1"), ("beta", None), ("beta", "1"), ("nope", None)]
-    for statements in _statements(s):
+    with recorded_statements(s) as statements:
         facts = leaderboards._facts(s, asked)
         assert len(statements) == 2  # whatever the number of boards
     # No version asked for: the newest active one; a named one even when inactive.
@@ -590,18 +571,9 @@ def test_read_front_serves_signed_in_callers_known_without_io_each_their_own_ans
     client: TestClient,
     db_session: Session,
     results_window: Callable[[float], None],
+    routed: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from szbench.results import router as results_router
-
-    routed: list[str] = []
-    real_serve = results_router.serve
-
-    async def counting_serve(*args: Any, **kwargs: Any) -> Any:
-        routed.append("route")
-        return await real_serve(*args, **kwargs)
-
-    monkeypatch.setattr(results_router, "serve", counting_serve)
     monkeypatch.setenv("SZBENCH_TOKEN_FRESH_S", "3600")
     results_window(3600)
     s = db_session
@@ -620,7 +592,7 @@ def test_read_front_serves_signed_in_callers_known_without_io_each_their_own_ans
 
     assert client.get(result, headers=as_alice).status_code == 200
     assert len(routed) == 1
-    for statements in _statements(s):
+    with recorded_statements(s) as statements:
         again = client.get(result, headers=as_alice)  # a known token: in front, no database
         assert statements == []
     assert again.status_code == 200

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import event, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from szbench.auth import service as auth_service
@@ -18,6 +18,7 @@ from szbench.auth.token_cache import TokenCache, tokens
 from szbench.config import get_settings
 from szbench.models import ApiToken, Role, User
 from tests.platform import factories as f
+from tests.platform.helpers import in_thread, recorded_statements, until
 
 
 @pytest.fixture
@@ -30,21 +31,6 @@ def token_window(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[float], 
     get_settings.cache_clear()
 
 
-def _statements(session: Session) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        if "SAVEPOINT" not in statement:
-            statements.append(statement)
-
-    engine = session.get_bind()
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-
-
 def test_a_known_token_is_resolved_without_the_database(
     client: TestClient, db_session: Session, token_window: Callable[[float], None]
 ) -> None:
@@ -52,14 +38,14 @@ def test_a_known_token_is_resolved_without_the_database(
     alice = f.user(db_session, name="Alice")
     as_alice = f.headers(db_session, alice)
     assert client.get("/api/v1/auth/me", headers=as_alice).json()["name"] == "Alice"
-    for statements in _statements(db_session):
+    with recorded_statements(db_session) as statements:
         me = client.get("/api/v1/auth/me", headers=as_alice)
         assert statements == []
     assert me.status_code == 200
     assert me.json()["name"] == "Alice"
     # Without a window, every request reads the token.
     token_window(0)
-    for statements in _statements(db_session):
+    with recorded_statements(db_session) as statements:
         assert client.get("/api/v1/auth/me", headers=as_alice).status_code == 200
         assert any("api_tokens" in st for st in statements)
 
@@ -122,7 +108,7 @@ def test_a_cached_token_still_expires_on_time(
     assert client.get("/api/v1/auth/me", headers=headers).status_code == 200
     later = datetime.now(UTC) + timedelta(hours=2)
     monkeypatch.setattr(tokens, "_now", lambda: later)
-    for statements in _statements(db_session):
+    with recorded_statements(db_session) as statements:
         assert client.get("/api/v1/auth/me", headers=headers).status_code == 401
         assert statements == []  # decided from memory
 
@@ -160,9 +146,6 @@ def test_many_requests_with_one_unknown_token_read_it_once(
 
     monkeypatch.setattr(auth_service, "resolve_token", counting)
     users: list[int] = []
-
-    async def in_thread(work: Callable[[], Any]) -> Any:
-        return await anyio.to_thread.run_sync(work)
 
     async def request() -> None:
         found = await cache.resolve(db_session, secret, in_thread)
@@ -202,14 +185,6 @@ def test_a_token_in_steady_use_is_read_again_in_the_background_before_its_window
         return real(session, secret)
 
     monkeypatch.setattr(auth_service, "resolve_token", counting)
-
-    async def in_thread(work: Callable[[], Any]) -> Any:
-        return await anyio.to_thread.run_sync(work)
-
-    async def until(condition: Callable[[], bool]) -> None:
-        with anyio.fail_after(10):
-            while not condition():
-                await anyio.sleep(0.001)
 
     async def main() -> None:
         assert await cache.resolve(db_session, secret, in_thread) is not None
