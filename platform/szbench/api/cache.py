@@ -14,12 +14,16 @@ How often the facts are read:
 - after it, for up to :data:`STALE_GRACE_S` more, the answer is still served from memory
   while one background task re-reads the facts of every subject asked for meanwhile, in one
   go (one query for a whole batch of evaluations): request latency never waits for it;
-- later than that, or when the subject is new, the request checks the facts itself.
+- later than that, or when the subject is new, the request needs the facts read now: in a
+  read shared with every request of the process that needs facts at that moment
+  (:meth:`StampedCache.facts`).
 
-A write handled by this process marks every entry as unchecked (:func:`end_freshness`), so
-that a user who publishes a result sees it on their next read; other processes see it
-within their window plus one check. A window of 0 turns all of this off: every request
-checks the facts (the tests do this).
+An answer not cached yet is built by one request for all that want it at the same time
+(:meth:`StampedCache.build_once`). A write handled by this process marks every entry as
+unchecked (:func:`end_freshness`), so that a user who publishes a result sees it on their
+next read; other processes see it within their window plus one check. A window of 0 turns
+all of this off: every request reads the facts (the tests do this). :class:`ReadFront`
+answers repeated GETs from these caches before routing.
 
 Variants (the query parameters, and the viewer where the answer depends on who asks) are
 part of each answer's key; errors are never cached.
