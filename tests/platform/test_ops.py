@@ -12,6 +12,7 @@ from szbench.app import create_app
 from szbench.config import get_settings
 from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome
 from tests.platform import factories as f
+from tests.platform.helpers import single_connection_pool
 
 
 def _client(monkeypatch: pytest.MonkeyPatch, **env: str) -> TestClient:
@@ -162,10 +163,6 @@ def test_requests_queue_for_a_one_connection_pool_without_deadlock(
 
     import anyio
     import httpx
-    from sqlalchemy import create_engine, event
-    from sqlalchemy.orm import sessionmaker
-
-    from szbench.api import deps
 
     url = f"sqlite:///{tmp_path / 'pool.sqlite3'}"
     migrate.upgrade(url)
@@ -174,27 +171,7 @@ def test_requests_queue_for_a_one_connection_pool_without_deadlock(
     db.reset_engine()
     with db.session_scope() as s:
         _, secret = f.token(s, f.user(s))
-    engine = create_engine(
-        url,
-        pool_size=1,
-        max_overflow=0,
-        pool_timeout=10,  # a deadlock would end here, in errors
-        connect_args={"check_same_thread": False},
-    )
-    out = {"now": 0, "most": 0}
-
-    @event.listens_for(engine, "checkout")
-    def checkout(*_: object) -> None:
-        out["now"] += 1
-        out["most"] = max(out["most"], out["now"])
-
-    @event.listens_for(engine, "checkin")
-    def checkin(*_: object) -> None:
-        out["now"] -= 1
-
-    maker = sessionmaker(bind=engine, expire_on_commit=False)
-    settings_env.setattr(deps, "get_sessionmaker", lambda: maker)
-    settings_env.setattr(deps, "get_engine", lambda: engine)
+    engine, out = single_connection_pool(settings_env, url)
 
     async def main() -> list[int]:
         transport = httpx.ASGITransport(app=create_app())

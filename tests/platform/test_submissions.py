@@ -20,6 +20,7 @@ from szbench.models import (
     VersionStatus,
 )
 from tests.platform import factories as f
+from tests.platform.helpers import single_connection_pool
 from tests.platform.images import docker_save
 
 
@@ -324,3 +325,78 @@ def test_allowed_images_and_centre_mode(
         "/api/v1/auth/signup", json={"email": "c@example.org", "password": "longenough"}
     )
     assert r.status_code == 403
+
+
+def test_the_archive_check_holds_no_database_connection(
+    settings_env: pytest.MonkeyPatch, tmp_path: Path, smoke_requests: list[int]
+) -> None:
+    """With a pool of one connection, other requests are answered while a submission's
+    archive is being checked (it reads the whole archive: long for a large image)."""
+    import threading
+
+    import anyio
+    import httpx
+
+    from szbench import db, migrate
+    from szbench.algorithms import service as algorithms
+    from szbench.app import create_app
+    from szbench.uploads import service as uploads
+
+    url = f"sqlite:///{tmp_path / 'submit.sqlite3'}"
+    migrate.upgrade(url)
+    settings_env.setenv("SZBENCH_DATABASE_URL", url)
+    get_settings.cache_clear()
+    db.reset_engine()
+    archive = tmp_path / "img.tar"
+    image_id = docker_save(archive)
+    with db.session_scope() as s:
+        owner = f.user(s)
+        _, secret = f.token(s, owner)
+        algo_id = f.algorithm(s, owner, name="slow-check").id
+        upload_id = uploads.import_file(owner, archive).id
+    engine, connections = single_connection_pool(settings_env, url)
+    checking, release = threading.Event(), threading.Event()
+    real_check = algorithms.check_image_archive
+
+    def slow_check(path: Path, **kw: object) -> object:
+        checking.set()
+        assert release.wait(20), "the test never released the check"
+        return real_check(path, **kw)  # type: ignore[arg-type]
+
+    settings_env.setattr(algorithms, "check_image_archive", slow_check)
+    headers = {"Authorization": f"Bearer {secret}"}
+
+    async def main() -> tuple[int, list[int], dict[str, object]]:
+        meanwhile: list[int] = []
+        submitted: dict[str, object] = {}
+        transport = httpx.ASGITransport(app=create_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+
+            async def submit() -> None:
+                r = await client.post(
+                    f"/api/v1/algorithms/{algo_id}/versions",
+                    headers=headers,
+                    json={"version": "1.0", "upload_id": upload_id},
+                )
+                submitted.update(status=r.status_code, body=r.json())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(submit)
+                await anyio.to_thread.run_sync(checking.wait, 20)
+                for _ in range(3):  # each needs the one connection
+                    r = await client.get("/api/v1/algorithms", headers=headers)
+                    meanwhile.append(r.status_code)
+                still_checking = not release.is_set() and not submitted
+                release.set()
+        return int(still_checking), meanwhile, submitted
+
+    try:
+        still_checking, meanwhile, submitted = anyio.run(main)
+    finally:
+        engine.dispose()
+    assert still_checking == 1
+    assert meanwhile == [200, 200, 200]
+    assert submitted["status"] == 201, submitted
+    assert submitted["body"]["image_digest"] == image_id  # type: ignore[index]
+    assert connections["most"] == 1
+    assert len(smoke_requests) == 1

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+import anyio
+from fastapi import APIRouter, Query, Request, status
 
 from szbench.algorithms import service
 from szbench.algorithms.schemas import (
@@ -15,7 +16,7 @@ from szbench.algorithms.schemas import (
     VersionCreate,
     VersionOut,
 )
-from szbench.api.deps import SessionDep
+from szbench.api.deps import BareSessionDep, SessionDep, run_in_slot
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
@@ -90,16 +91,36 @@ def list_versions(
 @router.post(
     "/{algorithm_id}/versions", response_model=VersionOut, status_code=status.HTTP_201_CREATED
 )
-def submit_version(
-    algorithm_id: IdPath, body: VersionCreate, session: SessionDep, caller: Submitter
+async def submit_version(
+    request: Request,
+    algorithm_id: IdPath,
+    body: VersionCreate,
+    session: BareSessionDep,
+    caller: Submitter,
 ) -> VersionOut:
     """Submit a version (a finished upload or a pinned image reference); starts its smoke test."""
-    assert caller.user is not None
-    algorithm = service.get_managed_algorithm(session, algorithm_id, user=caller.user)
-    row = service.submit_version(
-        session, algorithm=algorithm, user=caller.user, **body.model_dump()
+    user = caller.user
+    assert user is not None
+    algorithm = await run_in_slot(
+        request,
+        session,
+        lambda: service.get_managed_algorithm(session, algorithm_id, user=user),
     )
-    return VersionOut.model_validate(row)
+    checked = None
+    if body.upload_id is not None and body.image_reference is None:
+        # The archive check reads all of it: in a worker thread, holding no database
+        # connection, so that large submissions arriving together cannot take the pool.
+        checked = await anyio.to_thread.run_sync(service.check_upload, user, body.upload_id)
+
+    def create() -> VersionOut:
+        row = service.submit_version(
+            session, algorithm=algorithm, user=user, checked=checked, **body.model_dump()
+        )
+        session.flush()
+        return VersionOut.model_validate(row)
+
+    # Committed (and the smoke test enqueued) before the answer, as with SessionDep.
+    return await run_in_slot(request, session, create)
 
 
 @router.get("/{algorithm_id}/versions/{version_id}", response_model=VersionOut)

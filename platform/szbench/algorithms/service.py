@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from szbench.algorithms.image_check import check_image_archive
+from szbench.algorithms.image_check import ImageInfo, check_image_archive
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.errors import (
@@ -32,6 +34,7 @@ from szbench.models import (
     Visibility,
 )
 from szbench.uploads import service as uploads
+from szbench.uploads.service import UploadSession
 
 # name[:port]/path[:tag]@sha256:<hex>: a reference pinned to content, so a re-run runs
 # the same bytes. Tag-only references are refused (see docs/api.md).
@@ -180,6 +183,27 @@ def _phase(session: Session, slug: str | None) -> Phase | None:
     return phase
 
 
+@dataclass(frozen=True)
+class CheckedUpload:
+    """A finished upload whose archive passed :func:`check_image_archive`."""
+
+    upload: UploadSession
+    archive: Path
+    info: ImageInfo
+
+
+def check_upload(user: User, upload_id: str) -> CheckedUpload:
+    """The caller's finished upload, its archive checked.
+
+    The check reads the whole archive (seconds for a large gzipped image) and no database:
+    a route runs it before it takes a connection (see the submit route).
+    """
+    upload = uploads.get_upload(user, upload_id)
+    archive = uploads.completed_file(upload)
+    info = check_image_archive(archive, allow_root=get_settings().allow_root_images)
+    return CheckedUpload(upload, archive, info)
+
+
 def submit_version(
     session: Session,
     *,
@@ -190,9 +214,11 @@ def submit_version(
     image_reference: str | None = None,
     phase: str | None = None,
     wants_gpu: bool = False,
+    checked: CheckedUpload | None = None,
 ) -> AlgorithmVersion:
     """Create a version from a finished upload or a pinned image reference, then request
-    its smoke test (enqueued after the commit)."""
+    its smoke test (enqueued after the commit). ``checked``: the upload already checked
+    by :func:`check_upload`, so that it is not read again."""
     if not policy.can_manage_algorithm(user, algorithm):
         raise Forbidden(f"algorithm {algorithm.id} belongs to another user")
     if (upload_id is None) == (image_reference is None):
@@ -215,12 +241,14 @@ def submit_version(
         created_by_id=user.id,
     )
     if upload_id is not None:
-        upload = uploads.get_upload(user, upload_id)
-        archive = uploads.completed_file(upload)
-        info = check_image_archive(archive, allow_root=get_settings().allow_root_images)
+        if checked is None or checked.upload.id != upload_id:
+            checked = check_upload(user, upload_id)
+        upload, info = checked.upload, checked.info
         row.image_digest = info.digest
         row.tarball_bytes = upload.size_bytes
-        row.tarball_path = str(uploads.store_image(archive, digest=info.digest, gzip=info.gzip))
+        row.tarball_path = str(
+            uploads.store_image(checked.archive, digest=info.digest, gzip=info.gzip)
+        )
         uploads.delete_upload(upload)
     else:
         assert image_reference is not None
