@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -331,6 +332,105 @@ def test_runner_built_before_a_fork_labels_runs_with_the_child(
         is Outcome.OK
     )
     assert runner.owner == parent_owner
+
+
+# --- interrupted runs: a Ctrl-C, or a cold shutdown raising from a signal handler ----------
+
+
+def test_interrupted_before_create_returns_leaves_nothing(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine has made the container but ``create`` has not returned it: the runner
+    never held it, and still removes it (by the name it chose beforehand)."""
+    from docker.models.containers import ContainerCollection
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt  # as a signal handler raising on this line would
+
+    with monkeypatch.context() as patch:
+        # create() asks the engine for the container, then get()s it by id.
+        patch.setattr(ContainerCollection, "get", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(
+                image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
+            )
+    assert_clean(docker_client, runner)
+
+
+def test_interrupted_as_the_watchdog_starts_leaves_nothing(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The container runs; the watchdog's thread has not run yet (a loaded machine) when the
+    interruption lands: the cleanup must not trip over the unstarted thread."""
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt  # as a signal handler raising in Thread.start() would
+
+    with monkeypatch.context() as patch:
+        patch.setattr(threading.Thread, "start", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(
+                image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
+            )
+    assert_clean(docker_client, runner)
+
+
+def test_remove_leftovers_after_an_interrupted_cleanup(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Interrupted inside its own cleanup, a run leaves its container; once the interruption
+    has unwound the run, remove_leftovers() removes this process's leftovers, no one else's."""
+    api = docker_client.api  # type: ignore[attr-defined]
+    remove_container = api.remove_container
+    calls: list[tuple[object, ...]] = []
+
+    def interrupted_once(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return remove_container(*args, **kwargs)
+
+    monkeypatch.setattr(api, "remove_container", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(
+            image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
+        )
+    assert [c.status for c in our_containers(docker_client, runner)] == ["exited"]  # type: ignore[attr-defined]
+    # A staging directory of this process, as if its removal had been interrupted too, and
+    # one of another (dead) process, which only the start-up sweep may judge.
+    mine = runner.work_dir / f"run-test-host-{runner.owner}-abc123"
+    other = runner.work_dir / "run-test-host-1.1-abc123"
+    mine.mkdir()
+    other.mkdir()
+    live = docker_client.containers.create(  # type: ignore[attr-defined]
+        test_images["sleeper"],
+        labels={LABEL_RUNNER: "1", LABEL_HOST: "test-host", LABEL_OWNER: "1.1"},
+        network_mode="none",
+    )
+    try:
+        assert runner.remove_leftovers() == 1
+        assert our_containers(docker_client, runner) == []
+        assert list(runner.work_dir.iterdir()) == [other]
+        assert _exists(live)
+    finally:
+        live.remove(force=True)
+        other.rmdir()
+    assert_clean(docker_client, runner)
 
 
 # --- images: tarballs and pulls by digest ------------------------------------------------

@@ -4,9 +4,10 @@ The worker is a real ``celery worker`` process started by the test; containers r
 real engine. Covered: the hostile images' outcomes through the whole pipeline with the
 other results intact; a worker SIGKILLed while a container runs (after a restart the
 evaluation completes with every recording scored exactly once); a warm shutdown (SIGTERM)
-that finishes the run in progress; a Docker daemon that cannot be reached (retried, then
-recorded as the platform's fault); and a smoke test that loads an uploaded tarball the
-engine has never seen (or rejects a broken one).
+that finishes the run in progress; a cold shutdown (SIGQUIT) that hands the run back and
+leaves no container, wherever in the run the signal lands; a Docker daemon that cannot be
+reached (retried, then recorded as the platform's fault); and a smoke test that loads an
+uploaded tarball the engine has never seen (or rejects a broken one).
 """
 
 from __future__ import annotations
@@ -84,9 +85,12 @@ class Workers:
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, name: str, *, timeout_s: float = 60) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, *, timeout_s: float = 60, entry: str = "celery"
+    ) -> subprocess.Popen[bytes]:
+        """Start ``python -m <entry> worker`` (``entry``: celery's, or a test's wrapper)."""
         log = self.log_dir / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", "szbench_worker.celery_app", "worker"]
+        cmd = [sys.executable, "-m", entry, "-A", "szbench_worker.celery_app", "worker"]
         cmd += ["--pool", "solo", "--concurrency", "1", "-Q", "cpu", "-n", f"{name}@%h"]
         cmd += ["--without-mingle", "--without-gossip", "--loglevel", "INFO"]
         proc = subprocess.Popen(
@@ -311,8 +315,10 @@ def slow_image(test_images: dict[str, str], docker_client: Any, tmp_path: Path) 
 
 
 def our_containers(docker_client: Any, host: str) -> list[Any]:
+    # ignore_removed: the SDK inspects each listed container; the worker may remove one in
+    # between (a finished run's), which is then simply not there.
     return docker_client.containers.list(
-        all=True, filters={"label": f"org.szbench.worker-host={host}"}
+        all=True, filters={"label": f"org.szbench.worker-host={host}"}, ignore_removed=True
     )
 
 
@@ -588,6 +594,7 @@ def test_cold_shutdown_hands_the_run_back_and_removes_its_container(
     first.wait(60)
     # The interrupted run's container and staging are gone with the worker.
     assert our_containers(docker_client, host) == []
+    assert list((tmp_path / "runs").glob("run-*")) == []
     with session_scope() as session:
         unfinished = session.scalars(
             select(RecordingRun).where(
@@ -605,3 +612,36 @@ def test_cold_shutdown_hands_the_run_back_and_removes_its_container(
         assert all(r.outcome == RunOutcome.OK for r in ev.runs)
         assert sorted(r.attempts for r in ev.runs) == [1, 2]
     assert "handed back" in (workers.log_dir / "cold.log").read_text(errors="replace")
+
+
+@pytest.mark.parametrize("moment", ["created", "watchdog", "removing"])
+def test_cold_shutdown_leaves_no_container_wherever_it_lands(
+    celery_env: tuple[Workers, str],
+    slow_image: str,
+    docker_client: Any,
+    tmp_path: Path,
+    moment: str,
+) -> None:
+    """SIGQUIT raises into the task on whatever line it is: here, just after the engine
+    created the container (before the runner holds it), before the runner's watchdog thread
+    has run (the failure once seen on a loaded machine), or in the runner's own cleanup."""
+    workers, host = celery_env
+    recs = [Rec("sub-01", "run-00", 600, ((100, 20),))]
+    data = make_prepared_dataset(tmp_path / "data", recs)
+    with session_scope() as session:
+        world = seed_world(session, data, recs, run_limits={**LIMITS, "timeout_s": 60})
+        version = add_version(session, slow_image, docker_client)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=version, dataset_version=world.dataset_version
+        ).id
+    workers.env = {**workers.env, "SZBENCH_TEST_INTERRUPT_AT": moment}
+    worker = workers.start(moment, entry="tests.worker._interrupting_worker")
+    worker.wait(60)
+    log = (workers.log_dir / f"{moment}.log").read_text(errors="replace")
+    assert "handed back" in log, workers.logs()
+    assert our_containers(docker_client, host) == [], workers.logs()
+    assert list((tmp_path / "runs").glob("run-*")) == []
+    with session_scope() as session:
+        (run,) = session.get_one(Evaluation, evaluation_id).runs
+        assert run.finished_at is None
+        assert run.attempts == 1

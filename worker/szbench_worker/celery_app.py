@@ -11,6 +11,7 @@ The configuration is :func:`szbench.queue.celery_config`, the same the API sends
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -44,9 +45,10 @@ class PipelineTask(Task):  # type: ignore[misc]
     """Records a task that failed for good, so that no evaluation waits forever.
 
     A task interrupted by its worker's shutdown has not failed: it is handed back to its
-    queue (a cold shutdown interrupts the run in progress; the runner removes the container
-    on the way out), and a task whose worker process died is re-queued by Celery itself
-    (``reject_on_worker_lost``). Neither is recorded as a failure.
+    queue (a cold shutdown interrupts the run in progress; its container and staging are
+    removed before the hand-back, so before the worker exits), and a task whose worker
+    process died is re-queued by Celery itself (``reject_on_worker_lost``). Neither is
+    recorded as a failure.
     """
 
     def on_failure(
@@ -56,7 +58,7 @@ class PipelineTask(Task):  # type: ignore[misc]
         from celery.worker import state as worker_state
 
         from szbench.queue import QUEUES, send_task
-        from szbench_worker.pipeline import record_task_failure
+        from szbench_worker.pipeline import record_task_failure, remove_run_leftovers
 
         kwargs = dict(kwargs or {})
         if isinstance(exc, WorkerLostError):
@@ -64,6 +66,22 @@ class PipelineTask(Task):  # type: ignore[misc]
         if worker_state.should_terminate is not None or worker_state.should_stop is not None:
             routing_key = (self.request.delivery_info or {}).get("routing_key")
             queue = routing_key if routing_key in QUEUES else QUEUE_CPU
+            if (
+                worker_state.should_terminate is not None
+                and threading.current_thread() is threading.main_thread()
+            ):
+                # A cold shutdown raises into the task from a signal handler, on whatever line
+                # it is: possibly between the engine creating a container and the runner
+                # holding it, or inside the runner's cleanup. Now that the exception has
+                # unwound the run, remove what it left. (Only the main thread is interrupted
+                # so; a task on another thread may share this process with runs in progress.)
+                try:
+                    removed = remove_run_leftovers()
+                except Exception:
+                    log.exception("could not remove what the interrupted %s left", self.name)
+                else:
+                    if removed:
+                        log.warning("removed %d container(s) the interrupted run left", removed)
             log.warning("%s %s interrupted by shutdown (%s): handed back", self.name, kwargs, exc)
             try:
                 send_task(self.name, queue=queue, **kwargs)

@@ -16,6 +16,14 @@ SzCORE contract plus the platform's sandbox; ``docs/algorithm-contract.md`` expl
 - a wall-clock timeout after which the container is killed; the container and the staging
   directory are removed on every path. Containers carry labels naming their owning worker
   process, so :func:`cleanup_orphans` can remove what a killed worker left behind.
+
+A cold shutdown (Celery's SIGQUIT) or a Ctrl-C raises from a signal handler, at whatever
+line the worker is on: between the engine creating a container and :meth:`DockerRunner.run`
+holding it, inside ``Thread.start()`` before the watchdog has run, or inside the cleanup
+itself. Each container is therefore named after its staging directory before it exists
+(the cleanup removes it by name, created or not, before anything else), the watchdog's
+stop copes with a thread that never ran, and :meth:`DockerRunner.remove_leftovers`, called
+once the exception has unwound the run, removes whatever this process's runs still left.
 """
 
 from __future__ import annotations
@@ -215,10 +223,12 @@ def container_config(
     limits: Limits,
     gpus: tuple[str, ...] = (),
     labels: dict[str, str] | None = None,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``client.containers.create``: the whole sandbox in one place."""
     return {
         "image": image_id,
+        "name": name,
         "environment": {"INPUT": input_name, "OUTPUT": output_name},
         "mounts": [
             Mount(target=CONTAINER_DATA_DIR, source=str(data_dir), type="bind", read_only=True),
@@ -362,6 +372,11 @@ def _dir_size(path: Path) -> int | None:
 def _output_ok(path: Path, limit_bytes: int) -> bool:
     size = _dir_size(path)
     return size is not None and size <= limit_bytes
+
+
+def container_name(run_dir: Path) -> str:
+    """The run container's name: its staging directory's (unique on this host), prefixed."""
+    return f"szbench-{run_dir.name}"
 
 
 def _stage_recording(recording: Path, data_dir: Path) -> Path:
@@ -552,6 +567,7 @@ class DockerRunner:
         except OSError as exc:
             raise RunnerError(f"cannot prepare the output directory: {exc}") from exc
 
+        name = container_name(run_dir)
         config = container_config(
             image_id=image_obj.id,
             data_dir=data,
@@ -561,6 +577,9 @@ class DockerRunner:
             limits=limits,
             gpus=gpus,
             labels={LABEL_RUNNER: "1", LABEL_HOST: self.host, LABEL_OWNER: self.owner},
+            # Known before the container exists: an exception raised between the engine
+            # creating it and ``create`` returning (a cold shutdown's) still finds it below.
+            name=name,
         )
         container = None
         watchdog = _Watchdog(
@@ -601,10 +620,10 @@ class DockerRunner:
         except (APIError, requests.RequestException) as exc:
             raise RunnerError(f"Docker engine error during the run: {exc}") from exc
         finally:
+            # Removal first: an exception raised into this block (a cold shutdown's) skips
+            # what follows it; remove_leftovers() sweeps up after one that lands here.
+            self._remove_container(name)
             watchdog.stop()
-            if container is not None:
-                with contextlib.suppress(APIError, NotFound, requests.RequestException):
-                    container.remove(force=True)
 
         result = RunResult(
             outcome=Outcome.OK,
@@ -680,6 +699,26 @@ class DockerRunner:
         )
         return result
 
+    def _remove_container(self, name: str) -> None:
+        try:
+            self.client.api.remove_container(name, force=True)
+        except NotFound:
+            pass  # never created (or already gone)
+        except (APIError, requests.RequestException) as exc:
+            # Left for remove_leftovers() or the next worker's start-up sweep.
+            log.warning("could not remove the run container %s: %s", name, exc)
+
+    def remove_leftovers(self) -> int:
+        """Remove every container and staging directory this process's runs left behind.
+
+        For a worker whose run was interrupted (a cold shutdown raises into the run, possibly
+        in the middle of its cleanup): call it once the exception has unwound the run, and
+        never while this process has a run in progress. Returns the containers removed.
+        """
+        return cleanup_orphans(
+            self.client, work_dir=self.work_dir, host=self.host, owner=self.owner
+        )
+
     def _logs(self, container: Any, limits: Limits) -> str:
         try:
             raw: bytes = container.logs(stdout=True, stderr=True)
@@ -709,9 +748,14 @@ class _Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-            self._thread = None
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return
+        # A cold shutdown can raise inside Thread.start(), before the thread has run: such a
+        # thread cannot be joined (RuntimeError), and once it runs it sees _stop and ends.
+        if thread.is_alive():
+            thread.join()
+        self._thread = None
 
     def _loop(self) -> None:
         files = _cgroup_peak_files(self.container.id)
@@ -766,16 +810,24 @@ def cleanup_orphans(
     work_dir: Path | None = None,
     host: str | None = None,
     everything: bool = False,
+    owner: str | None = None,
 ) -> int:
     """Remove run containers (and staging dirs) whose worker process is gone.
 
     Call it when a worker starts. Only containers labelled for this ``host`` are considered;
-    with ``everything`` the live ones go too (for an operator's cleanup). Returns the number of
-    containers removed.
+    with ``everything`` the live ones go too (for an operator's cleanup); with ``owner`` (an
+    :func:`owner_token`) exactly that process's, alive or not (a worker's own leftovers,
+    :meth:`DockerRunner.remove_leftovers`). Returns the number of containers removed.
     """
     client = client or connect()
     host = host or worker_host()
     removed = 0
+
+    def ours(token: str) -> bool:
+        if owner is not None:
+            return token == owner
+        return everything or not _owner_alive(token)
+
     # ignore_removed: a live worker may remove its container between the listing and the
     # inspection the SDK does for each one.
     listed = client.containers.list(
@@ -785,10 +837,14 @@ def cleanup_orphans(
         labels = container.labels or {}
         if LABEL_RUNNER not in labels:
             continue
-        if everything or not _owner_alive(labels.get(LABEL_OWNER, "")):
-            with contextlib.suppress(NotFound, APIError):
+        if ours(labels.get(LABEL_OWNER, "")):
+            try:
                 container.remove(force=True)
                 removed += 1
+            except NotFound:
+                pass
+            except APIError as exc:
+                log.warning("could not remove the run container %s: %s", container.name, exc)
     if work_dir is not None and Path(work_dir).is_dir():
         for entry in Path(work_dir).iterdir():
             # Workers on other hosts (or in other containers) may share this directory: only
@@ -796,7 +852,7 @@ def cleanup_orphans(
             m = re.fullmatch(r"run-(.+)-(\d+\.\d+)-[a-z0-9_]+", entry.name)
             if not (m and m.group(1) == _host_tag(host) and entry.is_dir()):
                 continue
-            if everything or not _owner_alive(m.group(2)):
+            if ours(m.group(2)):
                 with contextlib.suppress(OSError):
                     _umount(entry / "output")
                 shutil.rmtree(entry, ignore_errors=True)

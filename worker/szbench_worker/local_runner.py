@@ -175,3 +175,7 @@ class LocalProcessRunner:
             gpu=None,
             sandbox=SANDBOX,
         )
+
+    def remove_leftovers(self) -> int:
+        """Nothing to remove: no container, and its scratch folder goes with each run."""
+        return 0

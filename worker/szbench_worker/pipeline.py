@@ -137,6 +137,18 @@ def get_dependencies() -> Dependencies:
     return _deps
 
 
+def remove_run_leftovers() -> int:
+    """Remove what this process's interrupted runs left (containers, staging directories).
+
+    For a task that a cold shutdown interrupted, once the interruption has unwound it (see
+    ``PipelineTask.on_failure``). Returns the number of containers removed; 0 when this
+    process never made a runner, so none ran here.
+    """
+    if _deps is None:
+        return 0
+    return _deps.runner.remove_leftovers()
+
+
 # --- small helpers -----------------------------------------------------------------------
 
 

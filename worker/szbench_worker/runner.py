@@ -167,6 +167,14 @@ class Runner(Protocol):
         """Run ``image`` on ``recording``; the validated TSV is copied into ``output_dir``."""
         ...
 
+    def remove_leftovers(self) -> int:
+        """Remove what this process's interrupted runs left behind (containers, staging).
+
+        Called by a worker after a run was interrupted, never during one; returns the number
+        of containers removed.
+        """
+        ...
+
 
 # --- the contract's file names and the recording's duration -------------------------------
 
@@ -442,6 +450,10 @@ class FakeRunner:
             gpu=GpuInfo(gpus) if gpus else None,
             sandbox="fake",
         )
+
+    def remove_leftovers(self) -> int:
+        """Nothing to remove: a fake run starts no container."""
+        return 0
 
 
 def make_runner(settings: Settings) -> Runner:
