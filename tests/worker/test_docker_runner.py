@@ -433,6 +433,189 @@ def test_remove_leftovers_after_an_interrupted_cleanup(
     assert_clean(docker_client, runner)
 
 
+# --- image VOLUME paths: bounded tmpfs, never a volume on the host's disk ---------------
+
+
+def volume_names(client: object) -> set[str]:
+    return {v.name for v in client.volumes.list()}  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def created(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """What the engine made of each container created during the test (its inspect data)."""
+    from docker.models.containers import ContainerCollection
+
+    seen: list[dict[str, object]] = []
+    create = ContainerCollection.create
+
+    def recording_create(self: object, *args: object, **kwargs: object) -> object:
+        container = create(self, *args, **kwargs)  # type: ignore[arg-type]
+        seen.append(container.attrs)
+        return container
+
+    monkeypatch.setattr(ContainerCollection, "create", recording_create)
+    return seen
+
+
+def volumes_of(attrs: dict[str, object]) -> list[str]:
+    return [m["Name"] for m in attrs["Mounts"] if m["Type"] == "volume"]  # type: ignore[attr-defined, index]
+
+
+def test_image_volume_is_a_capped_tmpfs_and_leaves_no_volume(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+    created: list[dict[str, object]],
+) -> None:
+    """VOLUME /scratch, filled with far more than the cap: the write stops at the cap inside
+    a tmpfs (memory the container's limit counts), nothing reaches the host's disk, and no
+    volume is left. The algorithm dies of the full disk like any program: a crash."""
+    before = volume_names(docker_client)
+    result = runner.run(
+        image=test_images["volumefiller"],
+        recording=recording,
+        output_dir=tmp_path / "o",
+        limits=LIMITS,
+    )
+
+    assert result.outcome is Outcome.CRASHED, result.admin_log[-2000:]
+    assert result.exit_code == 1
+    assert result.submitter_message == "The algorithm exited with code 1."
+    assert_submitter_safe(result, tmp_path, runner.work_dir, recording.parent)
+    assert "/scratch is tmpfs" in result.admin_log
+    stopped = re.search(r"stopped after (\d+) bytes: No space left on device", result.admin_log)
+    assert stopped is not None, result.admin_log[-2000:]
+    assert int(stopped.group(1)) <= LIMITS.tmpfs_bytes
+    (attrs,) = created
+    assert volumes_of(attrs) == []
+    assert attrs["HostConfig"]["Tmpfs"]["/scratch"] == (  # type: ignore[index]
+        f"rw,nosuid,nodev,size={LIMITS.tmpfs_bytes},mode=1777,uid=0,gid=0"
+    )
+    assert volume_names(docker_client) - before == set()
+    assert_clean(docker_client, runner)
+
+
+@pytest.mark.parametrize("user", [None, "65534:65534"])
+def test_image_with_volumes_runs_ok(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+    created: list[dict[str, object]],
+    user: str | None,
+) -> None:
+    """VOLUME /data /output /tmp /scratch ~/.cache: the contract's folders stay the platform's
+    mounts, each scratch folder is a writable tmpfs (for any user), and it starts empty."""
+    before = volume_names(docker_client)
+    limits = Limits(**{**LIMITS.__dict__, "user": user})
+    out = tmp_path / "o"
+    result = runner.run(
+        image=test_images["volumes"], recording=recording, output_dir=out, limits=limits
+    )
+
+    assert result.outcome is Outcome.OK, result.admin_log[-2000:]
+    assert result.output_tsv == out / "sub-01_ses-01_task-szMonitoring_run-00_events.tsv"
+    for folder in ("/tmp", "/scratch", "/home/algo/.cache"):
+        assert f"{folder} is tmpfs" in result.admin_log
+    assert "/data is no mount" not in result.admin_log
+    assert "/output is no mount" not in result.admin_log
+    # Unlike in a Docker volume, the image's own files there are not copied in.
+    assert "cache holds: []" in result.admin_log
+    assert "used its scratch folders" in result.admin_log
+    (attrs,) = created
+    assert volumes_of(attrs) == []
+    assert set(attrs["HostConfig"]["Tmpfs"]) == {"/tmp", "/scratch", "/home/algo/.cache"}  # type: ignore[index]
+    assert volume_names(docker_client) - before == set()
+    assert_clean(docker_client, runner)
+
+
+def test_image_volume_inside_output_is_refused(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+    created: list[dict[str, object]],
+) -> None:
+    """A VOLUME that would shadow part of /output: the submitter is told, no container runs,
+    and it is a result (not an infrastructure fault retried forever)."""
+    result = runner.run(
+        image=test_images["volumeinside"],
+        recording=recording,
+        output_dir=tmp_path / "o",
+        limits=LIMITS,
+    )
+    assert result.outcome is Outcome.CRASHED
+    assert result.exit_code is None
+    assert result.submitter_message == (
+        "The image declares VOLUME '/output/cache', inside /output, where the platform "
+        "collects the output. Remove it from the image."
+    )
+    assert result.image_digest == test_images["volumeinside"]
+    assert result.output_tsv is None
+    assert_submitter_safe(result, tmp_path, runner.work_dir, recording.parent)
+    assert created == []
+    assert_clean(docker_client, runner)
+
+
+def test_a_volume_that_slips_through_goes_with_its_container(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+    created: list[dict[str, object]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Should an image's VOLUME ever get past the tmpfs mounts, the engine makes an anonymous
+    volume for it, and the container's removal takes that volume too."""
+    from szbench_worker import docker_runner
+
+    monkeypatch.setattr(docker_runner, "scratch_paths", lambda _: ())
+    before = volume_names(docker_client)
+    result = runner.run(
+        image=test_images["volumes"], recording=recording, output_dir=tmp_path, limits=LIMITS
+    )
+    assert result.outcome is Outcome.OK, result.admin_log[-2000:]
+    assert "cache holds: ['shipped.txt']" in result.admin_log  # a Docker volume, copied in
+    (attrs,) = created
+    made = volumes_of(attrs)
+    assert len(made) == 2
+    assert not set(made) & volume_names(docker_client)
+    assert volume_names(docker_client) - before == set()
+    assert_clean(docker_client, runner)
+
+
+def test_the_sweeps_remove_anonymous_volumes(
+    docker_client: object, test_images: dict[str, str], runner: DockerRunner
+) -> None:
+    """Containers left behind (this process's, a dead worker's) go with their volumes."""
+    before = volume_names(docker_client)
+    left = [
+        docker_client.containers.create(  # type: ignore[attr-defined]
+            test_images["volumes"],  # created, never started: its volumes exist from now on
+            labels={LABEL_RUNNER: "1", LABEL_HOST: "test-host", LABEL_OWNER: owner},
+            network_mode="none",
+        )
+        for owner in (runner.owner, "1.1")
+    ]
+    try:
+        made = {m["Name"] for c in left for m in c.attrs["Mounts"] if m["Type"] == "volume"}
+        assert len(made) == 10  # five VOLUME paths each
+        assert runner.remove_leftovers() == 1
+        assert cleanup_orphans(docker_client, host="test-host") >= 1  # type: ignore[arg-type]
+        assert not any(_exists(c) for c in left)
+        assert not made & volume_names(docker_client)
+        assert volume_names(docker_client) - before == set()
+    finally:
+        for container in left:
+            if _exists(container):
+                container.remove(force=True, v=True)
+
+
 # --- images: tarballs and pulls by digest ------------------------------------------------
 
 

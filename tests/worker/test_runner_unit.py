@@ -12,6 +12,7 @@ import pytest
 
 from szbench.config import Settings
 from szbench_worker.docker_runner import (
+    VolumeRefused,
     _dir_size,
     _numeric_uid,
     _output_ok,
@@ -19,6 +20,7 @@ from szbench_worker.docker_runner import (
     container_config,
     device_requests,
     owner_token,
+    scratch_paths,
 )
 from szbench_worker.local_runner import LocalProcessRunner
 from szbench_worker.runner import (
@@ -140,6 +142,104 @@ def test_container_config_user_and_network_flag() -> None:
     cfg = _config(Limits(user="65534:65534", network=True))
     assert cfg["user"] == "65534:65534"
     assert cfg["network_mode"] == "bridge"
+
+
+def test_image_volumes_become_bounded_tmpfs_mounts() -> None:
+    """Each VOLUME path gets the /tmp options, so the engine makes no volume on its disk."""
+    limits = Limits(tmpfs_bytes=32 * MiB)
+    cfg = container_config(
+        image_id="sha256:" + "a" * 64,
+        data_dir=Path("/work/run-1/data"),
+        output_dir=Path("/work/run-1/output"),
+        input_name="rec_eeg.edf",
+        output_name="rec_events.tsv",
+        limits=limits,
+        scratch=("/home/app/.cache", "/scratch"),
+    )
+    options = f"rw,nosuid,nodev,size={32 * MiB},mode=1777"
+    assert cfg["tmpfs"] == {"/tmp": options, "/home/app/.cache": options, "/scratch": options}
+    # The contract's mounts are untouched.
+    assert {m["Target"] for m in cfg["mounts"]} == {"/data", "/output"}  # type: ignore[attr-defined]
+    # Owned by the container's user when it is known, so a folder of its own stays its own.
+    owned = container_config(
+        image_id="sha256:" + "a" * 64,
+        data_dir=Path("/work/run-1/data"),
+        output_dir=Path("/work/run-1/output"),
+        input_name="rec_eeg.edf",
+        output_name="rec_events.tsv",
+        limits=limits,
+        scratch=("/scratch",),
+        scratch_owner=(1000, 100),
+    )
+    assert owned["tmpfs"] == {"/tmp": options, "/scratch": options + ",uid=1000,gid=100"}
+
+
+@pytest.mark.parametrize(
+    ("declared", "expected"),
+    [
+        ({}, ()),
+        ([], ()),
+        # Cleaned as the engine cleans them, so each tmpfs key matches the engine's path.
+        (["/scratch/"], ("/scratch",)),
+        (["//scratch"], ("/scratch",)),
+        (["/a/./b/../c"], ("/a/c",)),
+        (["/scratch", "/scratch/", "/scratch/sub"], ("/scratch", "/scratch/sub")),
+        # The platform's own mounts are already there: the engine makes nothing for them.
+        (["/data", "/output", "/tmp", "/data/", "/tmp/"], ()),
+        (
+            ["/tmp/cache", "/database", "/outputs", "/development"],
+            (
+                "/database",
+                "/development",
+                "/outputs",
+                "/tmp/cache",
+            ),
+        ),
+        ({"/models": {}, "/var/lib/app": {}}, ("/models", "/var/lib/app")),
+    ],
+)
+def test_scratch_paths(declared: object, expected: tuple[str, ...]) -> None:
+    assert scratch_paths(declared) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/data/cache", "inside /data, where the platform mounts the recording read-only"),
+        ("/data/../data/x", "inside /data"),
+        ("/output/cache", "inside /output, where the platform collects the output"),
+        ("/scratch/../output/x", "inside /output"),
+        ("/", "the root of the file system"),
+        ("/a/..", "the root of the file system"),
+        ("/proc", "where the container runtime mounts its own files"),
+        ("/sys/fs", "container runtime"),
+        ("/dev/shm", "container runtime"),
+        ("/etc/hosts", "container runtime"),
+        ("/etc/resolv.conf", "container runtime"),
+        ("scratch", "which is not an absolute path"),
+        ("", "which is not an absolute path"),
+    ],
+)
+def test_scratch_paths_refuse_what_the_contract_or_runtime_owns(path: str, reason: str) -> None:
+    with pytest.raises(VolumeRefused) as err:
+        scratch_paths(["/scratch", path])
+    message = str(err.value)
+    assert message.startswith(f"The image declares VOLUME {path!r}, ")
+    assert reason in message
+    assert message.endswith("Remove it from the image.")
+
+
+def test_scratch_paths_bound_what_they_echo() -> None:
+    """The path comes from the image: shown escaped and cut, never raw."""
+    with pytest.raises(VolumeRefused) as err:
+        scratch_paths(["/data/" + "x" * 500])
+    assert len(str(err.value)) < 250
+    assert "x" * 90 + "..." in str(err.value)
+    with pytest.raises(VolumeRefused) as err:
+        scratch_paths(["/output/\n\x1b[31mred"])
+    assert "\n" not in str(err.value)
+    assert "\x1b" not in str(err.value)
+    assert "'/output/\\n\\x1b[31mred'" in str(err.value)
 
 
 def test_gpu_device_request_is_exactly_the_assigned_devices() -> None:

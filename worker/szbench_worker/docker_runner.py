@@ -13,9 +13,13 @@ SzCORE contract plus the platform's sandbox; ``docs/algorithm-contract.md`` expl
 - ``--network none``, read-only root, a bounded tmpfs ``/tmp``, ``--cap-drop ALL``,
   ``no-new-privileges``, a pids limit, memory == memory+swap, a CPU quota, an optional user,
   a size-capped json-file log, GPUs only through an explicit device request;
-- a wall-clock timeout after which the container is killed; the container and the staging
-  directory are removed on every path. Containers carry labels naming their owning worker
-  process, so :func:`cleanup_orphans` can remove what a killed worker left behind.
+- a tmpfs as bounded as ``/tmp`` at each path the image declares as a ``VOLUME``: without a
+  mount of its own there, the engine would put a writable anonymous volume on the host's
+  disk at each such path, outside every limit (:func:`scratch_paths`);
+- a wall-clock timeout after which the container is killed; the container (with any
+  anonymous volume, ``v=True``) and the staging directory are removed on every path.
+  Containers carry labels naming their owning worker process, so :func:`cleanup_orphans`
+  can remove what a killed worker left behind.
 
 A cold shutdown (Celery's SIGQUIT) or a Ctrl-C raises from a signal handler, at whatever
 line the worker is on: between the engine creating a container and :meth:`DockerRunner.run`
@@ -34,11 +38,13 @@ import ctypes.util
 import errno
 import logging
 import os
+import posixpath
 import re
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,6 +219,76 @@ def device_requests(gpus: tuple[str, ...]) -> list[DeviceRequest]:
     return [DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
 
 
+#: Paths the kernel and the engine mount in every container: no image volume may go there.
+_RUNTIME_PATHS = ("/proc", "/sys", "/dev", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
+_TMP_DIR = "/tmp"  # noqa: S108 (the container's /tmp)
+
+
+class VolumeRefused(ValueError):
+    """An image ``VOLUME`` the sandbox cannot mount. The message is submitter-safe."""
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + "/")
+
+
+def _refusal(path: str) -> str | None:
+    """Why a cleaned absolute ``VOLUME`` path cannot be mounted; ``None`` when it can."""
+    if path == "/":
+        return "the root of the file system"
+    if path != CONTAINER_DATA_DIR and _inside(path, CONTAINER_DATA_DIR):
+        return f"inside {CONTAINER_DATA_DIR}, where the platform mounts the recording read-only"
+    if path != CONTAINER_OUTPUT_DIR and _inside(path, CONTAINER_OUTPUT_DIR):
+        return f"inside {CONTAINER_OUTPUT_DIR}, where the platform collects the output"
+    if any(_inside(path, top) for top in _RUNTIME_PATHS):
+        return "where the container runtime mounts its own files"
+    return None
+
+
+def scratch_paths(declared: Iterable[str]) -> tuple[str, ...]:
+    """Where the sandbox mounts a scratch tmpfs for an image's ``VOLUME`` paths.
+
+    ``declared`` is the image's ``Config.Volumes``. The engine gives every such path that has
+    no mount of its own a writable anonymous volume on the host's disk, outside every size
+    limit and left behind unless the container is removed with it; a tmpfs at the path (as
+    bounded as ``/tmp``) is such a mount. Paths are cleaned as the engine cleans them
+    (``/scratch/`` is ``/scratch``). ``/data``, ``/output`` and ``/tmp`` themselves need
+    nothing: the platform mounts them already.
+
+    Raises
+    ------
+    VolumeRefused
+        For a path the contract or the runtime owns (inside ``/data`` or ``/output``, under
+        ``/proc``, ``/sys`` or ``/dev``, ``/``, Docker's ``/etc/hosts`` files) and for a
+        relative one (the engine refuses a relative mount point).
+
+    Examples
+    --------
+    >>> scratch_paths(["/scratch/", "/data", "/tmp", "/home/app/.cache"])
+    ('/home/app/.cache', '/scratch')
+    >>> scratch_paths(["/data/cache"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    szbench_worker.docker_runner.VolumeRefused: The image declares VOLUME '/data/cache', ...
+    """
+    paths: set[str] = set()
+    for raw in declared:
+        if raw.startswith("/"):
+            # The engine's filepath.Clean: a leading "//" is "/" there, unlike in posixpath.
+            path = "/" + posixpath.normpath(raw).lstrip("/")
+            reason = _refusal(path)
+        else:
+            path, reason = raw, "which is not an absolute path"
+        if reason is not None:
+            shown = repr(raw if len(raw) <= 100 else raw[:97] + "...")
+            raise VolumeRefused(
+                f"The image declares VOLUME {shown}, {reason}. Remove it from the image."
+            )
+        if path not in (CONTAINER_DATA_DIR, CONTAINER_OUTPUT_DIR, _TMP_DIR):
+            paths.add(path)
+    return tuple(sorted(paths))
+
+
 def container_config(
     *,
     image_id: str,
@@ -224,8 +300,23 @@ def container_config(
     gpus: tuple[str, ...] = (),
     labels: dict[str, str] | None = None,
     name: str | None = None,
+    scratch: tuple[str, ...] = (),
+    scratch_owner: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``client.containers.create``: the whole sandbox in one place."""
+    """Keyword arguments for ``client.containers.create``: the whole sandbox in one place.
+
+    ``scratch``: the image's ``VOLUME`` paths (:func:`scratch_paths`), each a tmpfs like
+    ``/tmp``, owned by ``scratch_owner`` (the container's ``uid, gid``) when it is known.
+    """
+    # Each tmpfs is capped on its own, and all of them count against the memory limit (the
+    # kernel charges tmpfs pages to the container that writes them): however many volumes an
+    # image declares, it gets no more of the host than its memory limit.
+    tmpfs = f"rw,nosuid,nodev,size={limits.tmpfs_bytes},mode=1777"
+    # runc gives a tmpfs the mode of the folder it covers in the image, and root as owner: a
+    # folder the image made for its own user would otherwise become unwritable to it.
+    owned = tmpfs
+    if scratch_owner is not None:
+        owned += f",uid={scratch_owner[0]},gid={scratch_owner[1]}"
     return {
         "image": image_id,
         "name": name,
@@ -238,7 +329,7 @@ def container_config(
         ],
         "network_mode": "bridge" if limits.network else "none",
         "read_only": True,
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_bytes},mode=1777"},  # noqa: S108 (the container's /tmp)
+        "tmpfs": {_TMP_DIR: tmpfs, **dict.fromkeys(scratch, owned)},
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "pids_limit": limits.pids,
@@ -489,6 +580,12 @@ class DockerRunner:
             except (OSError, ValueError) as exc:
                 raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
         output_name = output_name_for(recording)
+        try:
+            scratch = scratch_paths((image_obj.attrs.get("Config") or {}).get("Volumes") or ())
+        except VolumeRefused as exc:
+            # The image's own configuration, the same on every run: the submitter's to fix
+            # (the smoke test shows it), never retried as a platform fault.
+            return self._refused(image_obj, recording, gpus, str(exc))
         run_dir = Path(
             tempfile.mkdtemp(prefix=f"run-{_host_tag(self.host)}-{owner}-", dir=self.work_dir)
         )
@@ -502,6 +599,7 @@ class DockerRunner:
                 recording_duration_s,
                 output_name,
                 run_dir,
+                scratch,
             )
         finally:
             if self.output_tmpfs:
@@ -551,6 +649,7 @@ class DockerRunner:
         recording_duration_s: float,
         output_name: str,
         run_dir: Path,
+        scratch: tuple[str, ...],
     ) -> RunResult:
         os.chmod(run_dir, 0o711)  # noqa: S103 (a remapped container uid must traverse or read it)
         data = run_dir / "data"
@@ -568,6 +667,7 @@ class DockerRunner:
             raise RunnerError(f"cannot prepare the output directory: {exc}") from exc
 
         name = container_name(run_dir)
+        ids = _numeric_uid(limits.user if limits.user is not None else image_user)
         config = container_config(
             image_id=image_obj.id,
             data_dir=data,
@@ -580,6 +680,8 @@ class DockerRunner:
             # Known before the container exists: an exception raised between the engine
             # creating it and ``create`` returning (a cold shutdown's) still finds it below.
             name=name,
+            scratch=scratch,
+            scratch_owner=None if ids is None else (ids[0], ids[0] if ids[1] is None else ids[1]),
         )
         container = None
         watchdog = _Watchdog(
@@ -699,9 +801,35 @@ class DockerRunner:
         )
         return result
 
+    def _refused(
+        self, image_obj: Any, recording: Path, gpus: tuple[str, ...], message: str
+    ) -> RunResult:
+        """The result of an image that cannot run in the sandbox; no container was made."""
+        log.info("run %s on %s refused: %s", image_obj.id[:19], recording.name, message)
+        return RunResult(
+            outcome=Outcome.CRASHED,
+            exit_code=None,
+            duration_s=0.0,
+            peak_memory_bytes=None,
+            submitter_message=message,
+            admin_log=(
+                f"outcome: {Outcome.CRASHED.value}  (not started: the image cannot run here)\n"
+                f"image: {image_obj.id}  recording: {recording}\n"
+                f"host: {self.host}  gpus: {gpus}\n"
+                f"message: {message}"
+            ),
+            output_tsv=None,
+            annotations=None,
+            image_digest=image_obj.id,
+            worker_host=self.host,
+            gpu=describe_gpus(gpus),
+        )
+
     def _remove_container(self, name: str) -> None:
         try:
-            self.client.api.remove_container(name, force=True)
+            # v=True: with any anonymous volume the engine made for it (an image VOLUME that
+            # slipped past scratch_paths), or every such run would leave one on the host.
+            self.client.api.remove_container(name, force=True, v=True)
         except NotFound:
             pass  # never created (or already gone)
         except (APIError, requests.RequestException) as exc:
@@ -839,7 +967,7 @@ def cleanup_orphans(
             continue
         if ours(labels.get(LABEL_OWNER, "")):
             try:
-                container.remove(force=True)
+                container.remove(force=True, v=True)  # and its anonymous volumes
                 removed += 1
             except NotFound:
                 pass
