@@ -30,7 +30,8 @@ class Settings(BaseSettings):
     runner_cpus: float = 2.0
     runner_pids: int = 512  # processes and threads inside the container
     runner_timeout_s: float = 900.0  # wall clock per recording, then the container is killed
-    runner_tmpfs_bytes: int = 512 * 1024**2  # /tmp (counts against the memory limit)
+    # /tmp, and each VOLUME path the image declares (tmpfs: counts against the memory limit)
+    runner_tmpfs_bytes: int = 512 * 1024**2
     runner_output_bytes: int = 16 * 1024**2  # everything the run writes to /output
     runner_log_bytes: int = 1024**2  # container logs kept for admins (the tail)
     runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
