@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -71,7 +71,7 @@ Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
 StampReader = Callable[[Session, list[Any]], dict[Any, Hashable]]
 
 _caches: weakref.WeakSet[StampedCache] = weakref.WeakSet()
-_background: set[asyncio.Task[None]] = set()  # strong references to the running refreshes
+_background: set[asyncio.Task[None]] = set()  # see in_background()
 
 
 @dataclass
@@ -93,6 +93,25 @@ def _settle(future: asyncio.Future[Any], exc: BaseException) -> None:
         future.exception()  # retrieved: nobody may be waiting, which is no error
 
 
+def in_background(work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """Run ``work`` as a task of the running loop, referenced until it ends (a task that
+    nothing references may be garbage-collected mid-way)."""
+    task = asyncio.get_running_loop().create_task(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
+def _of_this_loop(var: RunVar[T], make: Callable[[], T]) -> T:
+    """``var``'s value on the running event loop, made on first use."""
+    try:
+        return var.get()
+    except LookupError:
+        value = make()
+        var.set(value)
+        return value
+
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -110,12 +129,7 @@ class SingleFlight(Generic[K, V]):
         self._running: RunVar[dict[K, asyncio.Future[V]]] = RunVar(f"szbench_flights_{name}")
 
     def _flights(self) -> dict[K, asyncio.Future[V]]:
-        try:
-            return self._running.get()
-        except LookupError:
-            flights: dict[K, asyncio.Future[V]] = {}
-            self._running.set(flights)
-            return flights
+        return _of_this_loop(self._running, dict)
 
     async def run(
         self,
@@ -195,12 +209,7 @@ class StampedCache:
         _caches.add(self)
 
     def _state(self) -> _LoopState:
-        try:
-            return self._loop_state.get()
-        except LookupError:
-            state = _LoopState()
-            self._loop_state.set(state)
-            return state
+        return _of_this_loop(self._loop_state, _LoopState)
 
     # --- On the event loop ---------------------------------------------------------------
 
@@ -309,10 +318,7 @@ class StampedCache:
         state = self._state()
         state.pending.add(subject)
         if state.refresher is None or state.refresher.done():
-            task = asyncio.get_running_loop().create_task(self._refresh(state))
-            state.refresher = task
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+            state.refresher = in_background(self._refresh(state))
 
     async def _refresh(self, state: _LoopState) -> None:
         while True:
@@ -376,9 +382,8 @@ class StampedCache:
 
     def check(self, session: Session, subject: Any) -> Hashable | None:
         """Read the subject's facts now; None when it does not exist."""
-        facts = self._read_facts(session, [subject])
-        self._update([subject], facts, self._generation)
-        return facts.get(subject)
+        # The generation is taken before the read, as by every other reader.
+        return self._read_batches(session, [subject], self._generation).get(subject)
 
     def _update(self, subjects: Iterable[Any], facts: dict[Any, Hashable], generation: int) -> None:
         now = self._clock()

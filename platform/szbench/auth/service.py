@@ -174,6 +174,11 @@ def login(
     return create_token(session, user, name=name, expires_at=_now() + ttl)
 
 
+def is_expired(token: ApiToken, now: datetime) -> bool:
+    """Whether ``token`` has passed its expiry at ``now`` (tokens without one never do)."""
+    return token.expires_at is not None and _aware(token.expires_at) <= now
+
+
 def resolve_token(session: Session, secret: str) -> ApiToken | None:
     """The live token for ``secret`` (not revoked, not expired, active user), or None."""
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
@@ -182,7 +187,7 @@ def resolve_token(session: Session, secret: str) -> ApiToken | None:
     if token is None or token.revoked_at is not None or not token.user.is_active:
         return None
     now = _now()
-    if token.expires_at is not None and _aware(token.expires_at) <= now:
+    if is_expired(token, now):
         return None
     if token.last_used_at is None or now - _aware(token.last_used_at) > LAST_USED_RESOLUTION:
         token.last_used_at = now

@@ -21,23 +21,22 @@ Nothing is served from a read older than the window. A window of 0 reads on ever
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session, make_transient_to_detached
 
-from szbench.api.cache import SingleFlight, on_local_write
+from szbench.api.cache import Runner, SingleFlight, in_background, on_local_write
 from szbench.api.deps import db_slot
 from szbench.auth import service
 from szbench.config import get_settings
@@ -45,10 +44,8 @@ from szbench.db import session_scope
 from szbench.models import ApiToken, User
 
 Row = TypeVar("Row", ApiToken, User)
-Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 log = logging.getLogger(__name__)
-_background: set[asyncio.Task[None]] = set()  # strong references to the running re-reads
 
 
 def _detached_copy(obj: Row) -> Row:
@@ -124,9 +121,7 @@ class TokenCache:
             if digest in self._refreshing:
                 return
             self._refreshing.add(digest)
-        task = asyncio.get_running_loop().create_task(self._refresh(digest, secret))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+        in_background(self._refresh(digest, secret))
 
     async def _refresh(self, digest: str, secret: str) -> None:
         try:
@@ -171,17 +166,17 @@ class TokenCache:
         return known.token, known.user
 
     def _expired(self, known: _Known) -> bool:
-        expires_at = known.token.expires_at
-        return expires_at is not None and _aware(expires_at) <= self._now()
+        return service.is_expired(known.token, self._now())
 
     def _read(self, session: Session, secret: str, digest: str) -> _Known | None:
-        generation = self._generation
+        generation, started = self._generation, self._clock()
         token = service.resolve_token(session, secret)
         if token is None:
             with self._lock:
                 self._known.pop(digest, None)
             return None
-        known = _Known(_detached_copy(token), _detached_copy(token.user), self._clock())
+        # The window counts from before the read: what it found is at least that fresh.
+        known = _Known(_detached_copy(token), _detached_copy(token.user), started)
         with self._lock:
             # A write in this process while the row was read: give this request what it read,
             # but let the next one read again.
@@ -196,11 +191,6 @@ class TokenCache:
         with self._lock:
             self._generation += 1
             self._known.clear()
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every stored moment is UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 tokens = TokenCache(window_s=lambda: get_settings().token_fresh_s)
