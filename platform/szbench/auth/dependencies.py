@@ -46,14 +46,21 @@ class Principal:
         return self.user is not None and self.user.role == Role.ADMIN
 
 
+def _bearer_secret(header: str) -> str | None:
+    """The secret of an ``Authorization: Bearer <secret>`` header; None when malformed."""
+    scheme, _, secret = header.partition(" ")
+    secret = secret.strip()
+    return secret if scheme.lower() == "bearer" and secret else None
+
+
 def _credential(request: Request) -> tuple[str, bool] | None:
     """The token secret the request carries, and whether it came in the session cookie."""
     header = request.headers.get("authorization")
     if header:
-        scheme, _, credential = header.partition(" ")
-        if scheme.lower() != "bearer" or not credential.strip():
+        secret = _bearer_secret(header)
+        if secret is None:
             raise Unauthorized("Authorization header: expected 'Bearer <token>'")
-        return credential.strip(), False
+        return secret, False
     secret = read_session_cookie(request)
     return (secret, True) if secret else None
 
@@ -125,10 +132,10 @@ def viewer_from_memory(scope: MutableMapping[str, Any]) -> tuple[bool, User | No
             return False, None
     if authorization is None:
         return get_settings().anonymous_read, None
-    scheme, _, secret = authorization.decode("latin-1").partition(" ")
-    if scheme.lower() != "bearer":
+    secret = _bearer_secret(authorization.decode("latin-1"))
+    if secret is None:
         return False, None
-    found = tokens.peek(secret.strip())
+    found = tokens.peek(secret)
     if found is None or "read" not in found[0].scopes:
         return False, None
     return True, found[1]
