@@ -128,7 +128,8 @@ def test_writes_with_a_cached_caller_use_objects_bound_to_the_request(
         select(ApiToken.user_id).where(ApiToken.name.in_(["script", "script 2"]))
     ).all()
     assert owners == [alice.id, alice.id]
-    assert db_session.scalar(select(User.id).where(User.id == alice.id)) == alice.id
+    # The cached copies were merged, not added: no second row for the caller.
+    assert db_session.scalars(select(User.id).where(User.email == alice.email)).all() == [alice.id]
 
 
 def test_many_requests_with_one_unknown_token_read_it_once(
