@@ -1,0 +1,25 @@
+"""security: upload sessions capped and swept
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-03 16:20:00
+
+"""
+from typing import Sequence, Union
+
+from alembic import op
+import sqlalchemy as sa
+
+
+revision: str = '0005'
+down_revision: Union[str, Sequence[str], None] = '0004'
+branch_labels: Union[str, Sequence[str], None] = None
+depends_on: Union[str, Sequence[str], None] = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
