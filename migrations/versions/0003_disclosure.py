@@ -17,9 +17,31 @@ branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
 
+_LEVELS = ('aggregate', 'subject', 'recording')
+
+
 def upgrade() -> None:
-    pass
+    with op.batch_alter_table('datasets', schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                'disclosure',
+                sa.Enum(*_LEVELS, name='disclosure', native_enum=False, length=32),
+                server_default='aggregate',
+                nullable=False,
+            )
+        )
+    with op.batch_alter_table('phases', schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                'disclosure',
+                sa.Enum(*_LEVELS, name='disclosure', native_enum=False, length=32),
+                nullable=True,
+            )
+        )
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('phases', schema=None) as batch_op:
+        batch_op.drop_column('disclosure')
+    with op.batch_alter_table('datasets', schema=None) as batch_op:
+        batch_op.drop_column('disclosure')

@@ -76,6 +76,21 @@ class DatasetKind(enum.StrEnum):
     HELD_OUT = "held_out"
 
 
+class Disclosure(enum.StrEnum):
+    """How much of what held-out annotations determine reaches non-admins.
+
+    Ordered: each level shows what the one before it shows, and more. Public samples are
+    always disclosed fully; see :mod:`szbench.results.disclosure`.
+    """
+
+    # Only the dataset-level figures (and how many recordings failed).
+    AGGREGATE = "aggregate"
+    # Per-subject figures too.
+    SUBJECT = "subject"
+    # Per-recording counts, outcomes and timelines too (e.g. once a phase is over).
+    RECORDING = "recording"
+
+
 class VersionStatus(enum.StrEnum):
     """Lifecycle of an algorithm version."""
 
@@ -165,6 +180,8 @@ class Phase(Base):
     # Submissions (algorithm versions) per user in this phase; None means unlimited.
     submission_quota: Mapped[int | None] = mapped_column(Integer)
     is_open: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Overrides the datasets' disclosure for evaluations of this phase's versions.
+    disclosure: Mapped[Disclosure | None] = mapped_column(_enum(Disclosure))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -228,6 +245,10 @@ class Dataset(Base):
     # Per-dataset run limits and queue (timeout_s, memory_bytes, cpus, gpu...), overriding
     # the worker's defaults; see szbench.config.
     run_limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # What non-admins see of results on held-out data (ignored for public samples).
+    disclosure: Mapped[Disclosure] = mapped_column(
+        _enum(Disclosure), default=Disclosure.AGGREGATE, server_default=Disclosure.AGGREGATE.value
+    )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     versions: Mapped[list[DatasetVersion]] = relationship(
@@ -358,7 +379,9 @@ class RecordingRun(Base):
     scorer_version: Mapped[str] = mapped_column(String(100))
     outcome: Mapped[RunOutcome | None] = mapped_column(_enum(RunOutcome))
     exit_code: Mapped[int | None] = mapped_column(Integer)
-    # Shown to the submitter: never a host path or anything from the hidden data.
+    # The detailed reason (may quote what the algorithm wrote): for admins, and for the
+    # owner on a public sample. Everyone else gets a fixed text per outcome at read time
+    # (szbench.results.disclosure), so no byte of a held-out run's output reaches them.
     submitter_message: Mapped[str] = mapped_column(Text, default="")
     # Admins only: the bounded container log and the worker's own diagnostics.
     admin_log: Mapped[str] = mapped_column(Text, default="")
