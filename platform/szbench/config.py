@@ -61,6 +61,19 @@ class Settings(BaseSettings):
     web_upload_chunk_bytes: int = 8 * 1024**2
     # Unfinished upload sessions older than this are refused and may be deleted.
     upload_session_ttl_s: int = 2 * 86400
+    # Per user: open upload sessions at a time, and the bytes they may declare together.
+    upload_max_open_sessions: int = 4
+    upload_max_open_bytes: int = 40 * 1024**3
+    # The served API removes expired and refused uploads this often (seconds; 0: never, then
+    # run `szbench upload sweep` from cron). Also at start-up.
+    upload_sweep_interval_s: float = 3600.0
+    # Image archives, checked while they are read (upload and again before `docker load`):
+    # members of the archive, the bytes they expand to, files in all layers together, and
+    # the bytes of those files (about the size of the loaded image).
+    archive_max_members: int = 10_000
+    archive_max_expanded_bytes: int = 40 * 1024**3
+    image_max_layer_members: int = 1_000_000
+    image_max_bytes: int = 40 * 1024**3
     # Accept images whose configured user is root (the worker still drops capabilities).
     allow_root_images: bool = False
     # Algorithm versions a user may submit per rolling 24 h across phases (empty: no limit).
@@ -97,6 +110,23 @@ class Settings(BaseSettings):
     # with exponential backoff capped at task_retry_backoff_max_s.
     task_max_retries: int = 8
     task_retry_backoff_max_s: int = 600
+    # Worker heartbeats and the reconciler (docs/operations.md, "Nothing hangs"). Each worker
+    # records a heartbeat this often; one not heard from for worker_heartbeat_timeout_s is
+    # dead, and the runs it claimed are sent again.
+    worker_heartbeat_interval_s: float = 15.0
+    worker_heartbeat_timeout_s: float = 90.0
+    # How often celery beat sends the reconcile task (to the maintenance queue).
+    reconcile_interval_s: float = 60.0
+    # Unfinished work is sent again once a live worker of its queue has had a free slot for
+    # this long (so its queue holds nothing: the task was lost, not waiting) and nothing of
+    # the evaluation moved meanwhile. Also the least time between two rounds.
+    reconcile_stale_s: float = 300.0
+    # A run claimed by a live worker that no longer holds it (its retries gave up while the
+    # database was away) is sent again after this long; it must exceed
+    # task_retry_backoff_max_s, or a run waiting for its next retry is sent twice.
+    reconcile_claim_grace_s: float = 900.0
+    # Rounds in a row without progress after which the evaluation ends FAILED.
+    reconcile_max_rounds: int = 5
     # Tasks at a time in the embedded (in-process, SQLite-backed queue) worker.
     embedded_concurrency: int = 1
     # Slug of the public-sample dataset whose first recording smoke-tests each new algorithm

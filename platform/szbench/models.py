@@ -341,6 +341,12 @@ class Evaluation(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The reconciler (szbench_worker.reconcile): how many times in a row it had to send this
+    # evaluation's work again without the evaluation progressing, when it last did, and the
+    # recordings_done it saw then (progress since resets the count).
+    reconcile_rounds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    reconciled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reconcile_progress: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     algorithm_version: Mapped[AlgorithmVersion] = relationship()
     dataset_version: Mapped[DatasetVersion] = relationship()
@@ -409,9 +415,35 @@ class RecordingRun(Base):
     peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The worker (WorkerHeartbeat.id) whose attempt claimed this run last; with started_at
+    # it tells the reconciler whether an unfinished run is still being worked on.
+    claimed_by: Mapped[str] = mapped_column(String(200), default="", server_default="")
 
     evaluation: Mapped[Evaluation] = relationship(back_populates="runs")
     recording: Mapped[Recording] = relationship()
+
+
+class WorkerHeartbeat(Base):
+    """A worker process's sign of life, written by its heartbeat thread every few seconds.
+
+    ``id`` is ``<host>:<pid>.<start time>`` of the worker's main process: unique per worker
+    instance, so a restarted worker is a new row and its predecessor's claims are told apart.
+    ``run_ids`` are the runs it holds right now; ``free_since`` is when it last had a free slot
+    without receiving a task (None while every slot is busy): a live worker that has been free
+    for a while proves that its queues hold nothing, so unfinished work is lost, not waiting.
+    """
+
+    __tablename__ = "worker_heartbeats"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    host: Mapped[str] = mapped_column(String(200), index=True)
+    node: Mapped[str] = mapped_column(String(200), default="")
+    queues: Mapped[list[str]] = mapped_column(JSON, default=list)
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    run_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
+    free_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class _Metrics:
