@@ -143,9 +143,28 @@ class User(Base):
     password_hash: Mapped[str | None] = mapped_column(String(256))
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # When the password was last set: tokens (and so web sessions) made before then are void.
+    password_changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
     algorithms: Mapped[list[Algorithm]] = relationship(back_populates="owner")
+
+    # Not a column. False on the object a request resolved from an admin's token that lacks
+    # the admin scope (szbench.auth.dependencies): szbench.auth.policy then treats the user
+    # as a researcher. Objects loaded outside a request (CLI, worker) keep the role's power.
+    admin_scope = True
+
+
+class SigninThrottle(Base):
+    """Sign-in attempts per account or per client address (szbench.auth.throttle)."""
+
+    __tablename__ = "signin_throttle"
+
+    # sha256 of "account:<email>" or "client:<address>": no typed email is stored.
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    blocked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class ApiToken(Base):
