@@ -19,14 +19,17 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def _layer(payload: bytes) -> bytes:
+def _layer(payload: bytes, files: list[tuple[tarfile.TarInfo, bytes]] | None = None) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         _add(tar, "app/detect.py", payload)
+        for info, data in files or []:
+            info.size = len(data) if info.isfile() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
     return buffer.getvalue()
 
 
-def _config(arch: str, os_name: str, user: str | None, layer: bytes) -> bytes:
+def _config(arch: str, os_name: str, user: str | None, layers: list[bytes]) -> bytes:
     runtime: dict[str, Any] = {"Cmd": ["python3", "/app/detect.py"], "Env": ["PATH=/usr/bin"]}
     if user is not None:
         runtime["User"] = user
@@ -34,7 +37,10 @@ def _config(arch: str, os_name: str, user: str | None, layer: bytes) -> bytes:
         "architecture": arch,
         "os": os_name,
         "config": runtime,
-        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers],
+        },
     }
     return json.dumps(config).encode()
 
@@ -50,31 +56,37 @@ def docker_save(
     gzip: bool = False,
     extra: list[tarfile.TarInfo] | None = None,
     with_manifest_json: bool = True,
+    layers: list[list[tuple[tarfile.TarInfo, bytes]]] | None = None,
 ) -> str:
-    """Write an archive at ``path``; returns the first image's id (``sha256:`` + config hash)."""
+    """Write an archive at ``path``; returns the first image's id (``sha256:`` + config hash).
+
+    ``layers``: the files of each image's layers, bottom first (default: one layer holding
+    only ``app/detect.py``).
+    """
     entries: list[tuple[str, bytes]] = []
     manifest: list[dict[str, Any]] = []
     index_manifests: list[dict[str, Any]] = []
     first_id = ""
     for i in range(images):
-        layer = _layer(f"print('detector {i}')\n".encode())
-        config = _config(arch, os_name, user, layer)
+        blobs = [_layer(f"print('detector {i}')\n".encode(), files) for files in (layers or [None])]
+        config = _config(arch, os_name, user, blobs)
         config_hex = hashlib.sha256(config).hexdigest()
-        layer_hex = hashlib.sha256(layer).hexdigest()
+        hexes = [hashlib.sha256(b).hexdigest() for b in blobs]
         first_id = first_id or f"sha256:{config_hex}"
         tag = f"algo{i}:1.0"
         if layout == "legacy":
-            entries += [
-                (f"{layer_hex}/layer.tar", layer),
-                (f"{layer_hex}/VERSION", b"1.0"),
-                (f"{layer_hex}/json", json.dumps({"id": layer_hex}).encode()),
-                (f"{config_hex}.json", config),
-            ]
+            for layer_hex, layer in zip(hexes, blobs, strict=True):
+                entries += [
+                    (f"{layer_hex}/layer.tar", layer),
+                    (f"{layer_hex}/VERSION", b"1.0"),
+                    (f"{layer_hex}/json", json.dumps({"id": layer_hex}).encode()),
+                ]
+            entries.append((f"{config_hex}.json", config))
             manifest.append(
                 {
                     "Config": f"{config_hex}.json",
                     "RepoTags": [tag],
-                    "Layers": [f"{layer_hex}/layer.tar"],
+                    "Layers": [f"{h}/layer.tar" for h in hexes],
                 }
             )
         else:
@@ -90,15 +102,16 @@ def docker_save(
                     "layers": [
                         {
                             "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                            "digest": f"sha256:{layer_hex}",
-                            "size": len(layer),
+                            "digest": f"sha256:{h}",
+                            "size": len(b),
                         }
+                        for h, b in zip(hexes, blobs, strict=True)
                     ],
                 }
             ).encode()
             manifest_hex = hashlib.sha256(oci_manifest).hexdigest()
+            entries += [(f"blobs/sha256/{h}", b) for h, b in zip(hexes, blobs, strict=True)]
             entries += [
-                (f"blobs/sha256/{layer_hex}", layer),
                 (f"blobs/sha256/{config_hex}", config),
                 (f"blobs/sha256/{manifest_hex}", oci_manifest),
             ]
@@ -106,7 +119,7 @@ def docker_save(
                 {
                     "Config": f"blobs/sha256/{config_hex}",
                     "RepoTags": [tag],
-                    "Layers": [f"blobs/sha256/{layer_hex}"],
+                    "Layers": [f"blobs/sha256/{h}" for h in hexes],
                 }
             )
             index_manifests.append(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from szbench.algorithms.image_check import check_image_archive
+from szbench.algorithms.image_check import check_image_archive, image_uid
 from szbench.errors import InvalidSubmission
 from tests.platform.images import docker_save, member
 
@@ -86,19 +86,119 @@ def test_wrong_platform_refused(tmp_path: Path) -> None:
     _refused(path, "windows/amd64")
 
 
-@pytest.mark.parametrize("user", [None, "", "root", "0", "0:0", "root:root"])
+PASSWD = b"root:x:0:0:root:/root:/bin/sh\nalgo:x:1000:1000::/home/algo:/bin/sh\n"
+
+
+def _file(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    info.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
+    return info
+
+
+def _with_passwd(content: bytes) -> list[list[tuple[tarfile.TarInfo, bytes]]]:
+    return [[(_file("etc", tarfile.DIRTYPE), b""), (_file("etc/passwd"), content)]]
+
+
+# User, /etc/passwd of the image (None: none), and the uid the engine runs it as (None: it
+# refuses to start the container). Numeric forms are what Go's Atoi reads; names resolve
+# through the first matching passwd entry, whose unparsable uid field runc reads as 0.
+UIDS = [
+    ("", PASSWD, 0),
+    ("0", None, 0),
+    ("00", None, 0),
+    ("+0", None, 0),
+    ("-0", None, 0),
+    ("000:1000", None, 0),
+    ("0:0", None, 0),
+    ("root", PASSWD, 0),
+    ("root:root", PASSWD, 0),
+    ("1000", None, 1000),
+    ("+1000", None, 1000),
+    ("01000:0", None, 1000),
+    ("algo", PASSWD, 1000),
+    ("algo:0", PASSWD, 1000),
+    ("nobody", PASSWD, None),
+    ("algo", None, None),
+    ("1000", b"algo:x:0:0::/:/bin/sh\n", 1000),  # numeric: passwd never consulted
+    ("algo", b"algo:x:x:1000::/:/bin/sh\n", 0),
+    ("algo", b"algo:x::1000::/:/bin/sh\n", 0),
+    ("algo", b"algo:x\n", 0),
+    ("algo", b"algo:x:99999999999999999999:0::/:/bin/sh\n", 0),
+    ("algo", b"algo:x:00:0::/:/bin/sh\nalgo:x:1000:0::/:/bin/sh\n", 0),  # first entry wins
+    ("algo", b"  algo:x:0:0::/:/bin/sh  \n", 0),  # runc trims each line
+    ("algo", b"\xc2\xa0algo:x:0:0\nalgo:x:1000:0\n", 0),  # Unicode blanks too
+    ("algo", b"junk\x0balgo:x:1000\nalgo:x:0:0\n", 0),  # lines end at \n only
+    ("99999999999999999999", None, None),  # no int64: a name, and no such entry
+]
+
+
+@pytest.mark.parametrize(("user", "passwd", "uid"), UIDS)
+def test_image_uid_is_the_engines(user: str, passwd: bytes | None, uid: int | None) -> None:
+    assert image_uid(user, lambda: passwd) == uid
+
+
+@pytest.mark.parametrize(
+    "user", [None, "", "root", "0", "00", "+0", "-0", "0:0", "000:1000", "root:root", " root"]
+)
 def test_root_user_refused_unless_allowed(tmp_path: Path, user: str | None) -> None:
     path = tmp_path / "img.tar"
-    docker_save(path, user=user)
+    docker_save(path, user=user, layers=_with_passwd(PASSWD))
     _refused(path, "runs as root", "USER")
     assert check_image_archive(path, allow_root=True).digest.startswith("sha256:")
 
 
-def test_non_root_users_accepted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["legacy", "oci"])
+def test_non_root_users_accepted(tmp_path: Path, layout: str) -> None:
     path = tmp_path / "img.tar"
-    for user in ("1000", "1000:1000", "algo", "nobody:nogroup"):
-        docker_save(path, user=user)
+    passwd = PASSWD + b"nobody:x:65534:65534::/:/bin/sh\n"
+    for user in ("1000", "1000:1000", "+1000", "algo", "algo:0", "nobody:nogroup", "ghost"):
+        docker_save(path, user=user, layout=layout, layers=_with_passwd(passwd))
         assert check_image_archive(path).user == user
+
+
+@pytest.mark.parametrize("gzip", [False, True])
+def test_names_resolve_through_the_topmost_passwd(tmp_path: Path, gzip: bool) -> None:
+    path = tmp_path / "img.tar"
+    root_algo = b"algo:x:0:0::/:/bin/sh\n"
+    # A lower layer says algo is 1000; the layer above replaces the file: algo is root.
+    docker_save(
+        path, user="algo", gzip=gzip, layers=[*_with_passwd(PASSWD), *_with_passwd(root_algo)]
+    )
+    _refused(path, "runs as root", "'algo'")
+    # The other way round: the top layer's passwd decides, algo is 1000.
+    docker_save(
+        path, user="algo", gzip=gzip, layers=[*_with_passwd(root_algo), *_with_passwd(PASSWD)]
+    )
+    assert check_image_archive(path).user == "algo"
+    # A whiteout deletes the lower layer's passwd: no entry, the engine would not start it.
+    deleted = [[(_file("etc/.wh.passwd"), b"")]]
+    docker_save(path, user="algo", gzip=gzip, layers=[*_with_passwd(root_algo), *deleted])
+    assert check_image_archive(path).user == "algo"
+    # An opaque /etc hides the lower layers' files the same way.
+    opaque = [[(_file("etc", tarfile.DIRTYPE), b""), (_file("etc/.wh..wh..opq"), b"")]]
+    docker_save(path, user="algo", gzip=gzip, layers=[*_with_passwd(root_algo), *opaque])
+    assert check_image_archive(path).user == "algo"
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        [(_file("etc", tarfile.SYMTYPE, "app"), b"")],
+        [(_file("etc", tarfile.DIRTYPE), b""), (_file("etc/passwd", tarfile.SYMTYPE, "x"), b"")],
+        [(_file("etc", tarfile.DIRTYPE), b""), (_file("etc/passwd", tarfile.LNKTYPE, "x"), b"")],
+    ],
+)
+def test_passwd_that_cannot_be_read_safely_is_refused_for_names(
+    tmp_path: Path, layer: list[tuple[tarfile.TarInfo, bytes]]
+) -> None:
+    path = tmp_path / "img.tar"
+    docker_save(path, user="algo", layers=[*_with_passwd(PASSWD), layer])
+    _refused(path, "cannot tell which uid", "USER 1000")
+    # A numeric user needs no passwd.
+    docker_save(path, user="1000", layers=[*_with_passwd(PASSWD), layer])
+    assert check_image_archive(path).user == "1000"
 
 
 def test_not_an_archive(tmp_path: Path) -> None:

@@ -13,7 +13,11 @@ Refused, each with a message naming the member or field: anything that is not a 
 archive; members whose path or link target escapes the archive (absolute paths, ``..``,
 symbolic or hard links pointing outside); device files and FIFOs; more or fewer than one
 image; a config blob whose content does not match its name; a platform other than
-linux/amd64; an image that runs as root unless the settings allow it.
+linux/amd64; an image that runs as root unless the settings allow it. Root is decided
+as the engine decides it (:func:`image_uid`): numeric users as Go reads numbers (``00`` and
+``+0`` are uid 0), names through the image's own ``/etc/passwd`` read from its layers; a
+name whose passwd cannot be read as the engine would (a linked ``/etc``, a compressed layer)
+is refused rather than guessed.
 
 The recorded digest is the image id: ``sha256:`` + the sha256 of the config blob, which is
 what ``docker load`` reports and ``docker inspect`` shows as ``Id``.
@@ -24,10 +28,12 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import re
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from szbench.errors import InvalidSubmission
 
@@ -190,9 +196,125 @@ def _blob_path(digest: str, where: str) -> str:
     return f"blobs/sha256/{hex_digest}"
 
 
-def _runs_as_root(user: str) -> bool:
-    name = user.split(":", 1)[0].strip()
-    return name in ("", "root", "0")
+# Go's strconv.Atoi, which the engine applies to the user part of ``User``: an optional sign,
+# then decimal digits (leading zeros allowed), within int64.
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_INT64 = 2**63
+
+
+class _Unprovable(Exception):
+    """The image's /etc/passwd cannot be read the way the engine would read it."""
+
+
+def _go_atoi(text: str) -> int | None:
+    if not _GO_INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -_INT64 <= value < _INT64 else None
+
+
+def _passwd_uid(passwd: bytes, name: str) -> int | None:
+    """The uid of the ``/etc/passwd`` entry called ``name`` as runc reads it (first entry
+    wins), except that 0 wins over it: any entry that could be the one read with uid 0.
+
+    runc splits lines at ``\n`` only and trims Unicode blanks around each; here every line
+    that could match under any such trimming is considered, so a difference in how blanks
+    are read can only make an image count as root.
+    """
+    uids: list[int] = []
+    for raw in passwd.split(b"\n"):
+        fields = raw.decode("utf-8", "replace").strip().split(":")
+        if fields[0] != name:
+            continue
+        # runc ignores a uid field it cannot parse ("x", "", an overflow): uid 0.
+        uid = _go_atoi(fields[2]) if len(fields) > 2 else 0
+        uids.append(uid or 0)
+    if not uids:
+        return None
+    return 0 if 0 in uids else uids[0]
+
+
+def image_uid(user: str, passwd: Callable[[], bytes | None]) -> int | None:
+    """The uid the engine runs an image's ``User`` as; ``None`` when it would not start it.
+
+    Decided as the engine decides (runc's ``GetExecUser``): the part before the first ``:``;
+    empty is root; anything Go's ``Atoi`` reads (``00``, ``+0``, ``-0``) is that uid, whatever
+    ``/etc/passwd`` says; any other text is a name looked up in the image's ``/etc/passwd``
+    (``passwd()``; ``None`` when the image has none), first entry wins. A name with no entry
+    makes the engine refuse to start the container.
+    """
+    name = user.split(":", 1)[0]
+    if name == "":
+        return 0
+    numeric = _go_atoi(name)
+    if numeric is not None:
+        return numeric
+    content = passwd()
+    return None if content is None else _passwd_uid(content, name)
+
+
+def _runs_as_root(user: str, passwd: Callable[[], bytes | None]) -> bool:
+    """Whether the engine would run ``user`` as uid 0. A user spec that only reads as
+    non-root with its surrounding blanks kept counts as root: nothing rests on whitespace."""
+    return 0 in (image_uid(user, passwd), image_uid(user.strip(), passwd))
+
+
+def _layer_passwd(layer: IO[bytes]) -> tuple[str, bytes | None]:
+    """What one layer tar says about ``/etc/passwd``: ``("file", bytes)``, ``("deleted", None)``
+    (a whiteout of it, or an opaque ``/etc``) or ``("absent", None)``.
+
+    Raises
+    ------
+    _Unprovable
+        For a layer that makes ``/etc`` or ``/etc/passwd`` anything but a folder and a
+        regular file (links included), or that is not a plain tar (compressed layers).
+    """
+    said: tuple[str, bytes | None] = ("absent", None)
+    try:
+        with tarfile.open(fileobj=layer, mode="r|") as tar:
+            for member in tar:
+                name = _clean(member.name.lstrip("/"))
+                if name == "etc":
+                    if not member.isdir():
+                        raise _Unprovable("/etc is not a folder")
+                elif name in ("etc/.wh..wh..opq", ".wh.etc") or name == "etc/.wh.passwd":
+                    if said[0] == "absent" or name != "etc/.wh..wh..opq":
+                        said = ("deleted", None)
+                elif name == "etc/passwd":
+                    if not member.isfile() or member.size > _MAX_JSON_BYTES:
+                        raise _Unprovable("/etc/passwd is not a small regular file")
+                    fh = tar.extractfile(member)
+                    said = ("file", fh.read() if fh is not None else b"")
+    except (tarfile.TarError, EOFError) as exc:
+        raise _Unprovable(f"a layer is not a plain tar ({exc})") from None
+    return said
+
+
+def _image_passwd(
+    path: Path, gzip: bool, layers: list[str], members: dict[str, tarfile.TarInfo]
+) -> bytes | None:
+    """The image's ``/etc/passwd`` as the running container sees it (the topmost layer that
+    writes or deletes it wins); ``None`` when no layer leaves one. One streaming pass."""
+    order = {_resolve(_clean(layer), members): i for i, layer in enumerate(layers)}
+    found: dict[int, tuple[str, bytes | None]] = {}
+    with tarfile.open(path, mode="r|gz" if gzip else "r|") as tar:
+        for member in tar:
+            index = order.get(_clean(member.name))
+            if index is None or not member.isfile():
+                continue
+            fh = tar.extractfile(member)
+            if fh is not None:
+                found[index] = _layer_passwd(fh)
+    # A layer listed twice (docker save links repeated layers) says the same at each place.
+    for i, layer in enumerate(layers):
+        j = order[_resolve(_clean(layer), members)]
+        if j != i and j in found:
+            found[i] = found[j]
+    for i in reversed(range(len(layers))):
+        kind, content = found.get(i, ("absent", None))
+        if kind != "absent":
+            return content
+    return None
 
 
 def check_image_archive(path: Path, *, allow_root: bool = False) -> ImageInfo:
@@ -240,12 +362,8 @@ def check_image_archive(path: Path, *, allow_root: bool = False) -> ImageInfo:
         )
     runtime = config.get("config") or {}
     user = str(runtime.get("User") or "") if isinstance(runtime, dict) else ""
-    if _runs_as_root(user) and not allow_root:
-        shown = user or "unset, so root"
-        raise InvalidSubmission(
-            f"{config_name}: the image runs as root (User is {shown}); "
-            "add `USER 1000` (or another non-root user) to the Dockerfile"
-        )
+    if not allow_root:
+        _check_user(path, gzip, config_name, user, layers, members)
     return ImageInfo(
         digest=f"sha256:{digest_hex}",
         architecture=str(arch),
@@ -256,3 +374,35 @@ def check_image_archive(path: Path, *, allow_root: bool = False) -> ImageInfo:
         repo_tags=tags,
         gzip=gzip,
     )
+
+
+def _check_user(
+    path: Path,
+    gzip: bool,
+    config_name: str,
+    user: str,
+    layers: list[str],
+    members: dict[str, tarfile.TarInfo],
+) -> None:
+    """Refuse an image the engine would run as uid 0, or whose user it cannot prove is not."""
+
+    read: list[bytes | None] = []
+
+    def passwd() -> bytes | None:
+        if read:
+            return read[0]
+        try:
+            read.append(_image_passwd(path, gzip, layers, members))
+        except _Unprovable as exc:
+            raise InvalidSubmission(
+                f"{config_name}: cannot tell which uid User {user!r} is ({exc}); "
+                "give a numeric non-root user, e.g. `USER 1000`"
+            ) from None
+        return read[0]
+
+    if _runs_as_root(user, passwd):
+        shown = repr(user) if user else "unset, so root"
+        raise InvalidSubmission(
+            f"{config_name}: the image runs as root (User is {shown}, uid 0 for the engine); "
+            "add `USER 1000` (or another non-root user) to the Dockerfile"
+        )
