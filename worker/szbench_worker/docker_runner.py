@@ -289,6 +289,119 @@ def scratch_paths(declared: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(paths))
 
 
+# --- images that cannot start ------------------------------------------------------------
+
+#: What the submitter reads when their image cannot start, by cause. Fixed texts: the
+#: engine's refusal quotes host paths and could echo anything the image names, so it goes
+#: to the admin log only.
+CANNOT_START_MESSAGES = {
+    "command": "The container could not start: the image has neither an ENTRYPOINT nor a CMD.",
+    "entrypoint": (
+        "The container could not start: the image's ENTRYPOINT or CMD names a program that is "
+        "missing from the image or cannot be executed."
+    ),
+    "user": (
+        "The container could not start: the image's USER names an account or group that the "
+        "image's /etc/passwd or /etc/group lacks."
+    ),
+    "workdir": (
+        "The container could not start: the image's WORKDIR cannot be entered (it must be an "
+        "ordinary folder of the image, outside /proc, /sys and /dev)."
+    ),
+    "mount": (
+        "The container could not start: a folder the sandbox mounts (/data, /output, /tmp or "
+        "one of the image's VOLUME paths) is a file, a symbolic link or read-only in the image."
+    ),
+}
+
+# Engine and runc wording (checked against Docker 20.10 with runc 1.1, and the runc 1.1.12+
+# wording for a working directory outside the container). Only refusals that the image's
+# own configuration or file system explains are the submitter's; everything else (an engine
+# or runtime in trouble, a host path gone) stays an infrastructure fault and is retried.
+_EXEC_FAILED = re.compile(
+    r'unable to start container process: exec: "|executable file not found in \$PATH'
+)
+_NO_ACCOUNT = re.compile(
+    r"unable to find (?:user|group) |no matching entries in (?:passwd|group) file|"
+    r"no users found|no groups found"
+)
+_BAD_CWD = re.compile(
+    r"chdir to cwd|current working directory is outside of container mount namespace root"
+)
+_MOUNT_FAILED = re.compile(r'error mounting "[^"]*" to rootfs at "(?P<target>[^"]*)"')
+# Why runc cannot mount at a path the image's file system decides; an engine's own trouble
+# (out of memory, no space, a busy device) reads otherwise.
+_LAYOUT_ERRORS = (
+    "read-only file system",
+    "not a directory",
+    "too many levels of symbolic links",
+    "file exists",
+    "possibly malicious path",
+    "is a symlink",
+)
+
+
+def config_refusal(config: dict[str, Any]) -> tuple[str, str] | None:
+    """``(cause, admin detail)`` when an image's configuration alone shows that it cannot
+    start in the sandbox, before any container exists; ``None`` otherwise.
+
+    Examples
+    --------
+    >>> config_refusal({"Cmd": [], "Entrypoint": None})[0]
+    'command'
+    >>> config_refusal({"Cmd": ["python3"], "WorkingDir": "/proc/self/fd/7"})[0]
+    'workdir'
+    >>> config_refusal({"Cmd": ["python3"], "WorkingDir": "/app"}) is None
+    True
+    """
+    command = [*(config.get("Entrypoint") or ()), *(config.get("Cmd") or ())]
+    if not any(command):
+        return "command", "the image configures neither Entrypoint nor Cmd"
+    workdir = config.get("WorkingDir") or ""
+    if workdir.startswith("/"):
+        cleaned = "/" + posixpath.normpath(workdir).lstrip("/")
+        if any(_inside(cleaned, top) for top in ("/proc", "/sys", "/dev")):
+            return "workdir", f"WorkingDir {workdir!r} is inside a runtime file system"
+    return None
+
+
+def cannot_start_cause(
+    explanation: str, *, image_paths: Iterable[str], own_user: bool
+) -> str | None:
+    """The key of :data:`CANNOT_START_MESSAGES` that the engine's refusal to create or start
+    a container points to, or ``None`` when the refusal is not the image's doing.
+
+    ``image_paths``: mount targets whose failure only the image's file system explains (its
+    ``VOLUME`` tmpfs paths, ``/tmp``, ``/data``, ``/output``). ``own_user``: the container
+    runs as the image's ``USER`` (an operator's ``SZBENCH_RUNNER_USER`` that the image lacks
+    is the operator's fault).
+
+    Examples
+    --------
+    >>> cannot_start_cause("unable to find user algo: no matching entries in passwd file",
+    ...                    image_paths=(), own_user=True)
+    'user'
+    >>> cannot_start_cause("failed to create task: cgroup: no space left on device",
+    ...                    image_paths=(), own_user=True) is None
+    True
+    """
+    if "No command specified" in explanation:
+        return "command"
+    if _EXEC_FAILED.search(explanation):
+        return "entrypoint"
+    if _NO_ACCOUNT.search(explanation):
+        return "user" if own_user else None
+    if _BAD_CWD.search(explanation):
+        return "workdir"
+    mount = _MOUNT_FAILED.search(explanation)
+    if mount is not None:
+        target = "/" + posixpath.normpath(mount["target"]).lstrip("/")
+        tail = explanation[mount.end() :].lower()
+        if target in set(image_paths) and any(e in tail for e in _LAYOUT_ERRORS):
+            return "mount"
+    return None
+
+
 def container_config(
     *,
     image_id: str,
@@ -586,6 +699,12 @@ class DockerRunner:
             # The image's own configuration, the same on every run: the submitter's to fix
             # (the smoke test shows it), never retried as a platform fault.
             return self._refused(image_obj, recording, gpus, str(exc))
+        refusal = config_refusal(image_obj.attrs.get("Config") or {})
+        if refusal is not None:
+            cause, detail = refusal
+            return self._refused(
+                image_obj, recording, gpus, CANNOT_START_MESSAGES[cause], detail=detail
+            )
         run_dir = Path(
             tempfile.mkdtemp(prefix=f"run-{_host_tag(self.host)}-{owner}-", dir=self.work_dir)
         )
@@ -687,17 +806,36 @@ class DockerRunner:
         watchdog = _Watchdog(
             out if not self.output_tmpfs else None, limits.output_bytes, self.poll_interval_s
         )
+        # Mount targets whose failure only the image's own file system explains.
+        image_paths = (*scratch, _TMP_DIR, CONTAINER_DATA_DIR, CONTAINER_OUTPUT_DIR)
+        own_user = not limits.user
         try:
             try:
                 container = self.client.containers.create(**config)
             except APIError as exc:
-                raise RunnerError(f"creating the container failed: {exc}") from exc
+                cause = cannot_start_cause(
+                    str(exc.explanation or ""), image_paths=image_paths, own_user=own_user
+                )
+                if cause is None:
+                    raise RunnerError(f"creating the container failed: {exc}") from exc
+                return self._refused(
+                    image_obj, recording, gpus, CANNOT_START_MESSAGES[cause], detail=str(exc)
+                )
             watchdog.container = container
             started = time.monotonic()
             try:
                 container.start()
             except APIError as exc:
-                raise RunnerError(f"starting the container failed: {exc}") from exc
+                # The same image fails the same way on every host and every retry: the
+                # submitter's to fix, so an outcome and never an infrastructure retry.
+                cause = cannot_start_cause(
+                    str(exc.explanation or ""), image_paths=image_paths, own_user=own_user
+                )
+                if cause is None:
+                    raise RunnerError(f"starting the container failed: {exc}") from exc
+                return self._refused(
+                    image_obj, recording, gpus, CANNOT_START_MESSAGES[cause], detail=str(exc)
+                )
             watchdog.start()
             timed_out = False
             try:
@@ -802,10 +940,19 @@ class DockerRunner:
         return result
 
     def _refused(
-        self, image_obj: Any, recording: Path, gpus: tuple[str, ...], message: str
+        self,
+        image_obj: Any,
+        recording: Path,
+        gpus: tuple[str, ...],
+        message: str,
+        *,
+        detail: str = "",
     ) -> RunResult:
-        """The result of an image that cannot run in the sandbox; no container was made."""
-        log.info("run %s on %s refused: %s", image_obj.id[:19], recording.name, message)
+        """The result of an image that cannot run in the sandbox (no process of it ran).
+
+        ``message`` is the submitter's; ``detail`` (the engine's own words) only the admin's.
+        """
+        log.info("run %s on %s refused: %s %s", image_obj.id[:19], recording.name, message, detail)
         return RunResult(
             outcome=Outcome.CRASHED,
             exit_code=None,
@@ -816,7 +963,7 @@ class DockerRunner:
                 f"outcome: {Outcome.CRASHED.value}  (not started: the image cannot run here)\n"
                 f"image: {image_obj.id}  recording: {recording}\n"
                 f"host: {self.host}  gpus: {gpus}\n"
-                f"message: {message}"
+                f"message: {message}" + (f"\ndetail: {detail[-4000:]}" if detail else "")
             ),
             output_tsv=None,
             annotations=None,
