@@ -44,6 +44,18 @@ class Settings(BaseSettings):
     secret_key: str = ""
     # scrypt cost for password hashes (N, a power of two); stored with each hash.
     password_scrypt_n: int = 2**14
+    # Passwords (sign-up, changes, admin-set, CLI): at least this many characters, and none of
+    # the 30,000 most common passwords (zxcvbn's list).
+    password_min_length: int = 10
+    # Sign-in throttling (docs/security.md): past this many failed sign-ins for one account
+    # (one client address) each attempt doubles the wait before the next one may be made,
+    # from signin_backoff_base_s up to signin_backoff_max_s; early attempts get 429 with
+    # Retry-After. Failures are forgotten after signin_failure_memory_s without an attempt.
+    signin_free_failures_per_account: int = 5
+    signin_free_failures_per_client: int = 20
+    signin_backoff_base_s: float = 1.0
+    signin_backoff_max_s: float = 900.0
+    signin_failure_memory_s: float = 86400.0
     # Lifetime of the bearer token that POST /api/v1/auth/login returns (seconds).
     login_token_ttl_s: int = 7 * 86400
     session_cookie_name: str = "szbench_session"

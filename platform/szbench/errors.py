@@ -55,6 +55,16 @@ class QuotaExceeded(SzbenchError):
     status_code = 429
 
 
+class TooManyAttempts(SzbenchError):
+    """Too many failed sign-ins: try again after ``retry_after_s`` (the Retry-After header)."""
+
+    status_code = 429
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
 class ServiceUnavailable(SzbenchError):
     """A part the request needs is not there (no database, no broker, module not installed)."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import kombu.exceptions
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -18,7 +19,7 @@ from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from szbench.errors import SzbenchError
+from szbench.errors import SzbenchError, TooManyAttempts
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ def describe_validation_errors(errors: list[dict[str, Any]]) -> str:
 async def _szbench_error(_request: Request, exc: Exception) -> Any:
     assert isinstance(exc, SzbenchError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    if isinstance(exc, TooManyAttempts):
+        headers = {"Retry-After": str(exc.retry_after_s)}
     return envelope(exc.status_code, exc.name, exc.detail, headers)
 
 
@@ -108,6 +111,20 @@ async def _overloaded(request: Request, exc: Exception) -> Any:
     )
 
 
+async def _broker_unavailable(request: Request, exc: Exception) -> Any:
+    # The task queue could not take a message (Redis down or restarting). What the request
+    # committed stays; the reconciler sends its task once the broker is back
+    # (docs/operations.md), and a client may retry.
+    log.warning("task queue unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return envelope(
+        503,
+        "ServiceUnavailable",
+        "the task queue is unreachable; retry shortly (anything already saved is queued "
+        "once it is back)",
+        {"Retry-After": "5"},
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> Any:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return envelope(500, "InternalError", "an unexpected error occurred; it has been logged")
@@ -120,6 +137,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DataError, _data_error)
     app.add_exception_handler(SATimeoutError, _overloaded)
     app.add_exception_handler(OperationalError, _overloaded)
+    app.add_exception_handler(kombu.exceptions.OperationalError, _broker_unavailable)
     app.add_exception_handler(Exception, _unexpected)
 
 

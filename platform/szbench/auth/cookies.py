@@ -9,15 +9,20 @@ dependency (:mod:`szbench.auth.dependencies`) accepts the cookie as well as an
 The cookie is ``HttpOnly`` and ``SameSite=Lax`` (``Secure`` when
 ``SZBENCH_SESSION_COOKIE_SECURE`` is set), signed with ``SZBENCH_SECRET_KEY`` (or a random
 key kept in ``data_dir/secret_key``) and expires with its token. Because browsers do not
-send a Lax cookie on cross-site POSTs, and the dependency also refuses cookie-authenticated
-writes whose ``Origin`` header names another host, forms need no separate CSRF token.
+send a Lax cookie on cross-site POSTs, and :mod:`szbench.auth.csrf` refuses every
+state-changing request without a bearer token whose ``Origin`` (or, without one, ``Referer``)
+is another site or ``null``, the API needs no separate CSRF token (web forms carry one too).
 
 Example, in a page router::
 
     @router.post("/login")
-    def login_page(session: SessionDep, email: str = Form(), password: str = Form()):
+    def login_page(
+        request: Request, session: SessionDep, email: str = Form(), password: str = Form()
+    ):
         response = RedirectResponse("/", status_code=303)
-        login_with_password(session, response, email=email, password=password)
+        login_with_password(
+            session, response, email=email, password=password, client=client_address(request)
+        )
         return response
 """
 
@@ -36,6 +41,7 @@ from szbench.config import get_settings
 from szbench.models import User
 
 _SALT = "szbench-session"
+_SESSION_TOKEN_NAME = "web session"  # noqa: S105 - a token's label, not a secret
 
 
 @lru_cache
@@ -98,11 +104,33 @@ def read_session_cookie(request: Request) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def login_with_password(session: Session, response: Response, *, email: str, password: str) -> User:
-    """Check the password, create a login token and set the session cookie; the user."""
-    token, secret = service.login(session, email=email, password=password, name="web session")
+def client_address(request: Request) -> str | None:
+    """The caller's address for sign-in throttling (uvicorn puts a trusted proxy's
+    ``X-Forwarded-For`` here); None when the server does not know it."""
+    return request.client.host if request.client else None
+
+
+def login_with_password(
+    session: Session,
+    response: Response,
+    *,
+    email: str,
+    password: str,
+    client: str | None = None,
+) -> User:
+    """Check the password (throttled per account and per ``client`` address), create a
+    login token and set the session cookie; the user."""
+    token, secret = service.login(
+        session, email=email, password=password, client=client, name=_SESSION_TOKEN_NAME
+    )
     set_session_cookie(response, secret)
     return token.user
+
+
+def start_session(session: Session, response: Response, user: User) -> None:
+    """Sign ``user`` in without a password check: just after sign-up or a password change."""
+    _, secret = service.issue_login_token(session, user, name=_SESSION_TOKEN_NAME)
+    set_session_cookie(response, secret)
 
 
 def logout(session: Session, request: Request, response: Response) -> None:

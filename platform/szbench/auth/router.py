@@ -10,11 +10,12 @@ from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth import service
-from szbench.auth.cookies import clear_session_cookie
+from szbench.auth.cookies import clear_session_cookie, client_address, set_session_cookie
 from szbench.auth.dependencies import Anyone, SignedIn
 from szbench.auth.schemas import (
     LoginIn,
     LoginOut,
+    PasswordChangeIn,
     SignupIn,
     TokenCreated,
     TokenIn,
@@ -29,9 +30,14 @@ router = APIRouter(tags=["auth"], responses=ERROR_RESPONSES)
 
 
 @router.post("/auth/login", response_model=LoginOut)
-def login(body: LoginIn, session: SessionDep, _caller: Anyone) -> LoginOut:
-    """Exchange email and password for a bearer token (expires after the login lifetime)."""
-    token, secret = service.login(session, email=body.email, password=body.password)
+def login(request: Request, body: LoginIn, session: SessionDep, _caller: Anyone) -> LoginOut:
+    """Exchange email and password for a bearer token (expires after the login lifetime).
+
+    Repeated failures for an account or from a client address are answered 429 with
+    Retry-After until the wait (doubling with each failure) has passed."""
+    token, secret = service.login(
+        session, email=body.email, password=body.password, client=client_address(request)
+    )
     return LoginOut(
         token=secret, expires_at=token.expires_at, user=UserOut.model_validate(token.user)
     )
@@ -57,6 +63,32 @@ def signup(body: SignupIn, session: SessionDep, _caller: Anyone) -> UserOut:
         session, email=body.email, password=body.password, name=body.name, role=Role.RESEARCHER
     )
     return UserOut.model_validate(user)
+
+
+@router.post("/auth/password", response_model=LoginOut)
+def change_password(
+    request: Request,
+    response: Response,
+    body: PasswordChangeIn,
+    session: SessionDep,
+    caller: SignedIn,
+) -> LoginOut:
+    """Change the caller's password. Every token and web session of the account is revoked;
+    the answer holds a new login token (also set as the session cookie for a cookie caller)."""
+    assert caller.user is not None
+    service.change_password(
+        session,
+        caller.user,
+        current_password=body.current_password,
+        new_password=body.new_password,
+        client=client_address(request),
+    )
+    token, secret = service.issue_login_token(session, caller.user, name="login")
+    if caller.via_cookie:
+        set_session_cookie(response, secret)
+    return LoginOut(
+        token=secret, expires_at=token.expires_at, user=UserOut.model_validate(caller.user)
+    )
 
 
 @router.get("/auth/me", response_model=UserOut)
@@ -86,7 +118,12 @@ def create_token(body: TokenIn, session: SessionDep, caller: SignedIn) -> TokenC
         datetime.now(UTC) + timedelta(days=body.expires_in_days) if body.expires_in_days else None
     )
     token, secret = service.create_token(
-        session, caller.user, name=body.name, scopes=body.scopes, expires_at=expires_at
+        session,
+        caller.user,
+        name=body.name,
+        scopes=body.scopes,
+        expires_at=expires_at,
+        within=caller.scopes,
     )
     return TokenCreated(**TokenOut.model_validate(token).model_dump(), token=secret)
 

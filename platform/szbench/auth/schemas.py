@@ -25,10 +25,22 @@ class LoginIn(BaseModel):
     password: str = Field(max_length=1000)
 
 
+# The length rule is a setting, checked by the service (szbench.auth.passwords).
+CHOOSING_RULES = (
+    "At least SZBENCH_PASSWORD_MIN_LENGTH characters (default 10), not one of the most common "
+    "passwords, not the email address."
+)
+
+
 class SignupIn(BaseModel):
     email: str = Field(max_length=320)
-    password: str = Field(min_length=8, max_length=1000)
+    password: str = Field(max_length=1000, description=CHOOSING_RULES)
     name: str = Field(default="", max_length=200)
+
+
+class PasswordChangeIn(BaseModel):
+    current_password: str = Field(max_length=1000)
+    new_password: str = Field(max_length=1000, description=CHOOSING_RULES)
 
 
 class TokenOut(BaseModel):

@@ -7,10 +7,17 @@ import re
 import secrets
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from szbench.auth.passwords import hash_password, needs_rehash, verify_password
+from szbench.auth import policy, throttle
+from szbench.auth.passwords import (
+    check_new_password,
+    dummy_hash,
+    hash_password,
+    needs_rehash,
+    verify_password,
+)
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, Forbidden, NotFound, Unauthorized
 from szbench.models import ApiToken, Role, User
@@ -22,7 +29,6 @@ TOKEN_PREFIX = "szb_"  # noqa: S105 - a public marker, not a secret
 # A token's last_used_at is written at most this often, so reads do not each cost a write.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-MIN_PASSWORD_LENGTH = 8
 
 
 def _now() -> datetime:
@@ -53,16 +59,12 @@ def create_user(
     email = normalise_email(email)
     if session.scalar(select(User.id).where(User.email == email)) is not None:
         raise Conflict(f"email: a user with email {email} already exists")
-    if password is not None and len(password) < MIN_PASSWORD_LENGTH:
-        raise BadRequest(f"password: must be at least {MIN_PASSWORD_LENGTH} characters")
-    user = User(
-        email=email,
-        name=name,
-        role=role,
-        password_hash=(
-            hash_password(password, n=get_settings().password_scrypt_n) if password else None
-        ),
-    )
+    if password is not None:
+        check_new_password(password, min_length=get_settings().password_min_length, email=email)
+    user = User(email=email, name=name, role=role)
+    if password is not None:
+        user.password_hash = hash_password(password, n=get_settings().password_scrypt_n)
+        user.password_changed_at = _now()
     session.add(user)
     session.flush()
     return user
@@ -104,23 +106,61 @@ def update_user(
     if is_active is not None:
         user.is_active = is_active
     if password is not None:
-        if len(password) < MIN_PASSWORD_LENGTH:
-            raise BadRequest(f"password: must be at least {MIN_PASSWORD_LENGTH} characters")
-        user.password_hash = hash_password(password, n=get_settings().password_scrypt_n)
+        set_password(session, user, password)
     session.flush()
     return user
 
 
-def authenticate(session: Session, *, email: str, password: str) -> User:
-    """The active user with this email and password, else :class:`Unauthorized`."""
+def set_password(session: Session, user: User, password: str) -> None:
+    """Give ``user`` a new password (checked by :func:`check_new_password`) and revoke
+    every token they hold: a changed or reset password must end every session made with
+    the old one (web sessions are tokens too). Tokens made before ``password_changed_at``
+    are also refused when read (:func:`resolve_token`), should one be made concurrently."""
+    check_new_password(password, min_length=get_settings().password_min_length, email=user.email)
+    now = _now()
+    user.password_hash = hash_password(password, n=get_settings().password_scrypt_n)
+    user.password_changed_at = now
+    session.execute(
+        update(ApiToken)
+        .where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=now)
+        .execution_options(synchronize_session="fetch")
+    )
+    session.flush()
+
+
+def authenticate(session: Session, *, email: str, password: str, client: str | None = None) -> User:
+    """The active user with this email and password, else :class:`Unauthorized`.
+
+    Throttled (:mod:`szbench.auth.throttle`): the attempt is counted and committed before
+    the password is checked, and refused with :class:`TooManyAttempts` while a wait is on.
+    Every path that gets to the check costs exactly one password hash: an unknown email, an
+    inactive user and a token-only account are checked against :func:`dummy_hash`.
+    """
+    attempt = throttle.begin(session, email=email, client=client)
+    # Not the caller's commit: the count must hold even when this request fails or dies.
+    session.commit()
     user = session.scalar(select(User).where(User.email == email.strip().lower()))
-    if user is None or not user.is_active or not verify_password(password, user.password_hash):
-        raise Unauthorized("wrong email or password")
     n = get_settings().password_scrypt_n
+    stored = user.password_hash if user is not None and user.is_active else None
+    matches = verify_password(password, stored or dummy_hash(n))
+    if user is None or stored is None or not matches:
+        raise Unauthorized("wrong email or password")
+    throttle.succeeded(session, attempt)
     if user.password_hash and needs_rehash(user.password_hash, n=n):
         user.password_hash = hash_password(password, n=n)
-        session.flush()
+    session.flush()
     return user
+
+
+def change_password(
+    session: Session, user: User, *, current_password: str, new_password: str, client: str | None
+) -> None:
+    """The user's own change: the current password is checked (and throttled) as a sign-in."""
+    if user.password_hash is None:
+        raise Forbidden("this account signs in with API tokens only; ask an admin for a password")
+    authenticate(session, email=user.email, password=current_password, client=client)
+    set_password(session, user, new_password)
 
 
 def allowed_scopes(user: User) -> list[str]:
@@ -138,10 +178,23 @@ def create_token(
     name: str = "",
     scopes: list[str] | None = None,
     expires_at: datetime | None = None,
+    within: frozenset[str] | None = None,
 ) -> tuple[ApiToken, str]:
-    """Create a token for ``user``; returns the row and the secret (shown once, never stored)."""
+    """Create a token for ``user``; returns the row and the secret (shown once, never stored).
+
+    ``within``: the scopes of the token that asks for this one. A token cannot mint one with
+    more power than its own (an admin's token without the admin scope cannot make one with
+    it); by default the new token gets what the role allows within those."""
     permitted = allowed_scopes(user)
-    scopes = list(dict.fromkeys(scopes)) if scopes is not None else permitted
+    if scopes is None:
+        scopes = [s for s in permitted if within is None or s in within]
+    scopes = list(dict.fromkeys(scopes))
+    if within is not None:
+        beyond = [s for s in scopes if s in permitted and s not in within]
+        if beyond:
+            raise Forbidden(
+                f"scopes: the token this request came with lacks {', '.join(map(repr, beyond))}"
+            )
     if not scopes:
         raise BadRequest("scopes: give at least one of " + ", ".join(SCOPES))
     for scope in scopes:
@@ -166,10 +219,15 @@ def create_token(
 
 
 def login(
-    session: Session, *, email: str, password: str, name: str = "login"
+    session: Session, *, email: str, password: str, client: str | None, name: str = "login"
 ) -> tuple[ApiToken, str]:
     """Password login: a bearer token with the role's scopes and the login lifetime."""
-    user = authenticate(session, email=email, password=password)
+    user = authenticate(session, email=email, password=password, client=client)
+    return issue_login_token(session, user, name=name)
+
+
+def issue_login_token(session: Session, user: User, *, name: str) -> tuple[ApiToken, str]:
+    """A token with the role's scopes and the login lifetime, for a user just signed in."""
     ttl = timedelta(seconds=get_settings().login_token_ttl_s)
     return create_token(session, user, name=name, expires_at=_now() + ttl)
 
@@ -185,6 +243,9 @@ def resolve_token(session: Session, secret: str) -> ApiToken | None:
         return None
     token = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(secret)))
     if token is None or token.revoked_at is not None or not token.user.is_active:
+        return None
+    changed = token.user.password_changed_at
+    if changed is not None and _aware(token.created_at) < _aware(changed):
         return None
     now = _now()
     if is_expired(token, now):
@@ -209,7 +270,7 @@ def list_tokens(
 def get_token(session: Session, token_id: int, *, viewer: User) -> ApiToken:
     token = session.get(ApiToken, token_id)
     # Someone else's token is reported as missing, so ids leak nothing.
-    if token is None or (token.user_id != viewer.id and viewer.role != Role.ADMIN):
+    if token is None or (token.user_id != viewer.id and not policy.is_admin(viewer)):
         raise NotFound(f"token {token_id} does not exist")
     return token
 

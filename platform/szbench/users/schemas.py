@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from szbench.auth.schemas import UserOut
+from szbench.auth.schemas import CHOOSING_RULES, UserOut
 from szbench.models import Role
 
 __all__ = ["UserCreate", "UserOut", "UserUpdate"]
@@ -12,7 +12,7 @@ __all__ = ["UserCreate", "UserOut", "UserUpdate"]
 
 class UserCreate(BaseModel):
     email: str = Field(max_length=320)
-    password: str | None = Field(default=None, min_length=8, max_length=1000)
+    password: str | None = Field(default=None, max_length=1000, description=CHOOSING_RULES)
     name: str = Field(default="", max_length=200)
     role: Role = Role.RESEARCHER
 
@@ -21,4 +21,4 @@ class UserUpdate(BaseModel):
     name: str | None = Field(default=None, max_length=200)
     role: Role | None = None
     is_active: bool | None = None
-    password: str | None = Field(default=None, min_length=8, max_length=1000)
+    password: str | None = Field(default=None, max_length=1000, description=CHOOSING_RULES)

@@ -15,7 +15,7 @@ from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
-from szbench.errors import SzbenchError
+from szbench.errors import Forbidden, SzbenchError, Unauthorized
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
 from szbench.evaluations.schemas import EvaluationCreate
@@ -87,6 +87,7 @@ def create_token(
             name=name,
             scopes=list(scopes or []),
             expires_at=datetime.now(UTC) + timedelta(days=days) if days else None,
+            within=caller.scopes,
         )
     except SzbenchError as exc:
         return _tokens(request, session, caller, error=exc.detail, status_code=exc.status_code)
@@ -193,8 +194,12 @@ def evaluation_page(
 ) -> Response:
     """One evaluation: progress, provenance and each recording's outcome and messages."""
     evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
-    detail = evaluations.to_detail(session, evaluation)
-    runs, total = results.recording_runs(session, evaluation, viewer=caller.user, limit=500)
+    detail = evaluations.to_detail(session, evaluation, viewer=caller.user)
+    runs_hidden = None
+    try:
+        runs, total = results.recording_runs(session, evaluation, viewer=caller.user, limit=500)
+    except (Forbidden, Unauthorized) as exc:
+        runs, total, runs_hidden = [], 0, exc.detail
     version = session.get(AlgorithmVersion, evaluation.algorithm_version_id)
     context = {
         "title": f"Evaluation {evaluation.id}",
@@ -202,6 +207,7 @@ def evaluation_page(
         "detail": detail,
         "runs": runs,
         "runs_total": total,
+        "runs_hidden": runs_hidden,
         "version": version,
         "can_manage": caller.user is not None
         and (caller.is_admin or evaluation.algorithm_version.algorithm.owner_id == caller.user.id),

@@ -13,11 +13,13 @@ from szbench.auth import cookies
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone
 from szbench.datasets import queries as datasets
-from szbench.errors import Forbidden, NotFound, SzbenchError
+from szbench.errors import Forbidden, NotFound, SzbenchError, TooManyAttempts
 from szbench.evaluations import queries as evaluations
+from szbench.evaluations.schemas import SubjectResultOut
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards.statistics import CI_METRICS
 from szbench.models import Evaluation, Role
+from szbench.results import disclosure
 from szbench.results import queries as results
 from szbench.web import charts
 from szbench.web import queries as web_queries
@@ -69,10 +71,19 @@ def login(
     """Check the password and set the session cookie."""
     response = RedirectResponse(safe_next(next), status_code=303)
     try:
-        cookies.login_with_password(session, response, email=email, password=password)
+        cookies.login_with_password(
+            session,
+            response,
+            email=email,
+            password=password,
+            client=cookies.client_address(request),
+        )
     except SzbenchError as exc:
         context = {"next": safe_next(next), "error": exc.detail, "email": email, "title": "Sign in"}
-        return render(request, "login.html", caller, context, status_code=exc.status_code)
+        page = render(request, "login.html", caller, context, status_code=exc.status_code)
+        if isinstance(exc, TooManyAttempts):
+            page.headers["Retry-After"] = str(exc.retry_after_s)
+        return page
     return response
 
 
@@ -109,9 +120,11 @@ def signup(
     """Create a researcher account and sign it in."""
     _check_signup_open()
     try:
-        auth.create_user(session, email=email, password=password, name=name, role=Role.RESEARCHER)
+        user = auth.create_user(
+            session, email=email, password=password, name=name, role=Role.RESEARCHER
+        )
         response = redirect("/submissions", "Welcome! Your account is ready.")
-        cookies.login_with_password(session, response, email=email, password=password)
+        cookies.start_session(session, response, user)
     except SzbenchError as exc:
         session.rollback()
         context = {"error": exc.detail, "email": email, "name": name, "title": "Create an account"}
@@ -231,7 +244,16 @@ def algorithm_page(
 def _evaluation_charts(
     session: SessionDep, evaluation: Evaluation, caller: Caller
 ) -> dict[str, object]:
-    subjects, _ = results.subject_results(session, evaluation, limit=None)
+    view = disclosure.view_of(caller.user, evaluation)
+    subjects_hidden = None
+    subjects: list[SubjectResultOut] = []
+    if view.subjects:
+        subjects, _ = results.subject_results(session, evaluation, viewer=caller.user, limit=None)
+    else:
+        subjects_hidden = (
+            f"Per-subject results are not disclosed: this held-out dataset discloses "
+            f"{view.level.value} figures only."
+        )
     labels = [s.subject for s in subjects]
     subject_charts = [
         charts.horizontal_bars(
@@ -284,6 +306,7 @@ def _evaluation_charts(
     ]
     return {
         "subjects": subjects,
+        "subjects_hidden": subjects_hidden,
         "subject_charts": subject_charts,
         "stability": stability,
         "rank_chart": rank_chart,

@@ -1,0 +1,197 @@
+"""Sign-in throttling: exponential backoff per account and per client address.
+
+Every password check (API and web sign-in, a password change's current password) first
+calls :func:`begin`, which counts the attempt as a failure *before* the password is
+checked, and refuses it (:class:`~szbench.errors.TooManyAttempts`, 429 with Retry-After)
+while an earlier failure's wait has not ended. A right password then calls
+:func:`succeeded`, which clears the account's failures and takes the attempt back from the
+client's. Counting in advance is what bounds parallel guessing: N concurrent attempts are
+N failures at once, so an attacker cannot run many guesses inside one wait.
+
+Past ``free`` failures (``SZBENCH_SIGNIN_FREE_FAILURES_PER_ACCOUNT``, ``..._PER_CLIENT``) the
+k-th further failure blocks the key for ``base * 2**(k-1)`` seconds, at most ``max``
+(``SZBENCH_SIGNIN_BACKOFF_BASE_S``, ``..._MAX_S``). A key's failures are forgotten after
+``SZBENCH_SIGNIN_FAILURE_MEMORY_S`` without an attempt; such rows are deleted as attempts come.
+
+The state lives in the database (table ``signin_throttle``), not in Redis: it must hold
+across requests and API processes, and the database is the one store every deployment has,
+the embedded one included (Redis is only the broker, absent there). The row locks make the
+counts exact under concurrency, and a sign-in costs a password hash anyway, so the few
+row writes are noise. Keys are sha256 digests: no typed email (or a password typed into the
+email field) is stored.
+
+The account key is the normalised email as typed, whether or not such a user exists, so a
+throttled answer tells nothing about which emails have accounts. The client key is the
+address uvicorn reports (the proxy's ``X-Forwarded-For`` when it comes from a trusted proxy),
+an IPv6 address's /64 (one host usually holds a whole /64).
+
+Time comes from :data:`clock`, which tests set instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from szbench.config import get_settings
+from szbench.errors import TooManyAttempts
+from szbench.models import SigninThrottle
+
+
+class Clock:
+    """The throttle's idea of now: the system clock, or a moment a test sets and advances."""
+
+    def __init__(self) -> None:
+        self._fixed: datetime | None = None
+
+    def now(self) -> datetime:
+        return self._fixed if self._fixed is not None else datetime.now(UTC)
+
+    def set(self, moment: datetime | None) -> None:
+        """Freeze the clock at ``moment``; ``None`` goes back to the system clock."""
+        self._fixed = moment
+
+    def advance(self, seconds: float) -> None:
+        self._fixed = self.now() + timedelta(seconds=seconds)
+
+
+clock = Clock()
+
+
+@dataclass(frozen=True)
+class _Counted:
+    key: str
+    blocked_until: datetime | None  # what this attempt set (None: it set no wait)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A sign-in attempt counted by :func:`begin`, for :func:`succeeded`."""
+
+    account: _Counted
+    client: _Counted | None
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored moment is UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _digest(kind: str, value: str) -> str:
+    return hashlib.sha256(f"{kind}:{value}".encode()).hexdigest()
+
+
+def account_key(email: str) -> str:
+    return _digest("account", email.strip().lower())
+
+
+def client_key(address: str) -> str:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return _digest("client", address)  # not an address (a test client's name): as given
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return _digest("client", str(ip.ipv4_mapped))
+        return _digest("client", str(ipaddress.ip_network(f"{ip}/64", strict=False)))
+    return _digest("client", str(ip))
+
+
+def _locked_row(session: Session, key: str, now: datetime) -> SigninThrottle:
+    """The key's row, created when missing, locked until the transaction ends."""
+    dialect = session.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    # Two tries: a concurrent sweep may delete a stale row between the insert and the read.
+    for _ in range(2):
+        session.execute(
+            insert(SigninThrottle)
+            .values(key=key, failures=0, last_attempt_at=now)
+            .on_conflict_do_nothing(index_elements=["key"])
+        )
+        row = session.scalar(
+            select(SigninThrottle)
+            .where(SigninThrottle.key == key)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        if row is not None:
+            return row
+    raise RuntimeError("sign-in throttle row vanished twice")  # pragma: no cover
+
+
+def _wait_s(failures: int, free: int) -> float | None:
+    settings = get_settings()
+    over = failures - free
+    if over <= 0:
+        return None
+    # min() first: 2**over overflows a float for large counts.
+    exponent = min(over - 1, 64)
+    return min(settings.signin_backoff_base_s * 2.0**exponent, settings.signin_backoff_max_s)
+
+
+def begin(session: Session, *, email: str, client: str | None) -> Attempt:
+    """Count a sign-in attempt for ``email`` from ``client`` (an address; None: not over
+    the network, e.g. a test) as a failure, or raise :class:`TooManyAttempts` while a wait is
+    on. Flushes only: the caller commits before checking the password, so that the count
+    holds whatever happens next."""
+    settings = get_settings()
+    now = clock.now()
+    forget_before = now - timedelta(seconds=settings.signin_failure_memory_s)
+    session.execute(
+        delete(SigninThrottle)
+        .where(SigninThrottle.last_attempt_at < forget_before)
+        .execution_options(synchronize_session=False)
+    )
+    keys = [(account_key(email), settings.signin_free_failures_per_account)]
+    if client:
+        keys.append((client_key(client), settings.signin_free_failures_per_client))
+    # Always in the same order, so two attempts never wait for each other's locks crosswise.
+    rows = {key: _locked_row(session, key, now) for key, _ in sorted(keys)}
+    waits = [
+        _aware(row.blocked_until)
+        for row in rows.values()
+        if row.blocked_until is not None and _aware(row.blocked_until) > now
+    ]
+    if waits:
+        retry_after_s = max(1, math.ceil((max(waits) - now).total_seconds()))
+        raise TooManyAttempts(
+            f"too many failed sign-ins; try again in {retry_after_s} s",
+            retry_after_s=retry_after_s,
+        )
+    counted = []
+    for key, free in keys:
+        row = rows[key]
+        if _aware(row.last_attempt_at) < forget_before:
+            row.failures = 0
+        row.failures += 1
+        row.last_attempt_at = now
+        wait_s = _wait_s(row.failures, free)
+        row.blocked_until = now + timedelta(seconds=wait_s) if wait_s is not None else None
+        counted.append(_Counted(key, row.blocked_until))
+    session.flush()
+    return Attempt(account=counted[0], client=counted[1] if len(counted) > 1 else None)
+
+
+def succeeded(session: Session, attempt: Attempt) -> None:
+    """The attempt's password was right: the account starts afresh, and the client's count
+    loses this attempt (other clients' failures from the same address stay)."""
+    now = clock.now()
+    account = _locked_row(session, attempt.account.key, now)
+    account.failures = 0
+    account.blocked_until = None
+    if attempt.client is not None:
+        client = _locked_row(session, attempt.client.key, now)
+        client.failures = max(0, client.failures - 1)
+        # Lift only the wait this attempt set; a later failure's wait stays.
+        mine = attempt.client.blocked_until
+        if client.blocked_until is not None and _aware(client.blocked_until) == mine:
+            client.blocked_until = None
+    session.flush()
