@@ -10,8 +10,11 @@ Accepted: a ``.tar`` or ``.tar.gz`` holding exactly one image in either layout t
   ``manifest.json`` is read through ``index.json``.
 
 Refused, each with a message naming the member or field: anything that is not a tar
-archive; members whose path or link target escapes the archive (absolute paths, ``..``,
-symbolic or hard links pointing outside); device files and FIFOs; more or fewer than one
+archive; an archive over a size limit (:class:`ArchiveLimits`, HTTP 413 naming the limit and
+its setting): too many members, too many expanded bytes, too many files in its layers or too
+many bytes in them (about the loaded image's size); a layer that is not a tar archive;
+members whose path or link target escapes the archive (absolute paths, ``..``, symbolic
+or hard links pointing outside); device files and FIFOs; more or fewer than one
 image; a config blob whose content does not match its name; a platform other than
 linux/amd64; an image that runs as root unless the settings allow it. Root is decided
 as the engine decides it (:func:`image_uid`): numeric users as Go reads numbers (``00`` and
@@ -21,6 +24,11 @@ is refused rather than guessed.
 
 The recorded digest is the image id: ``sha256:`` + the sha256 of the config blob, which is
 what ``docker load`` reports and ``docker inspect`` shows as ``Id``.
+
+The limits are checked while the archive is read, from each member's header before its
+bytes are expanded, so a small compressed archive that expands to terabytes is refused
+after its first large header. Members are counted, not listed: only the outer archive's
+(at most ``max_members``) are kept; a layer's file headers are dropped as they are read.
 """
 
 from __future__ import annotations
@@ -35,11 +43,103 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from szbench.errors import InvalidSubmission
+from szbench.config import Settings, get_settings
+from szbench.errors import InvalidSubmission, PayloadTooLarge
 
 # JSON members (manifests, configs, indexes) are small; larger files are layers.
 _MAX_JSON_BYTES = 8 * 1024**2
 _MAX_KEPT_BYTES = 64 * 1024**2
+# tarfile reads a long-name or pax header whole into memory: a header that claims
+# gigabytes would be read before any member is seen.
+_MAX_EXTENDED_HEADER_BYTES = 1024**2
+_BLOCK = tarfile.BLOCKSIZE
+_COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """What an image archive may hold; each over-limit archive is refused while it is read."""
+
+    max_members: int
+    max_expanded_bytes: int
+    max_layer_members: int
+    max_image_bytes: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> ArchiveLimits:
+        settings = settings or get_settings()
+        return cls(
+            max_members=settings.archive_max_members,
+            max_expanded_bytes=settings.archive_max_expanded_bytes,
+            max_layer_members=settings.image_max_layer_members,
+            max_image_bytes=settings.image_max_bytes,
+        )
+
+
+class _Header(tarfile.TarInfo):
+    """A member header that refuses oversized long-name and pax headers before tarfile
+    reads them into memory."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        extended = (
+            tarfile.GNUTYPE_LONGNAME,
+            tarfile.GNUTYPE_LONGLINK,
+            tarfile.XHDTYPE,
+            tarfile.XGLTYPE,
+            tarfile.SOLARIS_XHDTYPE,
+        )
+        if self.type in extended and self.size > _MAX_EXTENDED_HEADER_BYTES:
+            raise InvalidSubmission(
+                f"archive member {self.name!r}: an extended tar header of {self.size} bytes "
+                f"(at most {_MAX_EXTENDED_HEADER_BYTES})"
+            )
+        return super()._proc_member(tarfile_)  # type: ignore[misc,no-any-return]
+
+
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
+
+
+class _Budget:
+    """Counts what the archive expands to, refusing it at the first count over a limit."""
+
+    def __init__(self, limits: ArchiveLimits) -> None:
+        self.limits = limits
+        self.members = 0
+        self.expanded_bytes = 0
+        self.layer_members = 0
+        self.image_bytes = 0
+
+    def outer(self, member: tarfile.TarInfo) -> None:
+        limits = self.limits
+        self.members += 1
+        if self.members > limits.max_members:
+            raise PayloadTooLarge(
+                f"the archive holds more than {limits.max_members} members "
+                "(limit SZBENCH_ARCHIVE_MAX_MEMBERS)"
+            )
+        self.expanded_bytes += _BLOCK + _padded(member.size)
+        if self.expanded_bytes > limits.max_expanded_bytes:
+            raise PayloadTooLarge(
+                f"archive member {member.name!r}: the archive expands to more than "
+                f"{limits.max_expanded_bytes} bytes (limit SZBENCH_ARCHIVE_MAX_EXPANDED_BYTES)"
+            )
+
+    def layer(self, layer: str, member: tarfile.TarInfo) -> None:
+        limits = self.limits
+        self.layer_members += 1
+        if self.layer_members > limits.max_layer_members:
+            raise PayloadTooLarge(
+                f"layer {layer!r}: the image's layers hold more than "
+                f"{limits.max_layer_members} files (limit SZBENCH_IMAGE_MAX_LAYER_MEMBERS)"
+            )
+        if member.isfile():
+            self.image_bytes += member.size
+            if self.image_bytes > limits.max_image_bytes:
+                raise PayloadTooLarge(
+                    f"layer {layer!r}: the image's files add up to more than "
+                    f"{limits.max_image_bytes} bytes (limit SZBENCH_IMAGE_MAX_BYTES)"
+                )
 
 
 @dataclass(frozen=True)
@@ -52,6 +152,10 @@ class ImageInfo:
     layers: int
     repo_tags: list[str] = field(default_factory=list)
     gzip: bool = False
+    # What the archive expands to, and the files and bytes of all its layers together.
+    expanded_bytes: int = 0
+    layer_members: int = 0
+    image_bytes: int = 0
 
 
 def _is_gzip(path: Path) -> bool:
@@ -90,25 +194,59 @@ def _check_member(member: tarfile.TarInfo) -> None:
         )
 
 
-def _scan(tar: tarfile.TarFile) -> tuple[dict[str, tarfile.TarInfo], dict[str, bytes]]:
-    """Check every member; keep the small JSON-looking files' bytes (one pass, also for gzip)."""
+def _scan_layer(fh: IO[bytes], name: str, budget: _Budget) -> bool:
+    """Count the files of the layer tar ``fh`` (plain or compressed); False if it is not a
+    tar archive. Headers are dropped as they are read, so memory stays bounded."""
+    magic = fh.read(6)
+    fh.seek(0)
+    # Plain layers are read with seeks (their file bytes skipped, not read); compressed
+    # ones as a stream, which expands them once.
+    mode = "r|*" if magic.startswith(_COMPRESSED_MAGIC) else "r:"
+    try:
+        with tarfile.open(fileobj=fh, mode=mode, tarinfo=_Header) as layer:  # type: ignore[call-overload]
+            while (member := layer.next()) is not None:
+                layer.members.clear()
+                budget.layer(name, member)
+    except tarfile.ReadError as exc:
+        # Docker writes an empty layer as a tar of zero blocks, which tarfile calls empty.
+        return "empty file" in str(exc)
+    except (tarfile.TarError, EOFError, OSError, ValueError):
+        return False
+    return True
+
+
+def _scan(
+    tar: tarfile.TarFile, budget: _Budget
+) -> tuple[dict[str, tarfile.TarInfo], dict[str, bytes], set[str]]:
+    """Check and count every member in one pass (also for gzip); keep the small JSON
+    files' bytes, and return the names of the files that are tar archives (the layers)."""
     members: dict[str, tarfile.TarInfo] = {}
     kept: dict[str, bytes] = {}
+    tars: set[str] = set()
     kept_bytes = 0
-    for member in tar:
+    while (member := tar.next()) is not None:
+        # tarfile lists every member it has read; the names kept here are enough.
+        tar.members.clear()  # type: ignore[attr-defined]
         _check_member(member)
+        budget.outer(member)
         name = _clean(member.name)
         members[name] = member
-        if member.isfile() and 0 < member.size <= _MAX_JSON_BYTES and kept_bytes < _MAX_KEPT_BYTES:
-            fh = tar.extractfile(member)
-            if fh is None:
-                continue
-            head = fh.read(1)
-            if head in (b"{", b"["):
+        if not member.isfile() or member.size == 0:
+            continue
+        fh = tar.extractfile(member)
+        if fh is None:
+            continue
+        head = fh.read(1)
+        if head in (b"{", b"["):
+            if member.size <= _MAX_JSON_BYTES and kept_bytes < _MAX_KEPT_BYTES:
                 data = head + fh.read()
                 kept[name] = data
                 kept_bytes += len(data)
-    return members, kept
+        else:
+            fh.seek(0)
+            if _scan_layer(fh, name, budget):
+                tars.add(name)
+    return members, kept, tars
 
 
 def _resolve(name: str, members: dict[str, tarfile.TarInfo]) -> str:
@@ -317,13 +455,17 @@ def _image_passwd(
     return None
 
 
-def check_image_archive(path: Path, *, allow_root: bool = False) -> ImageInfo:
-    """Check the ``docker save`` archive at ``path``; its :class:`ImageInfo` or
-    :class:`~szbench.errors.InvalidSubmission` naming the problem."""
+def check_image_archive(
+    path: Path, *, allow_root: bool = False, limits: ArchiveLimits | None = None
+) -> ImageInfo:
+    """Check the ``docker save`` archive at ``path``; its :class:`ImageInfo`, else
+    :class:`~szbench.errors.InvalidSubmission` naming the problem, or
+    :class:`~szbench.errors.PayloadTooLarge` naming the limit (default: the settings')."""
     gzip = _is_gzip(path)
+    budget = _Budget(limits or ArchiveLimits.from_settings())
     try:
-        with tarfile.open(path, mode="r:gz" if gzip else "r:") as tar:
-            members, kept = _scan(tar)
+        with tarfile.open(path, mode="r:gz" if gzip else "r:", tarinfo=_Header) as tar:
+            members, kept, tars = _scan(tar, budget)
     except (tarfile.TarError, EOFError, OSError) as exc:
         kind = "tar.gz" if gzip else "tar"
         raise InvalidSubmission(f"the upload is not a readable {kind} archive ({exc})") from None
@@ -343,8 +485,14 @@ def check_image_archive(path: Path, *, allow_root: bool = False) -> ImageInfo:
     if not layers:
         raise InvalidSubmission("manifest.json: the image has no layers")
     for layer in layers:
-        if _escapes(layer) or _resolve(_clean(layer), members) not in members:
+        real = "" if _escapes(layer) else _resolve(_clean(layer), members)
+        if real not in members:
             raise InvalidSubmission(f"manifest.json: layer {layer!r} is missing from the archive")
+        if real not in tars:
+            # Its files could not be counted (zstd, say): its size would be unknown.
+            raise InvalidSubmission(
+                f"manifest.json: layer {layer!r} is not a tar archive (plain, gzip, bzip2 or xz)"
+            )
 
     config, raw = _json(_clean(config_name), members, kept)
     digest_hex = hashlib.sha256(raw).hexdigest()
@@ -373,6 +521,9 @@ def check_image_archive(path: Path, *, allow_root: bool = False) -> ImageInfo:
         layers=len(layers),
         repo_tags=tags,
         gzip=gzip,
+        expanded_bytes=budget.expanded_bytes,
+        layer_members=budget.layer_members,
+        image_bytes=budget.image_bytes,
     )
 
 
