@@ -43,6 +43,10 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
         ANYONE,
         {"email": "{new}@example.org", "password": "longenough"},
     ),
+    ("POST", "/api/v1/auth/password"): (
+        SIGNED_IN,
+        {"current_password": "s3cret-pass", "new_password": "a-new-long-passphrase"},
+    ),
     ("GET", "/api/v1/auth/me"): (SIGNED_IN, None),
     ("GET", "/api/v1/tokens"): (SIGNED_IN, None),
     ("POST", "/api/v1/tokens"): (SIGNED_IN, {"name": "t"}),
@@ -74,6 +78,7 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/api/v1/datasets"): (ANYONE, None),
     ("POST", "/api/v1/datasets"): (ADMIN, {"slug": "{new}"}),
     ("GET", "/api/v1/datasets/{slug}"): (ANYONE, None),
+    ("PATCH", "/api/v1/datasets/{slug}"): (ADMIN, {"disclosure": "subject"}),
     ("POST", "/api/v1/datasets/{slug}/versions"): (
         ADMIN,
         {"version": "9", "prepared_path": "/nonexistent"},
@@ -99,10 +104,12 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/api/v1/evaluations/{evaluation_id}/rescore"): (OWNER, {"scoring_params": {}}),
     ("POST", "/api/v1/evaluations/{evaluation_id}/publish"): (ADMIN, None),
     ("GET", "/api/v1/evaluations/{evaluation_id}/result"): (ANYONE, None),
-    ("GET", "/api/v1/evaluations/{evaluation_id}/subjects"): (ANYONE, None),
-    ("GET", "/api/v1/evaluations/{evaluation_id}/subjects/download"): (ANYONE, None),
-    ("GET", "/api/v1/evaluations/{evaluation_id}/recordings"): (ANYONE, None),
-    ("GET", "/api/v1/evaluations/{evaluation_id}/recordings/download"): (ANYONE, None),
+    # Held-out data at the default disclosure (aggregate): per-subject and per-recording
+    # results are for admins (the other levels: tests/platform/test_disclosure.py).
+    ("GET", "/api/v1/evaluations/{evaluation_id}/subjects"): (ADMIN, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/subjects/download"): (ADMIN, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/recordings"): (ADMIN, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/recordings/download"): (ADMIN, None),
     # Detections on held-out data: admins only, not even the owner.
     ("GET", "/api/v1/evaluations/{evaluation_id}/recordings/{run_id}/detections"): (ADMIN, None),
     ("GET", "/api/v1/leaderboards"): (ANYONE, None),

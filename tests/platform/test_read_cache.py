@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from szbench.api import cache as cache_module
 from szbench.api.cache import StampedCache
 from szbench.config import get_settings
-from szbench.models import Role, Visibility
+from szbench.models import Disclosure, Role, Visibility
 from tests.platform import factories as f
 from tests.platform.helpers import in_thread, recorded_statements, until
 
@@ -119,7 +119,8 @@ def test_cached_results_are_served_without_the_database_and_checked_per_viewer(
     s = db_session
     alice, bob = f.user(s, name="Alice"), f.user(s, name="Bob")
     algo = f.algorithm(s, alice, name="alpha")
-    dv = f.dataset_version(s, f.dataset(s, slug="held"), version="1")
+    # Per-subject figures disclosed, so that the subjects route answers non-admins.
+    dv = f.dataset_version(s, f.dataset(s, slug="held", disclosure=Disclosure.SUBJECT), version="1")
     ev = f.evaluation(s, f.version(s, algo), dv, published=False)
     f.result(s, ev, {"01": {"event_f1": 0.5, "event_sensitivity": 0.5}})
     as_alice, as_bob = f.headers(s, alice), f.headers(s, bob)
@@ -162,7 +163,8 @@ def test_cached_answers_match_fresh_ones(
     s = db_session
     alice = f.user(s, name="Alice")
     algo = f.algorithm(s, alice, name="alpha")
-    dv = f.dataset_version(s, f.dataset(s, slug="held"), version="1")
+    # Per-subject figures disclosed, so that the subjects route answers non-admins.
+    dv = f.dataset_version(s, f.dataset(s, slug="held", disclosure=Disclosure.SUBJECT), version="1")
     ev = f.evaluation(s, f.version(s, algo), dv)
     f.result(s, ev, {f"{i:02d}": {"event_f1": i / 10, "event_sensitivity": 0.5} for i in range(5)})
     paths = [

@@ -442,9 +442,10 @@ class StampedCache:
         _front.forget(self)
 
 
-def viewer_key(viewer: Any) -> tuple[int, str] | None:
-    """The part of a variant that says who asks, for answers that differ per viewer."""
-    return (viewer.id, viewer.role.value) if viewer is not None else None
+def viewer_key(viewer: Any) -> tuple[int, str, bool] | None:
+    """The part of a variant that says who asks, for answers that differ per viewer (an
+    admin's token without the admin scope gets a researcher's answers: another key)."""
+    return (viewer.id, viewer.role.value, viewer.admin_scope) if viewer is not None else None
 
 
 _write_hooks: list[Callable[[], None]] = []

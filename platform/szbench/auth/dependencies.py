@@ -43,7 +43,8 @@ class Principal:
 
     @property
     def is_admin(self) -> bool:
-        return self.user is not None and self.user.role == Role.ADMIN
+        """An admin acting as one: the role, and the token's ``admin`` scope."""
+        return self.user is not None and self.user.role == Role.ADMIN and "admin" in self.scopes
 
 
 def _bearer_secret(header: str) -> str | None:
@@ -70,6 +71,7 @@ def _principal(
 ) -> Principal:
     if found is not None:
         token, user = found
+        _mark_admin_scope(token, user)
         principal = Principal(user=user, token=token, via_cookie=via_cookie)
     elif via_cookie:
         principal = Principal(None)  # a stale cookie must not break public pages
@@ -77,6 +79,12 @@ def _principal(
         raise Unauthorized("the token is invalid, expired or revoked")
     request.state.user_id = principal.user.id if principal.user else None
     return principal
+
+
+def _mark_admin_scope(token: ApiToken, user: User) -> None:
+    """Admin data needs the admin scope: the services decide on the user object alone
+    (:func:`szbench.auth.policy.is_admin`), so the object this request resolved carries it."""
+    user.admin_scope = "admin" in token.scopes
 
 
 def _resolve(request: Request, session: Session, credential: tuple[str, bool] | None) -> Principal:
@@ -138,6 +146,7 @@ def viewer_from_memory(scope: MutableMapping[str, Any]) -> tuple[bool, User | No
     found = tokens.peek(secret)
     if found is None or "read" not in found[0].scopes:
         return False, None
+    _mark_admin_scope(*found)  # the same for every request with this token
     return True, found[1]
 
 

@@ -1,7 +1,9 @@
 """Who may see what. Pure functions on models plus the matching SQL filters.
 
 The rules:
-- admins see everything;
+- admins see everything, when their token has the ``admin`` scope: an admin's token without
+  it (and so the user object resolved from it, see ``User.admin_scope``) sees what a
+  researcher sees;
 - an algorithm is seen by everyone when public, else by its owner only;
 - an evaluation's results are seen by the algorithm's owner; by others only when the
   algorithm is public, the evaluation is published (hidden phases stay unpublished until an
@@ -30,7 +32,7 @@ from szbench.models import (
 
 
 def is_admin(user: User | None) -> bool:
-    return user is not None and user.role == Role.ADMIN
+    return user is not None and user.role == Role.ADMIN and user.admin_scope
 
 
 def owns(user: User | None, algorithm: Algorithm) -> bool:

@@ -158,8 +158,12 @@ def change_password(
 ) -> None:
     """The user's own change: the current password is checked (and throttled) as a sign-in."""
     if user.password_hash is None:
-        raise Forbidden("this account signs in with API tokens only; ask an admin for a password")
-    authenticate(session, email=user.email, password=current_password, client=client)
+        raise BadRequest("current_password: this account has none (it uses API tokens only)")
+    try:
+        authenticate(session, email=user.email, password=current_password, client=client)
+    except Unauthorized:
+        # 401 would read as "signed out" to a client; the caller is signed in.
+        raise BadRequest("current_password: wrong password") from None
     set_password(session, user, new_password)
 
 

@@ -35,3 +35,25 @@ def create(
     except SzbenchError as exc:
         typer.echo(f"error: {exc.detail}", err=True)
         raise typer.Exit(1) from exc
+
+
+@app.command("set-password")
+def set_password(
+    email: str = typer.Argument(..., help="Email address of the account."),
+    password: str | None = typer.Option(None, help="New password (asked for when omitted)."),
+) -> None:
+    """Reset a user's password; every token and web session they hold is revoked."""
+    from szbench.auth import service
+    from szbench.db import session_scope
+    from szbench.errors import SzbenchError
+
+    if password is None:
+        password = typer.prompt("new password", hide_input=True, confirmation_prompt=True)
+    try:
+        with session_scope() as session:
+            user = service.get_user_by_email(session, email)
+            service.set_password(session, user, password)
+            typer.echo(f"password of user {user.id} {user.email} set; their tokens are revoked")
+    except SzbenchError as exc:
+        typer.echo(f"error: {exc.detail}", err=True)
+        raise typer.Exit(1) from exc

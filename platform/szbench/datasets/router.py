@@ -18,6 +18,7 @@ from szbench.datasets.schemas import (
     DatasetCreate,
     DatasetDetail,
     DatasetOut,
+    DatasetUpdate,
     DatasetVersionCreate,
     DatasetVersionOut,
     DatasetVersionRegistered,
@@ -80,6 +81,17 @@ def create_dataset(body: DatasetCreate, session: SessionDep, _admin: AdminOnly) 
     """Create a dataset (then register prepared versions of it)."""
     dataset = dataset_service.create_dataset(session, **body.model_dump())
     session.refresh(dataset, ["versions"])
+    return _detail(session, dataset, admin=True)
+
+
+@router.patch("/{slug}", response_model=DatasetDetail)
+def update_dataset(
+    slug: str, body: DatasetUpdate, session: SessionDep, _admin: AdminOnly
+) -> DatasetDetail:
+    """Change what non-admins see of results on a held-out dataset (its disclosure level)."""
+    dataset = dataset_service.set_disclosure(
+        session, queries.get_dataset(session, slug), body.disclosure
+    )
     return _detail(session, dataset, admin=True)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from szbench.models import DatasetKind
+from szbench.models import DatasetKind, Disclosure
 
 
 class DatasetVersionOut(BaseModel):
@@ -27,6 +27,12 @@ class DatasetOut(BaseModel):
     title: str
     description: str
     kind: DatasetKind
+    disclosure: Disclosure = Field(
+        description="What non-admins see of results on held-out data: aggregate (dataset-level "
+        "figures only), subject (per-subject figures too) or recording (per-recording counts, "
+        "outcomes and reference timelines too). A phase may override it; public samples are "
+        "always disclosed fully."
+    )
     created_at: datetime
 
 
@@ -41,6 +47,11 @@ class DatasetCreate(BaseModel):
     description: str = Field(default="", max_length=20000)
     kind: DatasetKind = DatasetKind.HELD_OUT
     run_limits: dict[str, Any] | None = None
+    disclosure: Disclosure = Disclosure.AGGREGATE
+
+
+class DatasetUpdate(BaseModel):
+    disclosure: Disclosure = Field(description="See DatasetOut.disclosure.")
 
 
 class DatasetVersionCreate(BaseModel):

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from szbench.errors import BadRequest, Conflict
-from szbench.models import Dataset, DatasetKind, DatasetVersion, Recording
+from szbench.models import Dataset, DatasetKind, DatasetVersion, Disclosure, Recording
 
 _SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
 
@@ -45,6 +45,7 @@ def create_dataset(
     description: str = "",
     kind: DatasetKind = DatasetKind.HELD_OUT,
     run_limits: dict[str, Any] | None = None,
+    disclosure: Disclosure = Disclosure.AGGREGATE,
 ) -> Dataset:
     """Create a dataset (no versions yet). Raises Conflict when the slug is taken."""
     if not _SLUG.fullmatch(slug):
@@ -66,9 +67,22 @@ def create_dataset(
     if session.scalar(select(Dataset.id).where(Dataset.slug == slug)) is not None:
         raise Conflict(f"a dataset with slug {slug!r} already exists")
     dataset = Dataset(
-        slug=slug, title=title or slug, description=description, kind=kind, run_limits=limits
+        slug=slug,
+        title=title or slug,
+        description=description,
+        kind=kind,
+        run_limits=limits,
+        disclosure=disclosure,
     )
     session.add(dataset)
+    session.flush()
+    return dataset
+
+
+def set_disclosure(session: Session, dataset: Dataset, disclosure: Disclosure) -> Dataset:
+    """What non-admins see of results on ``dataset`` from now on (see
+    :mod:`szbench.results.disclosure`); the read caches notice it through their facts."""
+    dataset.disclosure = disclosure
     session.flush()
     return dataset
 

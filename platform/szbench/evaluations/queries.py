@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +24,11 @@ from szbench.models import (
     RecordingRun,
     User,
 )
+from szbench.results import disclosure
 
 _LOAD = (
     joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
+    joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.phase),
     joinedload(Evaluation.dataset_version).joinedload(DatasetVersion.dataset),
 )
 
@@ -108,12 +111,15 @@ def outcome_counts(session: Session, evaluation_ids: Iterable[int]) -> dict[int,
     return counts
 
 
-def progress(session: Session, evaluation: Evaluation) -> Progress:
+def progress(session: Session, evaluation: Evaluation, *, viewer: User | None) -> Progress:
+    counts = outcome_counts(session, [evaluation.id])[evaluation.id]
     return Progress(
         status=evaluation.status,
         recordings_done=evaluation.recordings_done,
         recordings_total=evaluation.recordings_total,
-        outcomes=outcome_counts(session, [evaluation.id])[evaluation.id],
+        outcomes=disclosure.outcome_summary(
+            disclosure.view_of(viewer, evaluation), counts, finished=evaluation.status.finished
+        ),
     )
 
 
@@ -197,9 +203,21 @@ def make_provenance(
     )
 
 
-def provenances(session: Session, evaluations: list[Evaluation]) -> dict[int, Provenance]:
-    """Provenance of each evaluation, with its runs' hosts, GPUs, time and memory."""
+def provenances(
+    session: Session, evaluations: list[Evaluation], *, viewer: User | None
+) -> dict[int, Provenance]:
+    """Provenance of each evaluation, with its runs' hosts, GPUs, time and memory.
+
+    Time and memory of held-out runs are for admins: a container can choose both.
+    """
     summaries = run_summaries(session, [e.id for e in evaluations])
+    if not policy.is_admin(viewer):
+        for e in evaluations:
+            if not disclosure.view_of(viewer, e).run_resources:
+                summary = summaries[e.id]
+                summaries[e.id] = dataclasses.replace(
+                    summary, wall_time_s=None, peak_memory_bytes=None
+                )
     return {
         e.id: make_provenance(
             summaries[e.id],
@@ -241,9 +259,9 @@ def to_out(evaluation: Evaluation) -> EvaluationOut:
     )
 
 
-def to_detail(session: Session, evaluation: Evaluation) -> EvaluationDetail:
+def to_detail(session: Session, evaluation: Evaluation, *, viewer: User | None) -> EvaluationDetail:
     return EvaluationDetail(
         **to_out(evaluation).model_dump(),
-        progress=progress(session, evaluation),
-        provenance=provenances(session, [evaluation])[evaluation.id],
+        progress=progress(session, evaluation, viewer=viewer),
+        provenance=provenances(session, [evaluation], viewer=viewer)[evaluation.id],
     )

@@ -12,7 +12,6 @@ from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, IdQuery, Page, PageDep
 from szbench.auth.dependencies import AdminOnly, Anyone, Submitter
 from szbench.datasets import queries as datasets
-from szbench.errors import NotFound
 from szbench.evaluations import queries
 from szbench.evaluations import service as evaluation_service
 from szbench.evaluations.schemas import (
@@ -23,7 +22,7 @@ from szbench.evaluations.schemas import (
     PublishedOut,
     RescoreIn,
 )
-from szbench.models import AlgorithmVersion, EvaluationKind, EvaluationStatus
+from szbench.models import EvaluationKind, EvaluationStatus
 from szbench.phases import service as phases
 
 router = APIRouter(prefix="/evaluations", tags=["evaluations"], responses=ERROR_RESPONSES)
@@ -68,22 +67,21 @@ def create_evaluation(
 ) -> EvaluationDetail:
     """Evaluate one of the caller's algorithm versions on a dataset version."""
     assert caller.user is not None
-    version = session.get(AlgorithmVersion, body.algorithm_version_id)
-    if version is None:
-        raise NotFound(f"algorithm_version_id: version {body.algorithm_version_id} does not exist")
-    algorithms.get_managed_algorithm(session, version.algorithm_id, user=caller.user)
+    version = algorithms.get_managed_version(session, body.algorithm_version_id, user=caller.user)
     dv = datasets.get_version(session, datasets.get_dataset(session, body.dataset), body.version)
     evaluation = evaluation_service.create_evaluation(
         session, algorithm_version=version, dataset_version=dv, created_by=caller.user
     )
-    return queries.to_detail(session, evaluation)
+    return queries.to_detail(session, evaluation, viewer=caller.user)
 
 
 @router.get("/{evaluation_id}", response_model=EvaluationDetail)
 def get_evaluation(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -> EvaluationDetail:
     """One evaluation with its progress and provenance."""
     return queries.to_detail(
-        session, queries.get_evaluation(session, evaluation_id, viewer=caller.user)
+        session,
+        queries.get_evaluation(session, evaluation_id, viewer=caller.user),
+        viewer=caller.user,
     )
 
 
@@ -91,7 +89,9 @@ def get_evaluation(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -
 def get_progress(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -> Progress:
     """Recordings done of total and finished runs by outcome (cheap enough to poll)."""
     return queries.progress(
-        session, queries.get_evaluation(session, evaluation_id, viewer=caller.user)
+        session,
+        queries.get_evaluation(session, evaluation_id, viewer=caller.user),
+        viewer=caller.user,
     )
 
 
@@ -103,7 +103,7 @@ def cancel_evaluation(
     assert caller.user is not None
     evaluation = queries.get_managed_evaluation(session, evaluation_id, user=caller.user)
     evaluation = evaluation_service.cancel_evaluation(session, evaluation)
-    return queries.to_detail(session, evaluation)
+    return queries.to_detail(session, evaluation, viewer=caller.user)
 
 
 @router.post(
@@ -116,7 +116,7 @@ def rerun_evaluation(
     assert caller.user is not None
     evaluation = queries.get_managed_evaluation(session, evaluation_id, user=caller.user)
     new = evaluation_service.rerun_evaluation(session, evaluation, created_by=caller.user)
-    return queries.to_detail(session, new)
+    return queries.to_detail(session, new, viewer=caller.user)
 
 
 @router.post(
@@ -131,7 +131,7 @@ def rescore_evaluation(
     new = evaluation_service.rescore_evaluation(
         session, evaluation, scoring_params=body.scoring_params, created_by=caller.user
     )
-    return queries.to_detail(session, new)
+    return queries.to_detail(session, new, viewer=caller.user)
 
 
 @router.post("/{evaluation_id}/publish", response_model=PublishedOut)

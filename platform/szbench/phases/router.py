@@ -40,9 +40,12 @@ def get_phase(slug: str, session: SessionDep, _caller: Anyone) -> PhaseOut:
 
 @router.patch("/{slug}", response_model=PhaseOut)
 def update_phase(slug: str, body: PhaseUpdate, session: SessionDep, _admin: AdminOnly) -> PhaseOut:
-    """Change a phase's title, quota, visibility or whether it is open."""
+    """Change a phase's title, quota, visibility, disclosure or whether it is open."""
     phase = service.get_phase(session, slug)
-    return PhaseOut.model_validate(service.update_phase(session, phase, **body.model_dump()))
+    changes = body.model_dump()
+    if "disclosure" not in body.model_fields_set:
+        del changes["disclosure"]
+    return PhaseOut.model_validate(service.update_phase(session, phase, **changes))
 
 
 @router.post("/{slug}/publish", response_model=PublishOut)

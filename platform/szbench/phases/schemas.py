@@ -6,6 +6,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from szbench.models import Disclosure
+
+_DISCLOSURE = (
+    "Overrides the datasets' disclosure for evaluations of this phase's versions (e.g. "
+    "recording once the phase is over); null: each dataset's own level."
+)
+
 
 class PhaseCreate(BaseModel):
     slug: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,99}$")
@@ -15,6 +22,7 @@ class PhaseCreate(BaseModel):
     )
     submission_quota: int | None = Field(default=None, ge=0, le=10**6)
     is_open: bool = True
+    disclosure: Disclosure | None = Field(default=None, description=_DISCLOSURE)
 
 
 class PhaseUpdate(BaseModel):
@@ -22,6 +30,9 @@ class PhaseUpdate(BaseModel):
     hidden: bool | None = None
     submission_quota: int | None = Field(default=None, ge=0, le=10**6)
     is_open: bool | None = None
+    disclosure: Disclosure | None = Field(
+        default=None, description=_DISCLOSURE + " Send null explicitly to remove the override."
+    )
 
 
 class PhaseOut(BaseModel):
@@ -33,6 +44,7 @@ class PhaseOut(BaseModel):
     hidden: bool
     submission_quota: int | None
     is_open: bool
+    disclosure: Disclosure | None
     created_at: datetime
 
 

@@ -33,7 +33,8 @@ def create_phase(session: Session, *, slug: str, **fields: object) -> Phase:
 
 def update_phase(session: Session, phase: Phase, **changes: object) -> Phase:
     for key, value in changes.items():
-        if value is not None:
+        # None means "unchanged", except for the disclosure override, where it removes it.
+        if value is not None or key == "disclosure":
             setattr(phase, key, value)
     session.flush()
     return phase

@@ -24,6 +24,7 @@ from szbench.models import (
     SubjectResult,
     User,
 )
+from szbench.results import disclosure
 
 METRICS = (
     "event_sensitivity",
@@ -41,7 +42,9 @@ def metrics_of(row: DatasetResult | SubjectResult) -> dict[str, float | None]:
     return {m: getattr(row, m) for m in METRICS}
 
 
-def dataset_result(session: Session, evaluation: Evaluation) -> DatasetResultOut:
+def dataset_result(
+    session: Session, evaluation: Evaluation, *, viewer: User | None
+) -> DatasetResultOut:
     result = session.scalar(
         select(DatasetResult).where(DatasetResult.evaluation_id == evaluation.id)
     )
@@ -55,14 +58,21 @@ def dataset_result(session: Session, evaluation: Evaluation) -> DatasetResultOut
         recordings=result.recordings,
         missing_hypotheses=result.missing_hypotheses,
         report=result.report or {},
-        provenance=provenances(session, [evaluation])[evaluation.id],
+        provenance=provenances(session, [evaluation], viewer=viewer)[evaluation.id],
         **metrics_of(result),
     )
 
 
 def subject_results(
-    session: Session, evaluation: Evaluation, *, limit: int | None, offset: int = 0
+    session: Session,
+    evaluation: Evaluation,
+    *,
+    viewer: User | None,
+    limit: int | None,
+    offset: int = 0,
 ) -> tuple[list[SubjectResultOut], int]:
+    """Per-subject results; Forbidden where the evaluation's disclosure keeps them hidden."""
+    disclosure.view_of(viewer, evaluation).require_subjects(evaluation.id)
     where = SubjectResult.evaluation_id == evaluation.id
     total = session.scalar(select(func.count(SubjectResult.id)).where(where)) or 0
     query = select(SubjectResult).where(where).order_by(SubjectResult.subject).offset(offset)
@@ -87,6 +97,13 @@ def recording_runs(
     limit: int | None,
     offset: int = 0,
 ) -> tuple[list[RunOut], int]:
+    """Per-recording runs; Forbidden where the evaluation's disclosure keeps them hidden.
+
+    Messages, exit codes and resources of held-out runs are reduced to what
+    :mod:`szbench.results.disclosure` lets this viewer see.
+    """
+    view = disclosure.view_of(viewer, evaluation)
+    view.require_recordings(evaluation.id)
     clauses = [RecordingRun.evaluation_id == evaluation.id]
     if outcome is not None:
         clauses.append(RecordingRun.outcome == outcome)
@@ -103,6 +120,7 @@ def recording_runs(
     if limit is not None:
         query = query.limit(limit)
     admin = policy.is_admin(viewer)
+    details, resources = view.run_details, view.run_resources
     items = []
     for run in session.scalars(query):
         items.append(
@@ -112,8 +130,8 @@ def recording_runs(
                 recording=run.recording.key,
                 subject=run.recording.subject,
                 outcome=run.outcome,
-                exit_code=run.exit_code,
-                submitter_message=run.submitter_message,
+                exit_code=run.exit_code if details else None,
+                submitter_message=disclosure.run_message(view, run.outcome, run.submitter_message),
                 admin_log=run.admin_log if admin else None,
                 attempts=run.attempts,
                 event_tp=run.event_tp,
@@ -133,10 +151,10 @@ def recording_runs(
                     worker_host=run.worker_host,
                     gpu_model=run.gpu_model,
                     gpu_driver=run.gpu_driver,
-                    wall_time_s=run.wall_time_s,
-                    peak_memory_bytes=run.peak_memory_bytes,
-                    started_at=run.started_at,
-                    finished_at=run.finished_at,
+                    wall_time_s=run.wall_time_s if resources else None,
+                    peak_memory_bytes=run.peak_memory_bytes if resources else None,
+                    started_at=run.started_at if resources else None,
+                    finished_at=run.finished_at if resources else None,
                     reused_from_id=run.reused_from_id,
                 ),
             )

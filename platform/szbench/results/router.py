@@ -15,6 +15,7 @@ from szbench.api.deps import BareSessionDep, SessionDep
 from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
+from szbench.auth import policy
 from szbench.auth.dependencies import Anyone, Principal
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.queries import provenances
@@ -34,16 +35,19 @@ _DOWNLOAD: dict[int | str, dict[str, Any]] = {
 async def _evaluation_answer(
     request: Request, session: Session, caller: Principal, evaluation_id: int, variant: Hashable,
     build: Callable[[Evaluation], BaseModel],
+    authorize: Callable[[Any, int, Any], None] = service.authorize_evaluation,
 ) -> Response:  # fmt: skip
-    """A cached answer about one evaluation that every viewer allowed to see it shares."""
+    """A cached answer about one evaluation that every viewer allowed to see it shares:
+    one for admins, one for everyone else (what differs is in szbench.results.disclosure,
+    and for non-admins it depends on the evaluation, never on who asks)."""
     return await serve(
         service.evaluation_answers,
         request,
         session,
         evaluation_id,
         viewer=caller.user,
-        variant=lambda viewer: variant,
-        authorize=lambda viewer, facts: service.authorize_evaluation(viewer, evaluation_id, facts),
+        variant=lambda viewer: (variant, policy.is_admin(viewer)),
+        authorize=lambda viewer, facts: authorize(viewer, evaluation_id, facts),
         build=lambda: (
             build(evaluations.get_evaluation(session, evaluation_id, viewer=caller.user))
             .model_dump_json()
@@ -64,7 +68,7 @@ async def get_result(
         caller,
         evaluation_id,
         "result",
-        lambda e: queries.dataset_result(session, e),
+        lambda e: queries.dataset_result(session, e, viewer=caller.user),
     )
 
 
@@ -76,18 +80,24 @@ async def list_subject_results(
 
     def build(evaluation: Evaluation) -> SubjectResultsPage:
         items, total = queries.subject_results(
-            session, evaluation, limit=page.limit, offset=page.offset
+            session, evaluation, viewer=caller.user, limit=page.limit, offset=page.offset
         )
         return SubjectResultsPage(
             items=items,
             total=total,
             limit=page.limit,
             offset=page.offset,
-            provenance=provenances(session, [evaluation])[evaluation.id],
+            provenance=provenances(session, [evaluation], viewer=caller.user)[evaluation.id],
         )
 
     return await _evaluation_answer(
-        request, session, caller, evaluation_id, ("subjects", page.limit, page.offset), build
+        request,
+        session,
+        caller,
+        evaluation_id,
+        ("subjects", page.limit, page.offset),
+        build,
+        authorize=service.authorize_subjects,
     )
 
 
@@ -136,7 +146,7 @@ def download_subject_results(
 ) -> Response:
     """All per-subject results of an evaluation as CSV or JSON."""
     evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
-    items, _ = queries.subject_results(session, evaluation, limit=None)
+    items, _ = queries.subject_results(session, evaluation, viewer=caller.user, limit=None)
     columns = ["subject", "recordings", *queries.METRICS, "counts"]
     return table_response(
         [i.model_dump() for i in items],
@@ -189,7 +199,7 @@ async def algorithm_results(
             limit=page.limit,
             offset=page.offset,
         )
-        prov = provenances(session, window)
+        prov = provenances(session, window, viewer=caller.user)
         items = [
             AlgorithmResultRow(
                 evaluation_id=e.id,

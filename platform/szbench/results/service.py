@@ -16,13 +16,18 @@ from szbench.errors import NotFound
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
+    Dataset,
+    DatasetKind,
     DatasetResult,
+    DatasetVersion,
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
+    Phase,
     User,
     Visibility,
 )
+from szbench.results import disclosure
 
 
 def _evaluation_facts(session: Session, ids: list[int]) -> dict[Any, Hashable]:
@@ -38,9 +43,17 @@ def _evaluation_facts(session: Session, ids: list[int]) -> dict[Any, Hashable]:
             Evaluation.finished_at,
             Evaluation.recordings_done,
             DatasetResult.id,
+            # What the disclosure rules need (see disclosure_view): a change of level
+            # changes the facts, so no answer built under the old level is served again.
+            Dataset.kind,
+            Dataset.disclosure,
+            Phase.disclosure,
         )
         .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
         .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+        .join(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
+        .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
+        .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
         .outerjoin(DatasetResult, DatasetResult.evaluation_id == Evaluation.id)
         .where(Evaluation.id.in_(ids))
     )
@@ -101,6 +114,25 @@ def authorize_evaluation(viewer: User | None, evaluation_id: int, facts: Any) ->
         smoke_test=kind == EvaluationKind.SMOKE_TEST,
     ):
         raise NotFound(f"evaluation {evaluation_id} does not exist")
+
+
+def disclosure_view(viewer: User | None, facts: Any) -> disclosure.View:
+    """:func:`disclosure.view_of` on the cached facts of an evaluation."""
+    owner_id = facts[0]
+    dataset_kind, dataset_level, phase_level = facts[8:11]
+    return disclosure.View(
+        admin=policy.is_admin(viewer),
+        owner=viewer is not None and viewer.id == owner_id,
+        held_out=dataset_kind != DatasetKind.PUBLIC_SAMPLE,
+        level=disclosure.level_of(dataset_kind, dataset_level, phase_level),
+        signed_in=viewer is not None,
+    )
+
+
+def authorize_subjects(viewer: User | None, evaluation_id: int, facts: Any) -> None:
+    """:func:`authorize_evaluation`, and the per-subject figures must be disclosed."""
+    authorize_evaluation(viewer, evaluation_id, facts)
+    disclosure_view(viewer, facts).require_subjects(evaluation_id)
 
 
 def authorize_algorithm(viewer: User | None, algorithm_id: int, facts: Any) -> None:

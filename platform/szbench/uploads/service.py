@@ -22,9 +22,10 @@ from pathlib import Path
 
 import anyio
 
+from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
-from szbench.models import Role, User
+from szbench.models import User
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -89,7 +90,7 @@ def get_upload(user: User, upload_id: str) -> UploadSession:
         raise NotFound(f"upload {upload_id} does not exist") from None
     data.pop("offset", None)
     upload = UploadSession(**data)
-    if upload.owner_id != user.id and user.role != Role.ADMIN:
+    if upload.owner_id != user.id and not policy.is_admin(user):
         raise NotFound(f"upload {upload_id} does not exist")
     if time.time() - upload.created_at > get_settings().upload_session_ttl_s:
         raise NotFound(f"upload {upload_id} has expired; start a new one")

@@ -17,7 +17,7 @@ from szbench.datasets import service as dataset_service
 from szbench.datasets.schemas import DatasetVersionCreate
 from szbench.errors import BadRequest, SzbenchError
 from szbench.evaluations import queries as evaluations
-from szbench.models import DatasetKind, Role
+from szbench.models import DatasetKind, Disclosure, Role
 from szbench.phases import service as phases
 from szbench.web import queries as web_queries
 from szbench.web.common import CsrfChecked, redirect, render
@@ -93,6 +93,30 @@ def create_dataset(
             request, session, caller, error=exc.detail, status_code=exc.status_code
         )
     return redirect("/admin/datasets", f"Dataset {slug} created.")
+
+
+@router.post("/datasets/{slug}/disclosure", response_class=HTMLResponse)
+def set_disclosure(
+    request: Request,
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    disclosure: Annotated[str, Form(max_length=30)] = "",
+) -> Response:
+    """Set what non-admins see of results on a held-out dataset."""
+    try:
+        level = Disclosure(disclosure)
+    except ValueError:
+        return _datasets_page(
+            request,
+            session,
+            caller,
+            error=f"disclosure: unknown level {disclosure!r} (aggregate, subject or recording)",
+            status_code=400,
+        )
+    dataset_service.set_disclosure(session, datasets.get_dataset(session, slug), level)
+    return redirect("/admin/datasets", f"Dataset {slug} now discloses {level.value} figures.")
 
 
 @router.post("/datasets/{slug}/versions", response_class=HTMLResponse)

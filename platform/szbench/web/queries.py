@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
@@ -19,8 +20,6 @@ from sqlalchemy.orm import Session, joinedload
 from szbench.algorithms import service as algorithms
 from szbench.auth import policy
 from szbench.config import get_settings
-from szbench.datasets import queries as datasets
-from szbench.errors import SzbenchError
 from szbench.evaluations import queries as evaluations
 from szbench.models import (
     Algorithm,
@@ -32,6 +31,7 @@ from szbench.models import (
     RecordingRun,
     User,
 )
+from szbench.results import disclosure
 from szbench.results import queries as results
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,13 @@ def my_submissions(
                 versions=[VersionView(v, by_version.get(v.id, [])) for v in versions],
             )
         )
-    counts = evaluations.outcome_counts(session, [e.id for e in rows])
+    raw = evaluations.outcome_counts(session, [e.id for e in rows])
+    counts = {
+        e.id: disclosure.outcome_summary(
+            disclosure.view_of(user, e), raw[e.id], finished=e.status.finished
+        )
+        for e in rows
+    }
     return views, counts
 
 
@@ -170,13 +176,14 @@ def timelines(
     be shown, the reason.
     """
     dataset = evaluation.dataset_version.dataset
-    if not policy.can_read_recordings(viewer, dataset):
-        if viewer is None:
-            return [], "Sign in to see the timelines of public-sample recordings."
-        return (
-            [],
-            "Timelines are shown for public-sample datasets only (held-out data stays hidden).",
+    view = disclosure.view_of(viewer, evaluation)
+    if not view.recordings:
+        return [], (
+            "Timelines are not disclosed: this held-out dataset discloses "
+            f"{view.level.value} figures only."
         )
+    if not view.held_out and not policy.can_read_recordings(viewer, dataset):
+        return [], "Sign in to see the timelines of public-sample recordings."
     show_detections = policy.can_read_detections(viewer, evaluation)
     runs = session.scalars(
         select(RecordingRun)
@@ -189,11 +196,16 @@ def timelines(
     for run in runs:
         rec = run.recording
         try:
-            path = datasets.recording_file(
-                session, evaluation.dataset_version, rec.key, viewer=viewer, kind="annotations"
+            # The disclosure level allows the reference timeline here even where the
+            # annotation file itself stays unreadable (held-out data after its phase).
+            root = Path(evaluation.dataset_version.path).resolve()
+            path = (root / rec.annotations_path).resolve()
+            reference = (
+                _events(path.read_text(errors="replace"), rec.key)
+                if path.is_relative_to(root)
+                else None
             )
-            reference = _events(path.read_text(errors="replace"), rec.key)
-        except (SzbenchError, OSError):
+        except OSError:
             reference = None
         detections = None
         if show_detections and run.detections_tsv is not None:
