@@ -38,10 +38,15 @@ TASK_RUN_RECORDING = "szbench.recording.run"  # kwargs: run_id
 TASK_FINALIZE = "szbench.evaluation.finalize"  # kwargs: evaluation_id
 TASK_SMOKE_TEST = "szbench.algorithm.smoke_test"  # kwargs: algorithm_version_id
 TASK_RESCORE = "szbench.evaluation.rescore"  # kwargs: evaluation_id
+TASK_RECONCILE = "szbench.maintenance.reconcile"  # no kwargs
 
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
 QUEUES = (QUEUE_CPU, QUEUE_GPU)
+# The reconciler's own queue, consumed by the scheduler service (``worker --beat -Q
+# maintenance``): a backlog of hour-long runs on cpu or gpu must not hold it up.
+QUEUE_MAINTENANCE = "maintenance"
+_ALL_QUEUES = (*QUEUES, QUEUE_MAINTENANCE)
 
 _PENDING_KEY = "szbench_pending_tasks"
 
@@ -82,6 +87,23 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "visibility_timeout": settings.queue_visibility_timeout_s,
         }
     exchange = Exchange("szbench", type="direct")  # type: ignore[no-untyped-call]
+    # Beat sends the reconciler (szbench_worker.reconcile) to its own queue; a message older
+    # than one interval is dropped, so a scheduler that was away does not send a burst.
+    beat_schedule = (
+        {}
+        if embedded
+        else {
+            "reconcile": {
+                "task": TASK_RECONCILE,
+                "schedule": settings.reconcile_interval_s,
+                "options": {
+                    "queue": QUEUE_MAINTENANCE,
+                    "routing_key": QUEUE_MAINTENANCE,
+                    "expires": settings.reconcile_interval_s,
+                },
+            }
+        }
+    )
     return {
         "broker_url": broker,
         "broker_transport_options": transport_options,
@@ -100,7 +122,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "task_queues": tuple(
             Queue(q, exchange, routing_key=q)  # type: ignore[no-untyped-call]
-            for q in QUEUES
+            for q in _ALL_QUEUES
         ),
         "task_default_queue": QUEUE_CPU,
         "task_default_exchange": "szbench",
@@ -109,6 +131,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_send_task_events": False,
         "enable_utc": True,
+        "beat_schedule": beat_schedule,
+        # In memory: the schedule is one fixed interval, nothing worth a state file.
+        "beat_scheduler": "celery.beat:Scheduler",
     }
 
 
@@ -118,23 +143,33 @@ _sender: Callable[[str, str, dict[str, Any]], None] | None = None
 
 
 def get_celery() -> Celery:
-    """The Celery client used to send tasks (built once from the current settings)."""
+    """The process's one Celery app (built once from the current settings).
+
+    Every send, retry and re-delivery goes through it, in every mode: the worker registers
+    its tasks on this same app (``szbench_worker.celery_app``), so a task's ``retry()`` and
+    a hand-back after a shutdown use the broker the settings name. A second app (Celery's
+    ``default`` one, which any thread without a current app falls back to) would send to
+    ``amqp://localhost``, where nothing consumes.
+    """
     global _client
     with _client_lock:
         if _client is None:
-            app = Celery("szbench-client", set_as_current=False)
+            app = Celery("szbench", set_as_current=False)
             app.conf.update(celery_config(get_settings()))
             _client = app
         return _client
 
 
 def reset_celery() -> None:
-    """Forget the client (after the settings changed: tests, embedded start-up)."""
-    global _client
+    """Apply the current settings to the app again (tests, embedded start-up).
+
+    The app object stays the same, because the worker's tasks are bound to it; only its
+    configuration and its broker connections are renewed.
+    """
     with _client_lock:
         if _client is not None:
             _client.close()
-        _client = None
+            _client.conf.update(celery_config(get_settings()))
 
 
 def set_sender(sender: Callable[[str, str, dict[str, Any]], None] | None) -> None:
@@ -148,8 +183,8 @@ def set_sender(sender: Callable[[str, str, dict[str, Any]], None] | None) -> Non
 
 def send_task(task_name: str, *, queue: str = QUEUE_CPU, **kwargs: Any) -> None:
     """Send a task now. Prefer :func:`enqueue_after_commit` inside a unit of work."""
-    if queue not in QUEUES:
-        raise ValueError(f"unknown queue {queue!r}; expected one of {', '.join(QUEUES)}")
+    if queue not in _ALL_QUEUES:
+        raise ValueError(f"unknown queue {queue!r}; expected one of {', '.join(_ALL_QUEUES)}")
     if _sender is not None:
         _sender(task_name, queue, kwargs)
         return
@@ -182,8 +217,8 @@ def enqueue_after_commit(
     yet; sending from inside the transaction and then rolling back would run a task for
     nothing. Identical registrations in one unit of work are sent once.
     """
-    if queue not in QUEUES:
-        raise ValueError(f"unknown queue {queue!r}; expected one of {', '.join(QUEUES)}")
+    if queue not in _ALL_QUEUES:
+        raise ValueError(f"unknown queue {queue!r}; expected one of {', '.join(_ALL_QUEUES)}")
     pending: list[tuple[str, str, dict[str, Any]]] = session.info.setdefault(_PENDING_KEY, [])
     entry = (task_name, queue, kwargs)
     if entry not in pending:

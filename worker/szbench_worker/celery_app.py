@@ -11,18 +11,21 @@ The configuration is :func:`szbench.queue.celery_config`, the same the API sends
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kombu.exceptions
 import sqlalchemy.exc
-from celery import Celery, Task, signals
+from celery import Task, signals
 
 from szbench import db
 from szbench.config import get_settings
 from szbench.logging import configure_logging, install_celery_log_context
-from szbench.queue import QUEUE_CPU, celery_config
+from szbench.queue import QUEUE_CPU, get_celery
 from szbench_worker.runner import RunnerError
 
 log = logging.getLogger(__name__)
@@ -37,8 +40,13 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
 )
 
-app = Celery("szbench")
-app.conf.update(celery_config(get_settings()))
+# The platform's app, not a second one: tasks retry and hand back through the broker the
+# API sends to. It is the default for every thread of this process, because Celery runs a
+# task from the registry of the thread's current app (the embedded worker's thread and a
+# threads pool's threads have none of their own).
+app = get_celery()
+app.set_default()
+app.set_current()
 
 
 class PipelineTask(Task):  # type: ignore[misc]
@@ -115,6 +123,9 @@ def project_task(name: str, *, queue: str = QUEUE_CPU) -> Callable[[F], Any]:
             retry_jitter=True,
             max_retries=settings.task_max_retries,
             typing=True,
+            # Only this app holds the task: a shared task would be copied into any other app
+            # (Celery's default one), whose retries go to a broker nobody consumes.
+            shared=False,
         )(fn)
 
     return decorator
@@ -151,6 +162,174 @@ def _remove_orphans(**_: Any) -> None:
             docker_runner.cleanup_orphans(work_dir=work)
     except Exception:
         log.exception("orphan cleanup failed")
+
+
+# --- heartbeats, the start-up reclaim and the pool-child sweep (szbench_worker.reconcile) ---
+
+_last_received: datetime | None = None
+
+
+@signals.task_received.connect  # type: ignore[untyped-decorator]
+def _note_received(**_: Any) -> None:
+    # In the worker's main process: a message arrived, so its queue was not empty just now.
+    global _last_received
+    _last_received = datetime.now(UTC)
+
+
+def _child_pids() -> set[int] | None:
+    """This process's children (the prefork pool's), or None where /proc cannot tell."""
+    pids: set[int] = set()
+    try:
+        for task in os.scandir("/proc/self/task"):
+            with open(f"{task.path}/children", encoding="ascii") as f:
+                pids.update(int(p) for p in f.read().split())
+    except (OSError, ValueError):
+        return None
+    return pids
+
+
+def _sweep_dead_owners() -> None:
+    """Remove the containers, tmpfs mounts and staging folders of dead processes here."""
+    settings = get_settings()
+    if settings.runner_backend == "local":
+        return
+    from szbench_worker import docker_runner
+
+    work = settings.runner_work_dir or settings.data_dir / "runs"
+    removed = docker_runner.cleanup_orphans(work_dir=work)
+    if removed:
+        log.warning("removed %d container(s) of a pool process that died", removed)
+
+
+class _Heartbeat(threading.Thread):
+    """Writes this worker's heartbeat; sweeps at once after a pool child dies.
+
+    Runs in the worker's main process, which knows every task it holds (Celery's reserved
+    requests) and every child of its pool. A child killed mid-run (kill -9, the kernel's OOM
+    killer) leaves its container running and its staging folder and tmpfs in place: the
+    main process, still alive, removes them as soon as the child is gone, while Celery
+    hands the task back to the queue (``reject_on_worker_lost``).
+    """
+
+    def __init__(self, consumer: Any, beat: Any) -> None:
+        super().__init__(name="szbench-heartbeat", daemon=True)
+        self.consumer = consumer
+        self.beat = beat
+        self.stopped = threading.Event()
+        self._free_since: datetime | None = None
+
+    def sample(self) -> Any:
+        from celery.worker import state as worker_state
+
+        from szbench.queue import TASK_RUN_RECORDING
+
+        held = list(worker_state.reserved_requests)
+        run_ids = [
+            int(r.kwargs["run_id"])
+            for r in held
+            if r.name == TASK_RUN_RECORDING and isinstance(r.kwargs, dict) and "run_id" in r.kwargs
+        ]
+        now = datetime.now(UTC)
+        if len(held) >= self.beat.concurrency:
+            self._free_since = None
+        else:
+            if self._free_since is None:
+                self._free_since = now
+            if _last_received is not None and _last_received > self._free_since:
+                self._free_since = _last_received
+        self.beat.run_ids = run_ids
+        self.beat.free_since = self._free_since
+        return self.beat
+
+    def run(self) -> None:
+        from szbench_worker import reconcile
+
+        settings = get_settings()
+        interval = settings.worker_heartbeat_interval_s
+        tick = min(1.0, interval)
+        prefork = (
+            self.consumer.pool is not None and "prefork" in type(self.consumer.pool).__module__
+        )
+        children = _child_pids() if prefork else None
+        last = time.monotonic()
+        while not self.stopped.wait(tick):
+            if prefork:
+                now_children = _child_pids()
+                if now_children is None or children is None or children - now_children:
+                    try:
+                        _sweep_dead_owners()
+                    except Exception:
+                        log.exception("sweep after a pool process exit failed")
+                children = now_children
+            if time.monotonic() - last >= interval:
+                last = time.monotonic()
+                try:
+                    reconcile.write_heartbeat(self.sample())
+                except Exception:
+                    # The database is away: the reconciler will see this worker as dead if it
+                    # stays away past the timeout, which is then true enough.
+                    log.warning("could not write the heartbeat", exc_info=True)
+
+
+_heartbeat: _Heartbeat | None = None
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _name_worker(**_: Any) -> None:
+    # Before the pool forks, so every child claims runs in this worker's name.
+    from szbench.queue import is_embedded
+    from szbench_worker import reconcile
+    from szbench_worker.docker_runner import owner_token
+    from szbench_worker.runner import worker_host
+
+    if not is_embedded():
+        reconcile.set_worker_id(reconcile.make_worker_id(worker_host(), owner_token()))
+
+
+@signals.worker_ready.connect  # type: ignore[untyped-decorator]
+def _start_heartbeat(sender: Any = None, **_: Any) -> None:
+    global _heartbeat
+    from szbench_worker import reconcile
+    from szbench_worker.runner import worker_host
+
+    me = reconcile.worker_id()
+    if not me or sender is None:
+        return
+    host = worker_host()
+    queues = [q.name for q in sender.task_consumer.queues] if sender.task_consumer else []
+    beat = reconcile.Beat(
+        id=me,
+        host=host,
+        node=sender.hostname,
+        queues=queues,
+        concurrency=int(sender.controller.concurrency or 1),
+        run_ids=[],
+        free_since=None,
+        started_at=datetime.now(UTC),
+    )
+    _heartbeat = _Heartbeat(sender, beat)
+    try:
+        reconcile.write_heartbeat(_heartbeat.sample())
+        # A predecessor on this host that was killed held runs: they come back now, not
+        # after the broker's visibility timeout. Then one pass of the reconciler.
+        reconcile.reclaim_dead_predecessors(host, me)
+        reconcile.reconcile()
+    except Exception:
+        log.exception("start-up reconciliation failed (the periodic one will follow)")
+    _heartbeat.start()
+
+
+@signals.worker_shutdown.connect  # type: ignore[untyped-decorator]
+def _stop_heartbeat(**_: Any) -> None:
+    from szbench_worker import reconcile
+
+    if _heartbeat is None:
+        return
+    _heartbeat.stopped.set()
+    try:
+        reconcile.forget_worker(_heartbeat.beat.id)
+    except Exception:
+        log.warning("could not remove this worker's heartbeat", exc_info=True)
 
 
 # Register the tasks (they import `app` from here).

@@ -75,15 +75,18 @@ from szbench_scoring import (
 )
 from szbench_scoring.report import DatasetReport, RecordingResult
 from szbench_worker import gpu as gpu_assignment
+from szbench_worker import reconcile
 from szbench_worker.runner import (
     CONTAINER_OUTPUT_DIR,
     ImageError,
+    ImageRefused,
     Limits,
     Outcome,
     Runner,
     RunnerError,
     RunResult,
     output_name_for,
+    worker_host,
 )
 
 log = logging.getLogger(__name__)
@@ -495,6 +498,10 @@ def run_recording(run_id: int) -> RunStep:
             return _store_refused(run_id, NOT_ALLOWED_MESSAGE)
         try:
             image = deps.resolve_image(claim.image)
+        except ImageRefused as exc:
+            # Over the archive limits (lowered since the upload): the submitter's fault, kept
+            # off the engine, not retried.
+            return _store_result(run_id, _refused_image_result(exc, claim.expected_digest))
         except ImageError as exc:
             # The image was accepted once (it has a digest) and is gone or unloadable now:
             # the platform's problem, recorded for an admin, not retried forever.
@@ -532,6 +539,8 @@ def _claim_run(run_id: int, settings: Settings) -> _Claim | RunStep:
             return RunStep(skipped=f"evaluation is {evaluation.status.value}")
         run.attempts += 1
         run.started_at = _now()
+        # Which worker holds it now: the reconciler sends it again if that one dies.
+        run.claimed_by = reconcile.worker_id()
         recording = run.recording
         dataset_version = recording.dataset_version
         return _Claim(
@@ -609,6 +618,26 @@ NOT_ALLOWED_MESSAGE = (
     "This host runs only the algorithm images on its allow-list (SZBENCH_ALLOWED_IMAGES); "
     "this image is not on it. Ask the platform's operators."
 )
+
+
+IMAGE_REFUSED_MESSAGE = (
+    "The algorithm's image archive is over this host's image limits and was not loaded."
+)
+
+
+def _refused_image_result(exc: ImageRefused, digest: str) -> RunResult:
+    return RunResult(
+        outcome=Outcome.CRASHED,
+        exit_code=None,
+        duration_s=0.0,
+        peak_memory_bytes=None,
+        submitter_message=IMAGE_REFUSED_MESSAGE,
+        admin_log=f"[worker] image refused before loading: {exc}",
+        output_tsv=None,
+        annotations=None,
+        image_digest=digest,
+        worker_host=worker_host(),
+    )
 
 
 def _store_refused(run_id: int, message: str) -> RunStep:

@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 
 from szbench.queue import (
+    QUEUE_MAINTENANCE,
     TASK_FINALIZE,
+    TASK_RECONCILE,
     TASK_RESCORE,
     TASK_RUN_RECORDING,
     TASK_SMOKE_TEST,
     TASK_START_EVALUATION,
 )
-from szbench_worker import pipeline
+from szbench_worker import pipeline, reconcile
 from szbench_worker.celery_app import project_task
 
 log = logging.getLogger(__name__)
@@ -52,3 +54,10 @@ def smoke_test(*, algorithm_version_id: int) -> None:
     """Accept or reject a new algorithm version on one public-sample recording."""
     outcome = pipeline.smoke_test(algorithm_version_id)
     log.info("smoke test of version %s: %s", algorithm_version_id, outcome)
+
+
+@project_task(TASK_RECONCILE, queue=QUEUE_MAINTENANCE)
+def reconcile_pipeline() -> None:
+    """Send again the work that cannot be progressing (celery beat, every minute)."""
+    report = reconcile.reconcile()
+    log.info("reconciled: %s", report)
