@@ -658,6 +658,39 @@ def test_load_image_from_docker_save_tarballs(
     client.images.remove(uploaded.id, force=True)  # type: ignore[attr-defined]
 
 
+def test_an_archive_over_the_image_limits_never_reaches_the_engine(
+    docker_client: object, tmp_path: Path
+) -> None:
+    """A small archive whose layer expands past the image limit: refused before `docker
+    load`, so the engine never expands it (the image is not on the engine afterwards)."""
+    import tarfile
+
+    from szbench.algorithms.image_check import ArchiveLimits
+    from szbench_worker.runner import ImageRefused
+    from tests.platform.images import docker_save
+
+    zeros = tarfile.TarInfo("app/zeros.bin")
+    path = tmp_path / "secret-folder" / "algo.tar.gz"
+    path.parent.mkdir()
+    image_id = docker_save(path, gzip=True, layers=[[(zeros, b"\0" * (4 * 1024**2))]])
+    limits = ArchiveLimits(
+        max_members=100, max_expanded_bytes=1024**3, max_layer_members=100, max_image_bytes=1024**2
+    )
+    with pytest.raises(ImageRefused) as err:
+        load_image_tarball(path, docker_client, limits=limits)  # type: ignore[arg-type]
+    assert "SZBENCH_IMAGE_MAX_BYTES" in str(err.value)
+    assert "secret-folder" not in str(err.value)
+    with pytest.raises(ImageError, match="not present"):
+        inspect_image(image_id, docker_client)  # type: ignore[arg-type]
+    # The same archive within the limits loads: the refusal above was the limit's.
+    limits = ArchiveLimits(100, 1024**3, 100, 8 * 1024**2)
+    try:
+        info = load_image_tarball(path, docker_client, limits=limits)  # type: ignore[arg-type]
+        assert info.digest == image_id
+    finally:
+        docker_client.images.remove(image_id, force=True)  # type: ignore[attr-defined]
+
+
 def test_bad_tarball_is_a_clear_image_error(docker_client: object, tmp_path: Path) -> None:
     bogus = tmp_path / "secret-folder" / "algo.tar"
     bogus.parent.mkdir()

@@ -565,3 +565,23 @@ def test_smoke_test_refuses_an_image_off_the_allow_list(
     assert outcome.status == VersionStatus.REJECTED
     assert "allow-list" in outcome.message
     assert env.runner.calls == []
+
+
+def test_image_over_the_archive_limits_is_the_submitters_fault(env: Env) -> None:
+    """An image archive refused before `docker load` (over a limit lowered since its upload)
+    ends each run crashed with a fixed message, not as a retried platform fault."""
+    from szbench_worker.runner import ImageRefused
+
+    def refuse(version: AlgorithmVersion) -> str:
+        raise ImageRefused("img.tar: the image's files add up to more than 8 bytes")
+
+    pipeline.set_dependencies(pipeline.Dependencies(runner=env.runner, resolve_image=refuse))
+    evaluation_id = new_evaluation(env)
+    deliver(env)
+    assert env.runner.calls == []
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert {run.outcome for run in ev.runs} == {RunOutcome.CRASHED}
+        assert {run.submitter_message for run in ev.runs} == {pipeline.IMAGE_REFUSED_MESSAGE}
+        assert all("more than 8 bytes" in run.admin_log for run in ev.runs)
+        assert all(run.attempts == 1 for run in ev.runs)

@@ -54,10 +54,13 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
+from szbench.algorithms.image_check import ArchiveLimits, check_image_archive
+from szbench.errors import SzbenchError
 from szbench_worker.runner import (
     CONTAINER_DATA_DIR,
     CONTAINER_OUTPUT_DIR,
     ImageError,
+    ImageRefused,
     Limits,
     Outcome,
     RunnerError,
@@ -133,11 +136,18 @@ def _info(image: Any) -> ImageInfo:
     )
 
 
-def load_image_tarball(path: Path, client: docker.DockerClient | None = None) -> ImageInfo:
+def load_image_tarball(
+    path: Path, client: docker.DockerClient | None = None, *, limits: ArchiveLimits | None = None
+) -> ImageInfo:
     """Load a ``docker save`` tarball (``.tar``, ``.tar.gz``; streamed from disk).
+
+    With ``limits``, the archive is read and counted first and nothing reaches the engine
+    when it is over one (the engine would expand it all to disk before anyone could look).
 
     Raises
     ------
+    ImageRefused
+        If the archive is over one of ``limits`` or malformed (the submitter's fault).
     ImageError
         If the file is not an image archive or holds other than exactly one image. The
         message names the file by its base name only.
@@ -145,6 +155,12 @@ def load_image_tarball(path: Path, client: docker.DockerClient | None = None) ->
     client = client or connect()
     if not path.is_file():
         raise ImageError(f"{path.name}: no such image tarball")
+    if limits is not None:
+        try:
+            # Root or not is the platform's decision at upload, not a loading matter.
+            check_image_archive(path, allow_root=True, limits=limits)
+        except SzbenchError as exc:
+            raise ImageRefused(f"{path.name}: {exc.detail}") from exc
     try:
         with open(path, "rb") as f:
             # A file object makes requests stream the body: a multi-GB image never sits in RAM.

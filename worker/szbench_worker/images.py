@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from szbench.algorithms.image_check import ArchiveLimits
 from szbench.config import Settings
 from szbench.models import AlgorithmVersion
 from szbench_worker.runner import ImageError, Runner
@@ -48,7 +49,11 @@ def resolve_docker_image(version: AlgorithmVersion, *, client: Any, settings: Se
         except ImageError:
             pass  # not on this worker yet: load or pull it below
     if version.tarball_path:
-        info = load_image_tarball(uploads_dir(settings) / version.tarball_path, client)
+        info = load_image_tarball(
+            uploads_dir(settings) / version.tarball_path,
+            client,
+            limits=ArchiveLimits.from_settings(settings),
+        )
     elif version.image_reference:
         try:
             info = inspect_image(version.image_reference, client)

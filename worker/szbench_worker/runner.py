@@ -68,6 +68,11 @@ class ImageError(RunnerError):
     """The algorithm image cannot be loaded, pulled or found. The message is submitter-safe."""
 
 
+class ImageRefused(ImageError):
+    """The image archive itself is over a limit or malformed: the submitter's fault, never
+    retried. The message is submitter-safe (it names the limit and its setting)."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resources and sandbox of one run. Built from settings with :meth:`from_settings`.
