@@ -265,6 +265,20 @@ def submit_version(
     return row
 
 
+def get_managed_version(session: Session, version_id: int, *, user: User) -> AlgorithmVersion:
+    """A version of one of ``user``'s algorithms (admins: any), named by a request field.
+
+    A version of another user's private algorithm is missing exactly as one that does not
+    exist (same error, same text): the answer must not tell that it exists, or whose it is.
+    """
+    row = session.get(AlgorithmVersion, version_id)
+    if row is None or not policy.can_view_algorithm(user, row.algorithm):
+        raise NotFound(f"algorithm_version_id: version {version_id} does not exist")
+    if not policy.can_manage_algorithm(user, row.algorithm):
+        raise Forbidden(f"algorithm_version_id: version {version_id} belongs to another user")
+    return row
+
+
 def get_version(session: Session, algorithm: Algorithm, version_id: int) -> AlgorithmVersion:
     row = session.get(AlgorithmVersion, version_id)
     if row is None or row.algorithm_id != algorithm.id:
