@@ -253,6 +253,28 @@ class AlgorithmVersion(Base):
     phase: Mapped[Phase | None] = relationship()
 
 
+class UploadState(enum.StrEnum):
+    OPEN = "open"  # receiving bytes, or complete and not yet submitted
+    REFUSED = "refused"  # its archive failed the check; its bytes are already deleted
+
+
+class Upload(Base):
+    """A resumable upload session. Its bytes are ``<uploads_dir>/sessions/<id>.part``; the
+    row is deleted when a version is made from it (the atomic claim), deleted or swept."""
+
+    __tablename__ = "uploads"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    filename: Mapped[str] = mapped_column(String(255))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[UploadState] = mapped_column(_enum(UploadState), default=UploadState.OPEN)
+    refused_because: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, index=True
+    )
+
+
 class Dataset(Base):
     __tablename__ = "datasets"
 
@@ -514,3 +536,6 @@ class DatasetResult(_Metrics, Base):
 
 
 Index("ix_dataset_results_event_f1", DatasetResult.event_f1)
+# The quota checks count one user's versions and evaluations of the last 24 hours.
+Index("ix_evaluations_quota", Evaluation.created_by_id, Evaluation.created_at)
+Index("ix_algorithm_versions_quota", AlgorithmVersion.created_by_id, AlgorithmVersion.created_at)
