@@ -49,6 +49,7 @@ QUEUE_MAINTENANCE = "maintenance"
 _ALL_QUEUES = (*QUEUES, QUEUE_MAINTENANCE)
 
 _PENDING_KEY = "szbench_pending_tasks"
+_SEND_ERROR_KEY = "szbench_send_error"
 
 
 def embedded_broker_url(settings: Settings) -> str:
@@ -196,12 +197,21 @@ def _flush_pending(session: Session) -> None:
     for task_name, queue, kwargs in pending:
         try:
             send_task(task_name, queue=queue, **kwargs)
-        except Exception:
+        except Exception as exc:
             # The commit is done and cannot be undone here; the row stays QUEUED (or the
-            # run unfinished) and sending the same task again later is safe: every task
-            # is idempotent.
-            log.exception("could not send %s %s after commit", task_name, kwargs)
-            raise
+            # run unfinished) and the reconciler sends the same task again once the broker
+            # is back (every task is idempotent). The caller learns of it when the
+            # transaction has ended (_raise_send_error): raised from here, it would leave
+            # the session half-committed, and the rollback that follows would fail instead.
+            log.warning("could not send %s %s after commit: %s", task_name, kwargs, exc)
+            session.info.setdefault(_SEND_ERROR_KEY, exc)
+
+
+def _raise_send_error(session: Session, transaction: Any) -> None:
+    if transaction.parent is None:
+        exc = session.info.pop(_SEND_ERROR_KEY, None)
+        if exc is not None:
+            raise exc
 
 
 def _drop_pending(session: Session) -> None:
@@ -226,6 +236,7 @@ def enqueue_after_commit(
     if not event.contains(session, "after_commit", _flush_pending):
         event.listen(session, "after_commit", _flush_pending)
         event.listen(session, "after_soft_rollback", _on_soft_rollback)
+        event.listen(session, "after_transaction_end", _raise_send_error)
 
 
 def _on_soft_rollback(session: Session, previous_transaction: Any) -> None:
