@@ -10,7 +10,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from szbench.config import get_settings
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
 from szbench.models import DatasetKind, Role, Visibility
@@ -84,7 +83,7 @@ def test_another_users_private_objects_answer_as_missing_ones(
     # The same ids once nothing is behind them.
     table = "evaluations" if private != "algorithm" else "algorithms"
     key = evaluation.id if private != "algorithm" else algo.id
-    db_session.execute(text(f"DELETE FROM {table} WHERE id = :id"), {"id": key})  # noqa: S608
+    db_session.execute(text(f"DELETE FROM {table} WHERE id = :id"), {"id": key})
     db_session.commit()
     db_session.expunge_all()
     missing = _answers(client, caller, probes)
@@ -92,3 +91,56 @@ def test_another_users_private_objects_answer_as_missing_ones(
     assert existing == missing
     # Not found, or refused for reasons that have nothing to do with the object.
     assert all(status in (200, 404) for status, _ in existing.values()), existing
+
+
+# --- (b) the last active admin stays one ---------------------------------------------------
+
+
+def _only_admin(db_session: Session) -> tuple[Any, dict[str, str]]:
+    # Admins made by other fixtures of this database are set aside inside this test's
+    # transaction (rolled back with it).
+    db_session.execute(text("UPDATE users SET is_active = false WHERE role = 'admin'"))
+    admin = f.user(db_session, Role.ADMIN)
+    return admin, f.headers(db_session, admin, ["read", "write", "admin"])
+
+
+@pytest.mark.parametrize("change", [{"role": "researcher"}, {"is_active": False}])
+def test_the_last_active_admin_cannot_demote_or_deactivate_itself(
+    client: TestClient, db_session: Session, change: dict[str, Any]
+) -> None:
+    admin, headers = _only_admin(db_session)
+    db_session.commit()
+
+    refused = client.patch(f"/api/v1/users/{admin.id}", json=change, headers=headers)
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"] == "Conflict"
+    assert "last active admin" in refused.json()["detail"]
+    me = client.get(f"/api/v1/users/{admin.id}", headers=headers).json()
+    assert (me["role"], me["is_active"]) == ("admin", True)
+
+    # An inactive admin does not count; an active one does.
+    f.user(db_session, Role.ADMIN).is_active = False
+    db_session.commit()
+    again = client.patch(f"/api/v1/users/{admin.id}", json=change, headers=headers)
+    assert again.status_code == 409
+    f.user(db_session, Role.ADMIN)
+    db_session.commit()
+    done = client.patch(f"/api/v1/users/{admin.id}", json=change, headers=headers)
+    assert done.status_code == 200, done.text
+
+
+def test_admins_may_still_change_other_fields_of_the_last_admin(
+    client: TestClient, db_session: Session
+) -> None:
+    admin, headers = _only_admin(db_session)
+    researcher = f.user(db_session)
+    db_session.commit()
+    renamed = client.patch(
+        f"/api/v1/users/{admin.id}", json={"name": "Still admin", "role": "admin"}, headers=headers
+    )
+    assert renamed.status_code == 200, renamed.text
+    assert renamed.json()["name"] == "Still admin"
+    demoted = client.patch(
+        f"/api/v1/users/{researcher.id}", json={"is_active": False}, headers=headers
+    )
+    assert demoted.status_code == 200, demoted.text

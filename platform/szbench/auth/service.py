@@ -99,6 +99,9 @@ def update_user(
     is_active: bool | None = None,
     password: str | None = None,
 ) -> User:
+    """Change ``user``; :class:`Conflict` when the change would leave no active admin."""
+    if (role not in (None, Role.ADMIN) or is_active is False) and user.role == Role.ADMIN:
+        _keep_an_active_admin(session, user)
     if name is not None:
         user.name = name
     if role is not None:
@@ -109,6 +112,24 @@ def update_user(
         set_password(session, user, password)
     session.flush()
     return user
+
+
+def _keep_an_active_admin(session: Session, leaving: User) -> None:
+    """Refuse to demote or deactivate ``leaving`` when no other active admin remains: nobody
+    could then manage the server (nor undo this) without its database.
+
+    Every active admin row is locked (``leaving`` included), so that two admins demoting
+    each other at the same time cannot both pass: the second waits for the first to commit,
+    then reads its change.
+    """
+    admins = session.scalars(
+        select(User.id).where(User.role == Role.ADMIN, User.is_active.is_(True)).with_for_update()
+    ).all()
+    if not set(admins) - {leaving.id}:
+        raise Conflict(
+            f"user {leaving.id} is the last active admin: make another admin first, "
+            "then demote or deactivate this one"
+        )
 
 
 def set_password(session: Session, user: User, password: str) -> None:
