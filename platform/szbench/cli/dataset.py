@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -59,7 +60,7 @@ def check(
         with _progress("checking", err_console) as update:
             report = check_dataset(path, allow_flat_fill=allow_flat_fill, progress=update)
     except DatasetError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     table = Table(title=f"{path}: {len(report.recordings)} recording(s)")
     table.add_column("recording", overflow="fold")
@@ -78,7 +79,7 @@ def check(
         )
     console.print(table)
     for problem in report.problems:
-        console.print(f"[red]problem:[/red] {problem}")
+        console.print(f"[red]problem:[/red] {escape(str(problem))}")
     if not report.ok:
         console.print(
             f"{report.n_importable} of {len(report.recordings)} recording(s) can be imported; "
@@ -109,7 +110,7 @@ def prepare(
                 path, out, allow_flat_fill=allow_flat_fill, name=name, progress=update
             )
     except DatasetError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     total = len(report.manifest.recordings)
     console.print(
@@ -117,6 +118,6 @@ def prepare(
         f"{total} in the manifest."
     )
     for problem in report.problems:
-        console.print(f"[red]skipped:[/red] {problem}")
+        console.print(f"[red]skipped:[/red] {escape(str(problem))}")
     if not report.ok:
         raise typer.Exit(1)

@@ -17,7 +17,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 console = Console(stderr=True)
 
@@ -50,18 +52,22 @@ def prepared_dataset(directory: Path, data_dir: Path) -> tuple[Path, bool]:
     target = data_dir / "datasets" / key[:32]
     done_marker = target / ".szbench-prepared"
     if done_marker.is_file():
-        console.print(f"Using the prepared copy of {directory} ({target}).")
+        console.print(
+            f"Using the prepared copy of {escape(str(directory))} ({escape(str(target))})."
+        )
         return target, True
     from szbench_worker.datasets import DatasetError, prepare_dataset
 
-    console.print(f"Preparing {directory} (standardising the EEG once; cached by content)...")
+    console.print(
+        f"Preparing {escape(str(directory))} (standardising the EEG once; cached by content)..."
+    )
     try:
         report = prepare_dataset(directory, target)
     except DatasetError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(2) from exc
     for problem in report.problems:
-        console.print(f"[yellow]skipped {problem}[/yellow]")
+        console.print(f"[yellow]skipped {escape(str(problem))}[/yellow]")
     if not report.manifest.recordings:
         console.print("[red]No recording could be prepared.[/red]")
         raise typer.Exit(2)
@@ -103,7 +109,7 @@ def _runner_and_digest(
         except ImageError:
             info = docker_runner.pull_image(image, runner.client)
     except ImageError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(2) from exc
     return runner, info.digest, image, "docker sandbox"
 
@@ -174,7 +180,7 @@ def _dataset_version(session: Any, prepared: Path, slug: str | None, public: boo
             session, dataset, version=str(len(versions) + 1), prepared_path=prepared
         )
     except SzbenchError as exc:
-        console.print(f"[red]{prepared}: {exc.detail}[/red]")
+        console.print(f"[red]{escape(str(prepared))}: {escape(exc.detail)}[/red]")
         raise typer.Exit(2) from exc
 
 
@@ -307,8 +313,8 @@ def evaluate(
             )
             evaluation_id = evaluation.id
         console.print(
-            f"Evaluation {evaluation_id}: {reference} ({digest[:19]}...) via {sandbox}, "
-            f"on {dataset}"
+            f"Evaluation {evaluation_id}: {escape(reference)} ({digest[:19]}...) via {sandbox}, "
+            f"on {escape(str(dataset))}"
         )
         status = _wait(evaluation_id)
     except KeyboardInterrupt:
@@ -336,9 +342,10 @@ def evaluate(
         Console().print(report_table(report, title=f"SzCORE scores, {sandbox}"))
     failed = [r for r in recordings if r["outcome"] != "ok"]
     for r in failed:
-        console.print(f"[yellow]{r['path']}: {r['outcome']}: {r['message']}[/yellow]")
+        # The message may quote what the container wrote: printed literally, never as markup.
+        console.print(Text(f"{r['path']}: {r['outcome']}: {r['message']}", style="yellow"))
     if message:
-        console.print(message)
+        console.print(Text(message))
     if json_out is not None:
         payload: dict[str, Any] = {}
         if report is not None:
@@ -346,7 +353,7 @@ def evaluate(
             payload["event_results"] = report["event_results"]
         payload["recordings"] = recordings
         json_out.write_text(json.dumps(payload, indent=2) + "\n")
-        console.print(f"Wrote {json_out}")
+        console.print(f"Wrote {escape(str(json_out))}")
     if status != EvaluationStatus.DONE:
         console.print(f"[red]Evaluation {status.value}.[/red]")
         raise typer.Exit(1)

@@ -61,8 +61,9 @@ def leaderboard(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"{board['dataset']} {board['dataset_version']} — {board['ranking']}")
+    table = Table(title=Text(f"{board['dataset']} {board['dataset_version']} — {board['ranking']}"))
     for column in ("#", "algorithm", "version", "F1 (95% CI)", "sensitivity", "precision",
                    "FP/day", "subjects"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("algorithm", "version") else "right")
@@ -71,8 +72,9 @@ def leaderboard(
         interval = f" [{_fmt(ci['low'], 2)}, {_fmt(ci['high'], 2)}]" if ci else ""
         table.add_row(
             str(e["rank"]),
-            e["algorithm"] + ("" if e["published"] else " (unpublished)"),
-            e["algorithm_version"],
+            # Names chosen by submitters: printed literally, never as markup.
+            Text(e["algorithm"] + ("" if e["published"] else " (unpublished)")),
+            Text(e["algorithm_version"]),
             _fmt(e["event_f1"]) + interval,
             _fmt(e["event_sensitivity"]),
             _fmt(e["event_precision"]),

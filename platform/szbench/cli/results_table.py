@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 _COLUMNS = (("sensitivity", 3), ("precision", 3), ("f1", 3), ("fpRate", 2))
 
@@ -37,7 +38,8 @@ def report_table(report: dict[str, Any], *, title: str = "SzCORE scores") -> Tab
     2
     """
     table = Table(
-        title=title,
+        # The title may name an image or a dataset: never read as markup.
+        title=Text(title),
         title_justify="left",
         caption="event/sample: mean ± std over subjects; (pooled): ratios of the summed counts",
         caption_justify="left",

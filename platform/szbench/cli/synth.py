@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
@@ -45,7 +46,7 @@ def synth(
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     console.print(
         f"{out}: {len(dataset.recordings)} recording(s), {dataset.n_seizures} seizure(s), "
