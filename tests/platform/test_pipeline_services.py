@@ -257,10 +257,16 @@ def test_celery_config_reliability_settings(tmp_path: Path) -> None:
     assert conf["task_acks_late"] is True
     assert conf["task_reject_on_worker_lost"] is True
     assert conf["worker_prefetch_multiplier"] == 1
-    assert {q.name for q in conf["task_queues"]} == {"cpu", "gpu"}
+    assert {q.name for q in conf["task_queues"]} == {"cpu", "gpu", "maintenance"}
     assert conf["broker_transport_options"]["visibility_timeout"] == 7200
+    # The reconciler runs every minute, on its own queue (never behind a backlog of runs).
+    (entry,) = conf["beat_schedule"].values()
+    assert entry["task"] == queue.TASK_RECONCILE
+    assert entry["schedule"] == 60
+    assert entry["options"]["queue"] == queue.QUEUE_MAINTENANCE
     embedded = queue.celery_config(Settings(data_dir=tmp_path, broker_url=""))
     assert embedded["broker_url"] == f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}"
+    assert embedded["beat_schedule"] == {}
     with pytest.raises(ValueError, match="unknown queue"):
         queue.send_task(queue.TASK_FINALIZE, queue="tpu", evaluation_id=1)
 
