@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from prometheus_client import CollectorRegistry
 
 from szbench import __version__
 from szbench.algorithms.router import router as algorithms_router
 from szbench.api.cache import EndFreshnessOnWrite, ReadFront
 from szbench.api.errors import install_error_handlers
+from szbench.auth.csrf import refuse_cross_site_writes
 from szbench.auth.dependencies import viewer_from_memory
 from szbench.auth.router import router as auth_router
 from szbench.config import get_settings
@@ -74,6 +75,8 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
         # (install_api_docs below) serves it from an installed package, under the CSP.
         docs_url=None,
         redoc_url=None,
+        # Every route, API and pages: state changes from another site are refused.
+        dependencies=[Depends(refuse_cross_site_writes)],
     )
     install_error_handlers(app)
     for router in API_ROUTERS:
