@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from szbench.config import get_settings
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
 from szbench.models import DatasetKind, Role, Visibility
@@ -144,3 +145,24 @@ def test_admins_may_still_change_other_fields_of_the_last_admin(
         f"/api/v1/users/{researcher.id}", json={"is_active": False}, headers=headers
     )
     assert demoted.status_code == 200, demoted.text
+
+
+# --- (c) sign-up and login while anonymous reads are off -----------------------------------
+
+
+def test_signup_and_login_work_when_anonymous_reads_are_off(
+    client: TestClient, settings_env: pytest.MonkeyPatch
+) -> None:
+    settings_env.setenv("SZBENCH_ANONYMOUS_READ", "false")
+    settings_env.setenv("SZBENCH_ALLOW_SIGNUP", "true")
+    get_settings.cache_clear()
+    email, password = f"closed{f.n()}@example.org", "Quiet-Heron-Ledger-1937"
+
+    assert client.get("/api/v1/algorithms").status_code == 401
+    signed_up = client.post("/api/v1/auth/signup", json={"email": email, "password": password})
+    assert signed_up.status_code == 201, signed_up.text
+    login = client.post("/api/v1/auth/login", json={"email": email, "password": password})
+    assert login.status_code == 200, login.text
+    token = login.json()["token"]
+    reads = client.get("/api/v1/algorithms", headers={"Authorization": f"Bearer {token}"})
+    assert reads.status_code == 200, reads.text

@@ -11,7 +11,7 @@ from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth import service
 from szbench.auth.cookies import clear_session_cookie, client_address, set_session_cookie
-from szbench.auth.dependencies import Anyone, SignedIn
+from szbench.auth.dependencies import SignedIn
 from szbench.auth.schemas import (
     LoginIn,
     LoginOut,
@@ -29,8 +29,10 @@ from szbench.models import Role
 router = APIRouter(tags=["auth"], responses=ERROR_RESPONSES)
 
 
+# Login and sign-up take no caller dependency: they are how an anonymous caller stops being
+# one, so SZBENCH_ANONYMOUS_READ=false (which Anyone enforces) must not close them.
 @router.post("/auth/login", response_model=LoginOut)
-def login(request: Request, body: LoginIn, session: SessionDep, _caller: Anyone) -> LoginOut:
+def login(request: Request, body: LoginIn, session: SessionDep) -> LoginOut:
     """Exchange email and password for a bearer token (expires after the login lifetime).
 
     Repeated failures for an account or from a client address are answered 429 with
@@ -54,7 +56,7 @@ def logout(request: Request, session: SessionDep, caller: SignedIn) -> Response:
 
 
 @router.post("/auth/signup", response_model=UserOut, status_code=status.HTTP_201_CREATED)
-def signup(body: SignupIn, session: SessionDep, _caller: Anyone) -> UserOut:
+def signup(body: SignupIn, session: SessionDep) -> UserOut:
     """Create a researcher account (when sign-up is open)."""
     settings = get_settings()
     if not settings.allow_signup or settings.centre_mode:
