@@ -18,8 +18,16 @@ depends_on: Union[str, Sequence[str], None] = None
 
 
 def upgrade() -> None:
-    pass
+    # The quota checks count one user's versions and evaluations of the last 24 hours,
+    # under that user's lock: indexes keep the locked section short.
+    with op.batch_alter_table('evaluations', schema=None) as batch_op:
+        batch_op.create_index('ix_evaluations_quota', ['created_by_id', 'created_at'])
+    with op.batch_alter_table('algorithm_versions', schema=None) as batch_op:
+        batch_op.create_index('ix_algorithm_versions_quota', ['created_by_id', 'created_at'])
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('algorithm_versions', schema=None) as batch_op:
+        batch_op.drop_index('ix_algorithm_versions_quota')
+    with op.batch_alter_table('evaluations', schema=None) as batch_op:
+        batch_op.drop_index('ix_evaluations_quota')

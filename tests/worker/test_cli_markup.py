@@ -85,4 +85,5 @@ def test_report_table_title_is_literal() -> None:
     block = {"sensitivity": 0.5, "precision": None, "f1": 0.5, "fpRate": 1.0}
     console = Console(record=True, width=200)
     console.print(report_table({"event_results": block}, title=f"scores of {MARKUP}"))
-    assert MARKUP in console.export_text()
+    # The title wraps at the table's width: compare without whitespace.
+    assert MARKUP.replace(" ", "") in "".join(console.export_text().split())

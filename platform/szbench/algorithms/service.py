@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -19,20 +18,16 @@ from szbench.errors import (
     Forbidden,
     InvalidSubmission,
     NotFound,
-    QuotaExceeded,
 )
 from szbench.evaluations import service as evaluation_service
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
-    Evaluation,
-    EvaluationKind,
-    EvaluationStatus,
     Phase,
-    RunOutcome,
     User,
     Visibility,
 )
+from szbench.quotas import service as quotas
 from szbench.uploads import service as uploads
 from szbench.uploads.service import UploadSession
 
@@ -125,51 +120,14 @@ def update_algorithm(session: Session, algorithm: Algorithm, **changes: object) 
     return algorithm
 
 
-def _infrastructure_failed(session: Session, version: AlgorithmVersion) -> bool:
-    """True when the version's smoke test failed only through infrastructure faults."""
-    smoke = session.scalars(
-        select(Evaluation)
-        .where(
-            Evaluation.algorithm_version_id == version.id,
-            Evaluation.kind == EvaluationKind.SMOKE_TEST,
-        )
-        .order_by(Evaluation.id.desc())
-        .options(selectinload(Evaluation.runs))
-    ).first()
-    if smoke is None or smoke.status != EvaluationStatus.FAILED:
-        return False
-    outcomes = {run.outcome for run in smoke.runs if run.outcome is not None}
-    return outcomes == {RunOutcome.INFRASTRUCTURE_ERROR}
-
-
-def _counted(session: Session, versions: list[AlgorithmVersion]) -> int:
-    return sum(1 for v in versions if not _infrastructure_failed(session, v))
-
-
 def check_quota(session: Session, *, user: User, phase: Phase | None) -> None:
     """Raise :class:`QuotaExceeded` when ``user`` may not submit another version now.
 
-    Versions whose smoke test failed only through infrastructure faults do not count.
+    Takes the user's quota lock (see :mod:`szbench.quotas.service`): the version must be
+    recorded in the same transaction. Versions whose smoke test failed only through
+    infrastructure faults do not count.
     """
-    if policy.is_admin(user):
-        return
-    mine = select(AlgorithmVersion).join(Algorithm).where(Algorithm.owner_id == user.id)
-    if phase is not None and phase.submission_quota is not None:
-        used = _counted(
-            session, list(session.scalars(mine.where(AlgorithmVersion.phase_id == phase.id)))
-        )
-        if used >= phase.submission_quota:
-            raise QuotaExceeded(
-                f"phase {phase.slug!r}: you have used all {phase.submission_quota} submissions"
-            )
-    per_day = get_settings().submissions_per_day
-    if per_day is not None:
-        since = datetime.now(UTC) - timedelta(days=1)
-        used = _counted(
-            session, list(session.scalars(mine.where(AlgorithmVersion.created_at >= since)))
-        )
-        if used >= per_day:
-            raise QuotaExceeded(f"you have used all {per_day} submissions of the last 24 hours")
+    quotas.check_submission(session, user=user, phase=phase)
 
 
 def _phase(session: Session, slug: str | None) -> Phase | None:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from szbench.errors import BadRequest, Conflict
 from szbench.models import (
     AlgorithmVersion,
+    DatasetKind,
     DatasetVersion,
     Evaluation,
     EvaluationKind,
@@ -33,6 +34,7 @@ from szbench.queue import (
     TASK_START_EVALUATION,
     enqueue_after_commit,
 )
+from szbench.quotas import service as quotas
 
 _NOT_COUNTED = (EvaluationStatus.FAILED, EvaluationStatus.CANCELLED)
 
@@ -122,6 +124,16 @@ def create_evaluation(
     if not total:
         raise Conflict(f"dataset version {dataset_version.version!r} has no recordings")
     params, official = scoring_params_dict(scoring_params)
+    if created_by is not None and kind == EvaluationKind.FULL:
+        # A full pass the user asked for (a re-run, a requested evaluation): charged to their
+        # quotas, under their lock until this transaction records it. The smoke test's own
+        # held-out evaluations (no created_by) were charged with the submission.
+        quotas.check_evaluation(
+            session,
+            user=created_by,
+            algorithm_version=algorithm_version,
+            held_out=dataset_version.dataset.kind == DatasetKind.HELD_OUT,
+        )
     if published is None:
         phase = algorithm_version.phase
         published = not (phase is not None and phase.hidden)
@@ -166,7 +178,10 @@ def cancel_evaluation(session: Session, evaluation: Evaluation) -> Evaluation:
 def rerun_evaluation(
     session: Session, evaluation: Evaluation, *, created_by: User | None = None
 ) -> Evaluation:
-    """A new evaluation of the same image on the same data, with fresh container runs."""
+    """A new evaluation of the same image on the same data, with fresh container runs.
+
+    A full pass like any other: charged to ``created_by``'s quotas (QuotaExceeded).
+    """
     if evaluation.kind == EvaluationKind.RESCORE:
         raise BadRequest("a re-score has no container runs of its own; re-run its source instead")
     version = evaluation.algorithm_version

@@ -1,4 +1,4 @@
-"""``/api/v1/users``: user administration (admins only)."""
+"""``/api/v1/users``: user administration (admins only), and each user's own quota."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth import service
-from szbench.auth.dependencies import AdminOnly
+from szbench.auth.dependencies import AdminOnly, SignedIn
+from szbench.quotas import service as quotas
+from szbench.quotas.schemas import PhaseUsageOut, QuotaOut, UsageOut
 from szbench.users.schemas import UserCreate, UserOut, UserUpdate
 
 router = APIRouter(prefix="/users", tags=["users"], responses=ERROR_RESPONSES)
@@ -33,6 +35,23 @@ def create_user(body: UserCreate, session: SessionDep, _admin: AdminOnly) -> Use
         session, email=body.email, password=body.password, name=body.name, role=body.role
     )
     return UserOut.model_validate(user)
+
+
+@router.get("/me/quota", response_model=QuotaOut)
+def my_quota(session: SessionDep, caller: SignedIn) -> QuotaOut:
+    """The caller's remaining submissions and held-out evaluations, and when they free up."""
+    assert caller.user is not None
+    mine = quotas.quotas_of(session, caller.user)
+    return QuotaOut(
+        exempt=mine.exempt,
+        window_s=int(quotas.DAY.total_seconds()),
+        held_out_runs=UsageOut.of(mine.held_out_runs),
+        submissions=UsageOut.of(mine.submissions),
+        phases=[
+            PhaseUsageOut(phase=phase.slug, **UsageOut.of(usage).model_dump())
+            for phase, usage in mine.phases
+        ],
+    )
 
 
 @router.get("/{user_id}", response_model=UserOut)

@@ -20,6 +20,7 @@ from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
 from szbench.evaluations.schemas import EvaluationCreate
 from szbench.models import AlgorithmVersion, Phase
+from szbench.quotas import service as quotas
 from szbench.results import queries as results
 from szbench.web import queries as web_queries
 from szbench.web.common import CsrfChecked, redirect, render
@@ -123,6 +124,7 @@ def submit_page(request: Request, session: SessionDep, caller: Submitter) -> Res
         "phases": phases,
         "max_upload_bytes": settings.max_upload_bytes,
         "chunk_bytes": settings.web_upload_chunk_bytes,
+        "quota": quotas.quotas_of(session, caller.user),
     }
     return render(request, "submit.html", caller, context)
 

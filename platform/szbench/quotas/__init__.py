@@ -1,0 +1,1 @@
+"""Per-user quotas on submissions and held-out evaluations."""

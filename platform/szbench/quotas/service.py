@@ -1,0 +1,251 @@
+"""Quotas: how many submissions and held-out evaluations a user may still start.
+
+Every check runs under :func:`lock_user` and in the transaction that then records what it
+allows (the version or the evaluation row), so concurrent requests of one user are decided
+one after the other: with one submission left, exactly one of N simultaneous requests gets
+it. The uses are counted from the rows themselves (no separate counter to drift):
+
+- a *held-out evaluation* is one full pass over held-out data that the user asked for: a new
+  algorithm version (its smoke test queues the held-out evaluations, uncharged), a re-run, or
+  a full evaluation requested on a held-out dataset version;
+- a *submission* is an algorithm version; in a phase with a quota, re-runs and requested full
+  evaluations of the phase's versions count as submissions too.
+
+What the platform's own faults cost is given back: a version whose smoke test failed only
+through infrastructure faults, and an evaluation that FAILED (only platform faults fail
+one) are not counted. Admins have no quota.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import ColumnElement, select, update
+from sqlalchemy.orm import Session, selectinload
+
+from szbench.auth import policy
+from szbench.config import get_settings
+from szbench.errors import QuotaExceeded
+from szbench.models import (
+    Algorithm,
+    AlgorithmVersion,
+    Dataset,
+    DatasetKind,
+    DatasetVersion,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    Phase,
+    RunOutcome,
+    User,
+)
+
+#: The rolling window of the daily limits.
+DAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One limit as the user sees it. ``limit`` None: unlimited."""
+
+    limit: int | None
+    used: int
+    #: When the oldest use still counted leaves the window (one more becomes available);
+    #: None for a limit without a window (a phase's) or when nothing is counted.
+    resets_at: datetime | None = None
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.limit is None else max(0, self.limit - self.used)
+
+
+def lock_user(session: Session, user: User) -> None:
+    """Hold ``user``'s row until the transaction ends, so that its quota decisions queue.
+
+    PostgreSQL: ``SELECT ... FOR UPDATE`` on the row. SQLite has no row locks; a write is
+    what serialises there (the driver begins the transaction at the first write, which waits
+    for the database's one writer), so the row is touched without a change.
+    """
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(
+            update(User)
+            .where(User.id == user.id)
+            .values(is_active=User.is_active)
+            .execution_options(synchronize_session=False)
+        )
+    else:
+        session.execute(select(User.id).where(User.id == user.id).with_for_update())
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite returns naive datetimes for timezone-aware columns; they were stored in UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _infrastructure_failed(session: Session, version: AlgorithmVersion) -> bool:
+    """True when the version's smoke test failed only through infrastructure faults."""
+    smoke = session.scalars(
+        select(Evaluation)
+        .where(
+            Evaluation.algorithm_version_id == version.id,
+            Evaluation.kind == EvaluationKind.SMOKE_TEST,
+        )
+        .order_by(Evaluation.id.desc())
+        .options(selectinload(Evaluation.runs))
+    ).first()
+    if smoke is None or smoke.status != EvaluationStatus.FAILED:
+        return False
+    outcomes = {run.outcome for run in smoke.runs if run.outcome is not None}
+    return outcomes == {RunOutcome.INFRASTRUCTURE_ERROR}
+
+
+def _version_times(session: Session, where: list[ColumnElement[bool]]) -> list[datetime]:
+    versions = session.scalars(select(AlgorithmVersion).join(Algorithm).where(*where)).all()
+    return [_aware(v.created_at) for v in versions if not _infrastructure_failed(session, v)]
+
+
+def _evaluation_times(session: Session, where: list[ColumnElement[bool]]) -> list[datetime]:
+    rows = session.scalars(
+        select(Evaluation.created_at)
+        .join(AlgorithmVersion, AlgorithmVersion.id == Evaluation.algorithm_version_id)
+        .join(DatasetVersion, DatasetVersion.id == Evaluation.dataset_version_id)
+        .join(Dataset, Dataset.id == DatasetVersion.dataset_id)
+        .where(
+            Evaluation.kind == EvaluationKind.FULL,
+            Evaluation.status != EvaluationStatus.FAILED,
+            *where,
+        )
+    ).all()
+    return [_aware(t) for t in rows]
+
+
+def _windowed(limit: int | None, times: list[datetime]) -> Usage:
+    return Usage(limit=limit, used=len(times), resets_at=min(times) + DAY if times else None)
+
+
+def held_out_usage(session: Session, user: User, *, now: datetime | None = None) -> Usage:
+    """The user's held-out evaluations of the last 24 h against ``held_out_runs_per_day``."""
+    since = (now or _now()) - DAY
+    limit = None if policy.is_admin(user) else get_settings().held_out_runs_per_day
+    times = _version_times(
+        session, [AlgorithmVersion.created_by_id == user.id, AlgorithmVersion.created_at >= since]
+    ) + _evaluation_times(
+        session,
+        [
+            Evaluation.created_by_id == user.id,
+            Evaluation.created_at >= since,
+            Dataset.kind == DatasetKind.HELD_OUT,
+        ],
+    )
+    return _windowed(limit, times)
+
+
+def submissions_usage(session: Session, user: User, *, now: datetime | None = None) -> Usage:
+    """The user's algorithm versions of the last 24 h against ``submissions_per_day``."""
+    since = (now or _now()) - DAY
+    limit = None if policy.is_admin(user) else get_settings().submissions_per_day
+    return _windowed(
+        limit,
+        _version_times(
+            session, [Algorithm.owner_id == user.id, AlgorithmVersion.created_at >= since]
+        ),
+    )
+
+
+def phase_usage(session: Session, user: User, phase: Phase) -> Usage:
+    """The user's submissions in ``phase`` (versions, re-runs and requested evaluations)."""
+    limit = None if policy.is_admin(user) else phase.submission_quota
+    versions = _version_times(
+        session, [Algorithm.owner_id == user.id, AlgorithmVersion.phase_id == phase.id]
+    )
+    evaluations = _evaluation_times(
+        session, [Evaluation.created_by_id == user.id, AlgorithmVersion.phase_id == phase.id]
+    )
+    return Usage(limit=limit, used=len(versions) + len(evaluations))
+
+
+def _when(moment: datetime | None) -> str:
+    return "" if moment is None else f"; the next one frees up at {moment:%Y-%m-%d %H:%M} UTC"
+
+
+def _check_held_out(session: Session, user: User) -> None:
+    usage = held_out_usage(session, user)
+    if usage.remaining == 0:
+        raise QuotaExceeded(
+            f"held-out evaluations: you have used all {usage.limit} of the last 24 hours "
+            f"(each submission and each re-run is one){_when(usage.resets_at)}"
+        )
+
+
+def _check_phase(session: Session, user: User, phase: Phase | None) -> None:
+    if phase is None or phase.submission_quota is None:
+        return
+    if phase_usage(session, user, phase).remaining == 0:
+        raise QuotaExceeded(
+            f"phase {phase.slug!r}: you have used all {phase.submission_quota} submissions "
+            "(re-runs count as submissions)"
+        )
+
+
+def check_submission(session: Session, *, user: User, phase: Phase | None) -> None:
+    """Raise :class:`QuotaExceeded` unless ``user`` may submit a version now.
+
+    Takes the user's lock: the caller records the version in the same transaction.
+    """
+    if policy.is_admin(user):
+        return
+    lock_user(session, user)
+    _check_phase(session, user, phase)
+    usage = submissions_usage(session, user)
+    if usage.remaining == 0:
+        raise QuotaExceeded(
+            f"you have used all {usage.limit} submissions of the last 24 hours"
+            f"{_when(usage.resets_at)}"
+        )
+    _check_held_out(session, user)
+
+
+def check_evaluation(
+    session: Session, *, user: User, algorithm_version: AlgorithmVersion, held_out: bool
+) -> None:
+    """Raise :class:`QuotaExceeded` unless ``user`` may start a full evaluation (a re-run or
+    a requested one) of ``algorithm_version``; ``held_out``: on held-out data.
+
+    Takes the user's lock: the caller records the evaluation in the same transaction.
+    """
+    if policy.is_admin(user):
+        return
+    lock_user(session, user)
+    _check_phase(session, user, algorithm_version.phase)
+    if held_out:
+        _check_held_out(session, user)
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """Every quota of one user, as shown to them (no lock: a display, not a decision)."""
+
+    exempt: bool
+    held_out_runs: Usage
+    submissions: Usage
+    phases: list[tuple[Phase, Usage]]
+
+
+def quotas_of(session: Session, user: User) -> Quotas:
+    """What ``user`` may still start: the daily limits and each open phase's quota."""
+    phases = session.scalars(
+        select(Phase)
+        .where(Phase.is_open.is_(True), Phase.submission_quota.is_not(None))
+        .order_by(Phase.id)
+    ).all()
+    return Quotas(
+        exempt=policy.is_admin(user),
+        held_out_runs=held_out_usage(session, user),
+        submissions=submissions_usage(session, user),
+        phases=[(phase, phase_usage(session, user, phase)) for phase in phases],
+    )
