@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -90,6 +91,10 @@ class Settings(BaseSettings):
     allow_root_images: bool = False
     # Algorithm versions a user may submit per rolling 24 h across phases (empty: no limit).
     submissions_per_day: int | None = None
+    # Full passes over held-out data a user may start per rolling 24 h: each new version and
+    # each re-run or requested evaluation on a held-out dataset is one (admins: no limit;
+    # empty: no limit). Bounds what a submitter can learn about the held-out set per day.
+    held_out_runs_per_day: int | None = 5
     # Leaderboard responses and statistics are cached at most this long (seconds); new,
     # finished, published or hidden results show at once (the cache key changes), other
     # edits such as an algorithm's title within this time.
@@ -157,6 +162,12 @@ class Settings(BaseSettings):
     # an image digest ("sha256:<64 hex>") or a reference prefix ("localhost:5000/approved/").
     # An image runs when its digest is listed or its reference starts with a listed prefix.
     allowed_images: str = ""
+
+    @field_validator("submissions_per_day", "held_out_runs_per_day", mode="before")
+    @classmethod
+    def _empty_is_unlimited(cls, value: object) -> object:
+        # An operator lifts a limit by leaving its variable empty (.env.example says so).
+        return None if isinstance(value, str) and not value.strip() else value
 
     def image_is_allowed(self, *, digest: str | None = None, reference: str | None = None) -> bool:
         """Whether an algorithm image passes ``allowed_images`` (everything when it is empty).
