@@ -17,6 +17,7 @@ from szbench import __version__
 from szbench.algorithms.router import router as algorithms_router
 from szbench.api.cache import EndFreshnessOnWrite, ReadFront
 from szbench.api.errors import install_error_handlers
+from szbench.api.headers import SzbenchFastAPI
 from szbench.auth.csrf import refuse_cross_site_writes
 from szbench.auth.dependencies import viewer_from_memory
 from szbench.auth.router import router as auth_router
@@ -66,7 +67,7 @@ takes `limit` and `offset` and returns `total`. See docs/api.md.
 
 def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastAPI:
     """A new application with its own metrics registry (so tests can build many)."""
-    app = FastAPI(
+    app = SzbenchFastAPI(
         title="szbench",
         version=__version__,
         description=DESCRIPTION,

@@ -3,13 +3,16 @@ anonymous reads, nosniff everywhere, and the OpenAPI security of public reads.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+import szbench.web
 from szbench.config import get_settings
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
@@ -166,3 +169,42 @@ def test_signup_and_login_work_when_anonymous_reads_are_off(
     token = login.json()["token"]
     reads = client.get("/api/v1/algorithms", headers={"Authorization": f"Bearer {token}"})
     assert reads.status_code == 200, reads.text
+
+
+# --- (d) nosniff on every response -------------------------------------------------------
+
+
+def test_every_response_says_nosniff(app: FastAPI, client: TestClient, db_session: Session) -> None:
+    def boom() -> None:
+        raise RuntimeError("an unexpected fault")
+
+    app.add_api_route("/api/v1/test-boom", boom)
+    researcher = f.headers(db_session, f.user(db_session))
+    db_session.commit()
+    static = sorted((Path(szbench.web.__file__).parent / "static").iterdir())[0].name
+    answers = {
+        "api read": client.get("/api/v1/algorithms"),
+        "api read, signed in": client.get("/api/v1/algorithms", headers=researcher),
+        "api read, again (read front)": client.get("/api/v1/algorithms"),
+        "not found": client.get("/api/v1/algorithms/999999"),
+        "unknown path": client.get("/no/such/path"),
+        "unknown api path": client.get("/api/v1/no-such-thing"),
+        "method not allowed": client.delete("/api/v1/algorithms"),
+        "validation error": client.get("/api/v1/algorithms?limit=-1"),
+        "unauthorized": client.get("/api/v1/auth/me"),
+        "bad token": client.get("/api/v1/algorithms", headers={"Authorization": "Bearer x"}),
+        "server error": client.get("/api/v1/test-boom"),
+        "static file": client.get(f"/static/{static}"),
+        "missing static file": client.get("/static/nope.js"),
+        "openapi": client.get("/api/v1/openapi.json"),
+        "docs page": client.get("/api/v1/docs"),
+        "web page": client.get("/"),
+        "health": client.get("/healthz"),
+        "metrics": client.get("/metrics"),
+        "head": client.head("/api/v1/algorithms"),
+    }
+    assert answers["server error"].status_code == 500
+    assert answers["unknown path"].status_code == 404
+    for what, response in answers.items():
+        values = response.headers.get_list("x-content-type-options")
+        assert values == ["nosniff"], (what, response.status_code, values)
