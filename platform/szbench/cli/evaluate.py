@@ -310,6 +310,8 @@ def evaluate(
                 dataset_version=dv,
                 created_by=user,
                 reuse=reuse,
+                # The operator's own machine and data: no platform quota applies.
+                charge=False,
             )
             evaluation_id = evaluation.id
         console.print(

@@ -92,12 +92,15 @@ def create_evaluation(
     reuse: bool = True,
     scoring_params: dict[str, Any] | None = None,
     published: bool | None = None,
+    charge: bool = True,
     _require_active: bool = True,
 ) -> Evaluation:
     """Queue ``algorithm_version`` on ``dataset_version``; the start task is sent after commit.
 
     ``reuse=False`` forces a fresh container run on every recording. ``published=None``
-    hides the results of versions in a hidden phase until an admin publishes them.
+    hides the results of versions in a hidden phase until an admin publishes them. A full
+    evaluation ``created_by`` a user is charged to their quotas (:class:`QuotaExceeded`)
+    unless ``charge=False`` (the local CLI's runs on the operator's own data).
     """
     from szbench_scoring import SCORER_VERSION
 
@@ -124,7 +127,7 @@ def create_evaluation(
     if not total:
         raise Conflict(f"dataset version {dataset_version.version!r} has no recordings")
     params, official = scoring_params_dict(scoring_params)
-    if created_by is not None and kind == EvaluationKind.FULL:
+    if charge and created_by is not None and kind == EvaluationKind.FULL:
         # A full pass the user asked for (a re-run, a requested evaluation): charged to their
         # quotas, under their lock until this transaction records it. The smoke test's own
         # held-out evaluations (no created_by) were charged with the submission.
