@@ -381,7 +381,8 @@ def test_a_token_made_before_the_password_changed_is_refused(
         == 401
     )
     stored = db_session.get(User, user.id)
-    assert stored is not None and stored.password_changed_at is not None
+    assert stored is not None
+    assert stored.password_changed_at is not None
 
 
 def test_cli_set_password_revokes_tokens(settings_env: pytest.MonkeyPatch) -> None:
