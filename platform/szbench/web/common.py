@@ -1,12 +1,13 @@
 """What every page shares: templates, the CSRF token, the caller, HTML errors.
 
 CSRF (see docs/web-ui.md): the session cookie is ``SameSite=Lax`` (browsers do not send it
-on cross-site POSTs) and cookie-authenticated writes whose ``Origin`` names another host are
-refused by the auth dependency. On top of that, every HTML form carries a token that must
-equal the ``szbench_csrf`` cookie (double submit): a random value set on the first page
-view, ``HttpOnly``, ``SameSite=Strict``. It protects the sign-in and sign-up forms too,
-which have no session yet. The page scripts call the JSON API with ``fetch`` (JSON bodies
-and ``PUT``s, which a cross-site form cannot send), relying on SameSite and the Origin check.
+on cross-site POSTs) and state changes whose ``Origin`` (or ``Referer``) is ``null`` or
+another site are refused app-wide (:mod:`szbench.auth.csrf`). On top of that, every HTML
+form carries a token that must equal the ``szbench_csrf`` cookie (double submit): a random
+value set on the first page view, ``HttpOnly``, ``SameSite=Strict``. It protects the
+sign-in and sign-up forms too, which have no session yet. The page scripts call the JSON API
+with ``fetch`` (JSON bodies and ``PUT``s, which a cross-site form cannot send), relying on
+SameSite and the Origin check.
 """
 
 from __future__ import annotations
