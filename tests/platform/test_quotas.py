@@ -466,3 +466,23 @@ def test_submit_page_shows_the_remaining_quota(
     assert r.status_code == 200, r.text
     assert "<strong>4 of 5</strong> left in the last 24 hours" in r.text
     assert "the next one frees up at" in r.text
+
+
+def test_daily_submission_limit_counts_versions(
+    client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch, sent: list[Any]
+) -> None:
+    settings_env.setenv("SZBENCH_SUBMISSIONS_PER_DAY", "2")
+    settings_env.setenv("SZBENCH_HELD_OUT_RUNS_PER_DAY", "")
+    get_settings.cache_clear()
+    owner, version, _ = _held_out_world(db_session)  # 1 of 2
+    h = f.headers(db_session, owner)
+    url = f"/api/v1/algorithms/{version.algorithm_id}/versions"
+
+    def submit(label: str) -> Any:
+        body = {"version": label, "image_reference": "reg:5000/a@sha256:" + label * 64}
+        return client.post(url, headers=h, json=body)
+
+    assert submit("a").status_code == 201
+    r = submit("b")
+    assert r.status_code == 429
+    assert "all 2 submissions of the last 24 hours" in r.json()["detail"]

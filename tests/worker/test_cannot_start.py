@@ -18,10 +18,18 @@ from typing import Any
 
 import docker
 import pytest
+from sqlalchemy import select
 
 from szbench.db import session_scope
 from szbench.evaluations import service as evaluations
-from szbench.models import Evaluation, EvaluationStatus, RunOutcome
+from szbench.models import (
+    DatasetKind,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    RunOutcome,
+    VersionStatus,
+)
 from szbench_worker import docker_runner
 from szbench_worker.docker_runner import (
     CANNOT_START_MESSAGES,
@@ -34,11 +42,12 @@ from szbench_worker.runner import Limits, Outcome, RunnerError
 
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world
 from .test_pipeline_celery import LIMITS as PIPELINE_LIMITS
-from .test_pipeline_celery import (  # noqa: F401 (celery_env is a fixture used below)
+from .test_pipeline_celery import (  # noqa: F401 (celery_env, direct_docker: fixtures)
     Workers,
     add_version,
     all_finished,
     celery_env,
+    direct_docker,
     wait_until,
 )
 
@@ -310,3 +319,46 @@ def test_cannot_start_runs_end_crashed_after_exactly_one_attempt(
             assert ev.result is not None
     log = (workers.log_dir / "cannotstart.log").read_text(errors="replace")
     assert "Retry in" not in log
+
+
+@pytest.mark.docker
+@pytest.mark.postgres
+def test_smoke_test_rejects_an_image_that_cannot_start_with_the_fixed_message(
+    direct_docker: list[Any],  # noqa: F811 (the imported fixture)
+    test_images: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    from szbench_worker import pipeline
+
+    recs = [Rec("sub-01", "run-00", 600, ((1, 2),))]
+    sample = make_prepared_dataset(tmp_path / "sample", recs)
+    with session_scope() as session:
+        world = seed_world(
+            session,
+            sample,
+            recs,
+            slug="public-sample",
+            kind=DatasetKind.PUBLIC_SAMPLE,
+            digest=test_images["unknownuser"],
+            status=VersionStatus.PENDING,
+            run_limits=PIPELINE_LIMITS,
+        )
+        version_id = world.version.id
+
+    outcome = pipeline.smoke_test(version_id)
+
+    # Rejected (the submitter's fault), not sent back to waiting as a platform fault.
+    assert outcome.status == VersionStatus.REJECTED
+    assert outcome.message.endswith(CANNOT_START_MESSAGES["user"])
+    with session_scope() as session:
+        smoke = session.scalars(
+            select(Evaluation).where(
+                Evaluation.algorithm_version_id == version_id,
+                Evaluation.kind == EvaluationKind.SMOKE_TEST,
+            )
+        ).one()
+        (run,) = smoke.runs
+        assert run.outcome == RunOutcome.CRASHED
+        assert run.attempts == 1
+        assert "no matching entries in passwd file" in run.admin_log
+        assert run.submitter_message == CANNOT_START_MESSAGES["user"]
