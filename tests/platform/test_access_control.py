@@ -3,6 +3,7 @@ anonymous reads, nosniff everywhere, and the OpenAPI security of public reads.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,53 @@ def test_every_response_says_nosniff(app: FastAPI, client: TestClient, db_sessio
     for what, response in answers.items():
         values = response.headers.get_list("x-content-type-options")
         assert values == ["nosniff"], (what, response.status_code, values)
+
+
+# --- (e) the OpenAPI document says which operations need no token -------------------------
+
+
+def _operations(schema: dict[str, Any]) -> list[tuple[str, str, list[dict[str, Any]] | None]]:
+    return [
+        (method.upper(), path, operation.get("security"))
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+    ]
+
+
+def test_openapi_marks_exactly_the_operations_anonymous_callers_may_use(
+    client: TestClient,
+) -> None:
+    schema = client.get("/api/v1/openapi.json").json()
+    assert set(schema["components"]["securitySchemes"]) == {"token"}
+    operations = _operations(schema)
+    public = {(m, p) for m, p, security in operations if security and {} in security}
+    assert {
+        ("GET", "/api/v1/algorithms"),
+        ("GET", "/api/v1/leaderboards/{slug}"),
+        ("GET", "/api/v1/evaluations/{evaluation_id}"),
+    } <= public
+    for method, path, security in operations:
+        if not path.startswith("/api/v1/") or path == "/api/v1/auth/login":
+            continue
+        url = path.replace("{slug}", "x").replace("{version}", "x").replace("{key}", "x")
+        url = re.sub(r"\{[a-z_]+\}", "1", url)
+        answer = client.request(method, url, json={} if method != "GET" else None)
+        if (method, path) in public:
+            assert answer.status_code != 401, (method, path, answer.text)
+        elif security is not None:
+            # Not usable without a token, and the document says which one.
+            assert security == [{"token": []}], (method, path, security)
+            assert answer.status_code == 401, (method, path, answer.status_code, answer.text)
+        else:
+            assert path == "/api/v1/auth/signup", (method, path)
+
+
+def test_without_anonymous_reads_the_document_asks_for_a_token_everywhere(
+    app: FastAPI, settings_env: pytest.MonkeyPatch
+) -> None:
+    settings_env.setenv("SZBENCH_ANONYMOUS_READ", "false")
+    get_settings.cache_clear()
+    schema = app.openapi()
+    assert all(security in (None, [{"token": []}]) for _, _, security in _operations(schema)), [
+        op for op in _operations(schema) if op[2] not in (None, [{"token": []}])
+    ]

@@ -14,6 +14,9 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from szbench.api.openapi import mark_anonymous_reads
+from szbench.config import get_settings
+
 ALWAYS = ((b"x-content-type-options", b"nosniff"),)
 
 
@@ -41,7 +44,13 @@ class AlwaysHeaders:
 
 class SzbenchFastAPI(FastAPI):
     """FastAPI whose whole middleware stack (the server-error handler included) is wrapped
-    in :class:`AlwaysHeaders`."""
+    in :class:`AlwaysHeaders`, and whose OpenAPI document marks the routes that anonymous
+    callers may use (:mod:`szbench.api.openapi`)."""
 
     def build_middleware_stack(self) -> Any:
         return AlwaysHeaders(super().build_middleware_stack())
+
+    def openapi(self) -> dict[str, Any]:
+        # FastAPI caches the document it builds; marking is idempotent, so a cached one
+        # passes through unchanged.
+        return mark_anonymous_reads(super().openapi(), anonymous_read=get_settings().anonymous_read)

@@ -19,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from szbench.api.deps import BareSessionDep, get_side_session, run_in_slot
+from szbench.api.openapi import no_credentials
 from szbench.auth import service
 from szbench.auth.cookies import read_session_cookie
 from szbench.auth.token_cache import tokens
@@ -163,7 +164,9 @@ def _check_scope(request: Request, principal: Principal, *, admin: bool = False)
 
 
 async def anyone(
-    request: Request, principal: Annotated[Principal, Depends(get_principal)]
+    request: Request,
+    principal: Annotated[Principal, Depends(get_principal)],
+    _anonymous: Annotated[None, Depends(no_credentials)],
 ) -> Principal:
     """Signed in or not (anonymous reads can be switched off with SZBENCH_ANONYMOUS_READ)."""
     if principal.user is None:
@@ -211,7 +214,9 @@ async def admin_only(
 
 
 def submitter_outside_request_session(
-    request: Request, session: Annotated[Session, Depends(get_side_session)]
+    request: Request,
+    session: Annotated[Session, Depends(get_side_session)],
+    _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """:func:`submitter`, checked in a side session whose connection is released at once.
 
