@@ -34,6 +34,7 @@ from szbench.ops.service import DatabaseCollector
 from szbench.phases.router import router as phases_router
 from szbench.results.router import router as results_router
 from szbench.uploads.router import router as uploads_router
+from szbench.uploads.sweeper import install_upload_sweeper
 from szbench.users.router import router as users_router
 from szbench.web import install as install_web
 from szbench.web.api_docs import install as install_api_docs
@@ -108,6 +109,7 @@ def create_production_app() -> FastAPI:
     """
     configure_logging()
     app = create_app()
+    install_upload_sweeper(app, get_settings().upload_sweep_interval_s)
     # The long-lived heap out of the collector's full passes (szbench.ops.heap): now, with
     # everything imported and built, and again whenever a full pass shows that it grew.
     slow_pass_s = get_settings().gc_slow_pass_ms / 1000

@@ -20,6 +20,9 @@ from szbench.api.deps import BareSessionDep, SessionDep, run_in_slot
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
+from szbench.models import Algorithm
+from szbench.uploads import service as uploads
+from szbench.uploads.service import UploadSession
 
 router = APIRouter(prefix="/algorithms", tags=["algorithms"], responses=ERROR_RESPONSES)
 
@@ -101,16 +104,28 @@ async def submit_version(
     """Submit a version (a finished upload or a pinned image reference); starts its smoke test."""
     user = caller.user
     assert user is not None
-    algorithm = await run_in_slot(
-        request,
-        session,
-        lambda: service.get_managed_algorithm(session, algorithm_id, user=user),
-    )
+    upload_id = body.upload_id if body.image_reference is None else None
+
+    def find() -> tuple[Algorithm, UploadSession | None]:
+        algorithm = service.get_managed_algorithm(session, algorithm_id, user=user)
+        if upload_id is None:
+            return algorithm, None
+        return algorithm, uploads.get_upload(session, user, upload_id)
+
+    algorithm, upload = await run_in_slot(request, session, find)
     checked = None
-    if body.upload_id is not None and body.image_reference is None:
+    if upload is not None:
         # The archive check reads all of it: in a worker thread, holding no database
         # connection, so that large submissions arriving together cannot take the pool.
-        checked = await anyio.to_thread.run_sync(service.check_upload, user, body.upload_id)
+        try:
+            checked = await anyio.to_thread.run_sync(service.check_upload, upload)
+        except service.ARCHIVE_REFUSALS as exc:
+            # Refused for good: its bytes go now, not at the session's expiry.
+            reason = exc.detail
+            await run_in_slot(
+                request, session, lambda: uploads.refuse_upload(session, upload.id, reason)
+            )
+            raise
 
     def create() -> VersionOut:
         row = service.submit_version(

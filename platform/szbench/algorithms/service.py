@@ -18,6 +18,7 @@ from szbench.errors import (
     Forbidden,
     InvalidSubmission,
     NotFound,
+    PayloadTooLarge,
 )
 from szbench.evaluations import service as evaluation_service
 from szbench.models import (
@@ -150,16 +151,20 @@ class CheckedUpload:
     info: ImageInfo
 
 
-def check_upload(user: User, upload_id: str) -> CheckedUpload:
-    """The caller's finished upload, its archive checked.
+def check_upload(upload: UploadSession) -> CheckedUpload:
+    """A finished upload (read by :func:`~szbench.uploads.service.get_upload`), its archive
+    checked; :class:`InvalidSubmission` or :class:`PayloadTooLarge` when the archive is
+    refused (then :func:`~szbench.uploads.service.refuse_upload` it).
 
     The check reads the whole archive (seconds for a large gzipped image) and no database:
     a route runs it before it takes a connection (see the submit route).
     """
-    upload = uploads.get_upload(user, upload_id)
     archive = uploads.completed_file(upload)
     info = check_image_archive(archive, allow_root=get_settings().allow_root_images)
     return CheckedUpload(upload, archive, info)
+
+
+ARCHIVE_REFUSALS = (InvalidSubmission, PayloadTooLarge)
 
 
 def submit_version(
@@ -200,14 +205,16 @@ def submit_version(
     )
     if upload_id is not None:
         if checked is None or checked.upload.id != upload_id:
-            checked = check_upload(user, upload_id)
-        upload, info = checked.upload, checked.info
-        row.image_digest = info.digest
-        row.tarball_bytes = upload.size_bytes
-        row.tarball_path = str(
-            uploads.store_image(checked.archive, digest=info.digest, gzip=info.gzip)
-        )
-        uploads.delete_upload(upload)
+            upload = uploads.get_upload(session, user, upload_id)
+            try:
+                checked = check_upload(upload)
+            except ARCHIVE_REFUSALS as exc:
+                uploads.refuse_upload(session, upload.id, exc.detail)
+                raise
+        # One upload, one version: of concurrent submits, only one claims it.
+        uploads.claim_upload(session, checked.upload)
+        row.image_digest = checked.info.digest
+        row.tarball_bytes = checked.upload.size_bytes
     else:
         assert image_reference is not None
         row.image_digest = parse_image_reference(image_reference)
@@ -219,6 +226,12 @@ def submit_version(
         )
     session.add(row)
     session.flush()
+    if checked is not None and upload_id is not None:
+        # Moved once the version row stands, so a refused version leaves the upload whole.
+        row.tarball_path = str(
+            uploads.store_image(checked.archive, digest=checked.info.digest, gzip=checked.info.gzip)
+        )
+        session.flush()
     evaluation_service.request_smoke_test(session, row)
     return row
 

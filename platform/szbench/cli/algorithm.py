@@ -111,7 +111,7 @@ def _submit_local(email: str, name: str, body: dict[str, Any], image: Path | Non
                 select(Algorithm).where(Algorithm.owner_id == user.id, Algorithm.name == name)
             ) or service.create_algorithm(session, owner=user, name=name, **meta)
             if image is not None:
-                body["upload_id"] = uploads.import_file(user, image).id
+                body["upload_id"] = uploads.import_file(session, user, image).id
             version = service.submit_version(session, algorithm=algorithm, user=user, **body)
             return VersionOut.model_validate(version).model_dump(mode="json")
     except SzbenchError as exc:

@@ -45,6 +45,7 @@ from szbench.cli import score as _score  # noqa: E402
 from szbench.cli import serve as _serve  # noqa: E402
 from szbench.cli import synth as _synth  # noqa: E402
 from szbench.cli import tokens as _tokens  # noqa: E402
+from szbench.cli import uploads as _uploads  # noqa: E402
 from szbench.cli import users as _users  # noqa: E402
 
 app.add_typer(_dataset.app, name="dataset")
@@ -55,6 +56,7 @@ app.command("score")(_score.score)
 app.command("serve")(_serve.serve)
 app.add_typer(_users.app, name="user")
 app.add_typer(_tokens.app, name="token")
+app.add_typer(_uploads.app, name="upload")
 app.add_typer(_algorithm.app, name="algorithm")
 app.command("leaderboard")(_leaderboard.leaderboard)
 

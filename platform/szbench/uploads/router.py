@@ -1,10 +1,13 @@
 """``/api/v1/uploads``: resumable, streamed uploads of image archives.
 
-1. ``POST /uploads`` with the filename and exact size: a session id.
+1. ``POST /uploads`` with the filename and exact size: a session id (each user has a few
+   open sessions at most, and a cap on the bytes they declare together).
 2. ``PUT /uploads/{id}?offset=N`` (or ``Content-Range: bytes N-M/SIZE``) with raw bytes;
    repeat with the returned offset until ``complete``; after a dropped connection,
-   ``GET /uploads/{id}`` tells where to resume.
-3. ``POST /algorithms/{id}/versions`` with ``upload_id``: the archive is checked and kept.
+   ``GET /uploads/{id}`` tells where to resume. A body whose length differs from its
+   ``Content-Range`` is refused and cut back.
+3. ``POST /algorithms/{id}/versions`` with ``upload_id``: the archive is checked and kept;
+   an upload gives one version at most. ``DELETE /uploads/{id}`` abandons one (expired too).
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response, status
+import anyio
+from fastapi import APIRouter, Depends, Query, Request, Response, status
+from sqlalchemy.orm import Session
 
+from szbench.api.deps import SessionDep, get_side_session
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.auth.dependencies import StreamingSubmitter, Submitter
 from szbench.errors import BadRequest
@@ -32,42 +38,52 @@ def _out(upload: service.UploadSession) -> UploadOut:
         size_bytes=upload.size_bytes,
         offset=upload.offset,
         complete=upload.complete,
+        state=upload.state.value,
+        expires_at=upload.expires_at,
     )
 
 
 @router.post("", response_model=UploadOut, status_code=status.HTTP_201_CREATED)
-def create_upload(body: UploadCreate, caller: Submitter) -> UploadOut:
+def create_upload(body: UploadCreate, session: SessionDep, caller: Submitter) -> UploadOut:
     """Open an upload session for an image archive of a declared size."""
     assert caller.user is not None
     return _out(
-        service.create_upload(caller.user, filename=body.filename, size_bytes=body.size_bytes)
+        service.create_upload(
+            session, caller.user, filename=body.filename, size_bytes=body.size_bytes
+        )
     )
 
 
 @router.get("/{upload_id}", response_model=UploadOut)
-def get_upload(upload_id: str, caller: Submitter) -> UploadOut:
+def get_upload(upload_id: str, session: SessionDep, caller: Submitter) -> UploadOut:
     """An upload session and its offset (where to resume)."""
     assert caller.user is not None
-    return _out(service.get_upload(caller.user, upload_id))
+    return _out(service.get_upload(session, caller.user, upload_id))
 
 
-def _start_offset(request: Request, offset: int | None, size: int) -> int:
+def _chunk_range(request: Request, offset: int | None, size: int) -> tuple[int, int | None]:
+    """Where the body goes and, with a ``Content-Range``, how long it must be."""
     header = request.headers.get("content-range")
     if header is None:
         if offset is None:
             raise BadRequest("offset: give ?offset=N or a Content-Range header")
-        return offset
+        return offset, None
     match = _CONTENT_RANGE.match(header.strip())
     if not match:
         raise BadRequest(f"Content-Range: {header!r} is not 'bytes START-END/TOTAL'")
-    start, end, total = match.groups()
+    start, end, total = int(match[1]), int(match[2]), match[3]
     if total != "*" and int(total) != size:
         raise BadRequest(f"Content-Range: total {total} differs from the declared size {size}")
-    if int(end) < int(start):
+    if end < start:
         raise BadRequest(f"Content-Range: end {end} is before start {start}")
-    if offset is not None and offset != int(start):
+    if end >= size:
+        raise BadRequest(
+            f"Content-Range: end {end} is past the declared size {size} (the last byte is "
+            f"{size - 1})"
+        )
+    if offset is not None and offset != start:
         raise BadRequest(f"offset: {offset} disagrees with Content-Range start {start}")
-    return int(start)
+    return start, end - start + 1
 
 
 @router.put(
@@ -86,21 +102,34 @@ async def put_chunk(
     upload_id: str,
     request: Request,
     caller: StreamingSubmitter,
+    # The side session the caller was resolved in: read the session row, then release it.
+    session: Annotated[Session, Depends(get_side_session)],
     offset: Annotated[
         int | None, Query(ge=0, le=2**50, description="Byte offset of this chunk.")
     ] = None,
 ) -> UploadOut:
     """Append raw bytes at an offset (streamed to disk; resumable)."""
-    assert caller.user is not None
-    upload = service.get_upload(caller.user, upload_id)
-    start = _start_offset(request, offset, upload.size_bytes)
-    upload.offset = await service.write_chunk(upload, offset=start, chunks=request.stream())
+    user = caller.user
+    assert user is not None
+
+    def read() -> service.UploadSession:
+        try:
+            return service.get_upload(session, user, upload_id)
+        finally:
+            session.commit()  # no connection held while the bytes arrive
+
+    upload = await anyio.to_thread.run_sync(read)
+    start, length = _chunk_range(request, offset, upload.size_bytes)
+    upload.offset = await service.write_chunk(
+        upload, offset=start, chunks=request.stream(), length=length
+    )
     return _out(upload)
 
 
 @router.delete("/{upload_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_upload(upload_id: str, caller: Submitter) -> Response:
-    """Abandon an upload session and delete its bytes."""
+def delete_upload(upload_id: str, session: SessionDep, caller: Submitter) -> Response:
+    """Abandon an upload session (expired or refused ones too) and delete its bytes."""
     assert caller.user is not None
-    service.delete_upload(service.get_upload(caller.user, upload_id))
+    upload = service.get_upload(session, caller.user, upload_id, allow_expired=True)
+    service.delete_upload(session, upload)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -16,3 +19,7 @@ class UploadOut(BaseModel):
     size_bytes: int
     offset: int = Field(description="Bytes received so far: PUT the next chunk at this offset.")
     complete: bool
+    state: Literal["open", "refused"] = Field(
+        "open", description="refused: the archive failed the check; its bytes are deleted."
+    )
+    expires_at: datetime = Field(description="After this, the session is refused and swept.")

@@ -3,29 +3,41 @@
 A client declares the size, then PUTs the bytes (all at once or in chunks at increasing
 offsets); after a dropped connection it asks for the session's offset and goes on from
 there. Bytes go straight from the request stream to ``<uploads_dir>/sessions/<id>.part``
-and are never held in memory. A session's metadata sits next to it as ``<id>.json``, so
-sessions need no table and survive restarts.
+and are never held in memory; the offset is that file's size. The session itself is a row
+of ``uploads`` (:class:`~szbench.models.Upload`), so that:
+
+- each user has a bounded number of open sessions and declared bytes
+  (``upload_max_open_sessions``, ``upload_max_open_bytes``), counted under a lock on the
+  user's row, so concurrent opens cannot overshoot;
+- submitting claims the row atomically (it is deleted in the transaction that records the
+  version): one upload gives at most one version, however many submits race;
+- :func:`sweep` removes expired and refused sessions with their bytes, and stray files.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
+import logging
 import os
 import re
 import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
 
 from szbench.auth import policy
 from szbench.config import get_settings
-from szbench.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
-from szbench.models import User
+from szbench.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, QuotaExceeded
+from szbench.models import Upload, UploadState, User
+
+log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -33,16 +45,24 @@ ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 
 @dataclass
 class UploadSession:
+    """A snapshot of an upload's row and of its bytes on disk (no database needed)."""
+
     id: str
     owner_id: int
     filename: str
     size_bytes: int
-    created_at: float
+    created_at: datetime
     offset: int = 0
+    state: UploadState = UploadState.OPEN
+    refused_because: str = ""
 
     @property
     def complete(self) -> bool:
         return self.offset == self.size_bytes
+
+    @property
+    def expires_at(self) -> datetime:
+        return self.created_at + timedelta(seconds=get_settings().upload_session_ttl_s)
 
 
 def sessions_dir() -> Path:
@@ -52,13 +72,55 @@ def sessions_dir() -> Path:
 
 
 def _paths(upload_id: str) -> tuple[Path, Path]:
+    # ``<id>.json``: where sessions kept their metadata before the table; swept as strays.
     base = sessions_dir()
     return base / f"{upload_id}.json", base / f"{upload_id}.part"
 
 
-def create_upload(user: User, *, filename: str, size_bytes: int) -> UploadSession:
-    """Open an upload session for ``size_bytes`` bytes of an image archive."""
-    limit = get_settings().max_upload_bytes
+def _remove_files(upload_id: str) -> int:
+    """Delete a session's files; the bytes they held."""
+    freed = 0
+    for path in _paths(upload_id):
+        try:
+            freed += path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            pass
+    return freed
+
+
+def _expiry_cutoff() -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=get_settings().upload_session_ttl_s)
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite gives naive datetimes back (stored as UTC).
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _snapshot(row: Upload) -> UploadSession:
+    part = _paths(row.id)[1]
+    return UploadSession(
+        id=row.id,
+        owner_id=row.owner_id,
+        filename=row.filename,
+        size_bytes=row.size_bytes,
+        created_at=_aware(row.created_at),
+        offset=part.stat().st_size if part.exists() else 0,
+        state=row.state,
+        refused_because=row.refused_because,
+    )
+
+
+def create_upload(session: Session, user: User, *, filename: str, size_bytes: int) -> UploadSession:
+    """Open an upload session for ``size_bytes`` bytes of an image archive.
+
+    Raises :class:`QuotaExceeded` when the user already has ``upload_max_open_sessions``
+    open sessions, or when their open sessions would declare more than
+    ``upload_max_open_bytes`` together.
+    """
+    settings = get_settings()
+    limit = settings.max_upload_bytes
     if size_bytes <= 0:
         raise BadRequest("size_bytes: must be positive")
     if size_bytes > limit:
@@ -66,44 +128,71 @@ def create_upload(user: User, *, filename: str, size_bytes: int) -> UploadSessio
     name = os.path.basename(filename.replace("\\", "/"))
     if not name.lower().endswith(ARCHIVE_SUFFIXES):
         raise BadRequest(f"filename: {name!r} is not a .tar or .tar.gz image archive")
-    upload = UploadSession(
-        id=uuid.uuid4().hex,
-        owner_id=user.id,
-        filename=name,
-        size_bytes=size_bytes,
-        created_at=time.time(),
-    )
-    meta, part = _paths(upload.id)
-    part.touch()
-    meta.write_text(json.dumps(asdict(upload)))
-    return upload
+    # The user's row is the lock that serialises their opens: the count below cannot be
+    # overtaken by a concurrent open (SQLite serialises writers itself).
+    session.execute(select(User.id).where(User.id == user.id).with_for_update())
+    _sweep_rows(session, Upload.owner_id == user.id)
+    count, declared = session.execute(
+        select(func.count(Upload.id), func.coalesce(func.sum(Upload.size_bytes), 0)).where(
+            Upload.owner_id == user.id, Upload.state == UploadState.OPEN
+        )
+    ).one()
+    if count >= settings.upload_max_open_sessions:
+        raise QuotaExceeded(
+            f"you have {count} open uploads, the most allowed "
+            f"(SZBENCH_UPLOAD_MAX_OPEN_SESSIONS={settings.upload_max_open_sessions}); "
+            "finish, submit or delete one first"
+        )
+    if declared + size_bytes > settings.upload_max_open_bytes:
+        raise QuotaExceeded(
+            f"size_bytes: your open uploads would declare {declared + size_bytes} bytes "
+            f"together, over the limit of {settings.upload_max_open_bytes} "
+            "(SZBENCH_UPLOAD_MAX_OPEN_BYTES); finish, submit or delete one first"
+        )
+    row = Upload(id=uuid.uuid4().hex, owner_id=user.id, filename=name, size_bytes=size_bytes)
+    session.add(row)
+    session.flush()
+    _paths(row.id)[1].touch()
+    return _snapshot(row)
 
 
-def get_upload(user: User, upload_id: str) -> UploadSession:
-    """The caller's session (admins: anyone's); others' and expired ones are not found."""
-    if not _ID.match(upload_id):
+def get_upload(
+    session: Session, user: User, upload_id: str, *, allow_expired: bool = False
+) -> UploadSession:
+    """The caller's session (admins: anyone's); others' are not found, expired ones neither
+    unless ``allow_expired`` (their owner may still delete them)."""
+    row = session.get(Upload, upload_id) if _ID.match(upload_id) else None
+    if row is None or (row.owner_id != user.id and not policy.is_admin(user)):
         raise NotFound(f"upload {upload_id} does not exist")
-    meta, part = _paths(upload_id)
-    try:
-        data = json.loads(meta.read_text())
-    except FileNotFoundError:
-        raise NotFound(f"upload {upload_id} does not exist") from None
-    data.pop("offset", None)
-    upload = UploadSession(**data)
-    if upload.owner_id != user.id and not policy.is_admin(user):
-        raise NotFound(f"upload {upload_id} does not exist")
-    if time.time() - upload.created_at > get_settings().upload_session_ttl_s:
+    upload = _snapshot(row)
+    if not allow_expired and upload.expires_at < datetime.now(UTC):
         raise NotFound(f"upload {upload_id} has expired; start a new one")
-    upload.offset = part.stat().st_size if part.exists() else 0
     return upload
 
 
-async def write_chunk(upload: UploadSession, *, offset: int, chunks: AsyncIterator[bytes]) -> int:
+def require_open(upload: UploadSession) -> None:
+    """:class:`Conflict` for a refused upload, saying why it was refused."""
+    if upload.state is UploadState.REFUSED:
+        raise Conflict(
+            f"upload {upload.id} was refused ({upload.refused_because}); "
+            "its bytes are deleted: start a new upload"
+        )
+
+
+async def write_chunk(
+    upload: UploadSession,
+    *,
+    offset: int,
+    chunks: AsyncIterator[bytes],
+    length: int | None = None,
+) -> int:
     """Append the request body at ``offset`` (which must be the session's current offset).
 
-    Returns the new offset. A body that would run past the declared size is cut back to
-    ``offset`` and refused, so the session stays resumable.
+    ``length``: the body's length as its ``Content-Range`` states it; a body of another
+    length is refused. Returns the new offset. A body that would run past the declared size
+    (or ``length``) is cut back to ``offset`` and refused, so the session stays resumable.
     """
+    require_open(upload)
     _, part = _paths(upload.id)
     fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -123,13 +212,22 @@ async def write_chunk(upload: UploadSession, *, offset: int, chunks: AsyncIterat
             async for chunk in chunks:
                 if not chunk:
                     continue
+                if length is not None and written + len(chunk) - offset > length:
+                    raise BadRequest(
+                        f"Content-Range: the body is longer than the {length} bytes it states"
+                    )
                 if written + len(chunk) > upload.size_bytes:
                     raise PayloadTooLarge(
                         f"upload {upload.id}: more than the declared {upload.size_bytes} bytes"
                     )
                 await anyio.to_thread.run_sync(os.write, fd, chunk)
                 written += len(chunk)
-        except PayloadTooLarge:
+            if length is not None and written - offset != length:
+                raise BadRequest(
+                    f"Content-Range: the body has {written - offset} bytes, "
+                    f"the header states {length}"
+                )
+        except (PayloadTooLarge, BadRequest):
             os.ftruncate(fd, offset)
             raise
         # A dropped connection leaves what arrived: the client resumes from the new offset.
@@ -140,6 +238,7 @@ async def write_chunk(upload: UploadSession, *, offset: int, chunks: AsyncIterat
 
 def completed_file(upload: UploadSession) -> Path:
     """The archive of a finished session, else :class:`Conflict` naming what is missing."""
+    require_open(upload)
     if not upload.complete:
         raise Conflict(
             f"upload {upload.id} is incomplete: {upload.offset} of {upload.size_bytes} bytes"
@@ -147,9 +246,89 @@ def completed_file(upload: UploadSession) -> Path:
     return _paths(upload.id)[1]
 
 
-def delete_upload(upload: UploadSession) -> None:
-    for path in _paths(upload.id):
-        path.unlink(missing_ok=True)
+def claim_upload(session: Session, upload: UploadSession) -> None:
+    """Take ``upload`` for one version: its row is deleted in the caller's transaction.
+
+    The delete is the claim: of concurrent submits of one upload, the database lets exactly
+    one delete the row (the others wait for its lock, then find nothing); they get
+    :class:`Conflict`. If the transaction rolls back, the upload is open again.
+    """
+    result = session.execute(
+        delete(Upload).where(Upload.id == upload.id, Upload.state == UploadState.OPEN)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise Conflict(f"upload_id: upload {upload.id} has already been submitted (or was deleted)")
+
+
+def refuse_upload(session: Session, upload_id: str, reason: str) -> None:
+    """Mark an upload whose archive failed the check as refused and delete its bytes now
+    (the row stays until the next sweep, so that a retry hears why)."""
+    session.execute(
+        update(Upload)
+        .where(Upload.id == upload_id, Upload.state == UploadState.OPEN)
+        .values(state=UploadState.REFUSED, refused_because=reason[:2000])
+    )
+    _remove_files(upload_id)
+
+
+def delete_upload(session: Session, upload: UploadSession) -> None:
+    session.execute(delete(Upload).where(Upload.id == upload.id))
+    _remove_files(upload.id)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    expired: int
+    refused: int
+    stray_files: int
+    bytes_freed: int
+
+
+def _sweep_rows(session: Session, *where: object) -> tuple[int, int, int]:
+    """Delete expired and refused sessions (matching ``where``) and their files."""
+    gone = list(
+        session.execute(
+            select(Upload.id, Upload.state).where(
+                (Upload.state == UploadState.REFUSED) | (Upload.created_at < _expiry_cutoff()),
+                *where,  # type: ignore[arg-type]
+            )
+        )
+    )
+    if not gone:
+        return 0, 0, 0
+    session.execute(delete(Upload).where(Upload.id.in_([upload_id for upload_id, _ in gone])))
+    freed = sum(_remove_files(upload_id) for upload_id, _ in gone)
+    refused = sum(1 for _, state in gone if state == UploadState.REFUSED)
+    return len(gone) - refused, refused, freed
+
+
+def sweep(session: Session) -> SweepReport:
+    """Remove expired and refused uploads with their bytes, and files in the sessions
+    folder that belong to no session (left by a crash, or from before the table) once
+    they are older than the session lifetime. Safe to run anywhere at any time."""
+    expired, refused, freed = _sweep_rows(session)
+    session.flush()
+    known = set(session.scalars(select(Upload.id)))
+    stray = 0
+    oldest = time.time() - get_settings().upload_session_ttl_s
+    for path in sessions_dir().iterdir():
+        upload_id = path.name.split(".", 1)[0]
+        if upload_id in known:
+            continue
+        try:
+            stat = path.stat()
+            # A file younger than a session's lifetime may be one being created right now.
+            if stat.st_mtime >= oldest or not path.is_file():
+                continue
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        stray += 1
+        freed += stat.st_size
+    report = SweepReport(expired=expired, refused=refused, stray_files=stray, bytes_freed=freed)
+    if expired or refused or stray:
+        log.info("upload sweep: %s", report)
+    return report
 
 
 def store_image(source: Path, *, digest: str, gzip: bool) -> Path:
@@ -168,10 +347,10 @@ def store_image(source: Path, *, digest: str, gzip: bool) -> Path:
     return target.relative_to(root)
 
 
-def import_file(user: User, path: Path) -> UploadSession:
+def import_file(session: Session, user: User, path: Path) -> UploadSession:
     """An upload session filled from a local file (the CLI's local mode), copied in chunks."""
     size = path.stat().st_size
-    upload = create_upload(user, filename=path.name, size_bytes=size)
+    upload = create_upload(session, user, filename=path.name, size_bytes=size)
     _, part = _paths(upload.id)
     with path.open("rb") as src, part.open("wb") as dst:
         shutil.copyfileobj(src, dst, 8 * 1024**2)
