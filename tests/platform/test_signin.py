@@ -401,3 +401,30 @@ def test_cli_set_password_revokes_tokens(settings_env: pytest.MonkeyPatch) -> No
     with session_scope() as session:
         assert auth.resolve_token(session, secret) is None
         assert auth.authenticate(session, email="cli@example.org", password="reset-from-the-cli")
+
+
+def test_the_web_password_page_changes_it_and_revokes_the_rest(
+    client: TestClient, db_session: Session
+) -> None:
+    user = f.user(db_session, email="page@example.org", password=PASSWORD)
+    theirs = f.headers(db_session, user)
+    _web_sign_in(client, "page@example.org", PASSWORD)
+    assert 'minlength="10"' in client.get("/signup").text
+    page = client.get("/password")
+    token = _CSRF.search(page.text)
+    assert token is not None
+    form = {"csrf_token": token.group(1), "current_password": "wrong-one-here"}
+    r = client.post("/password", data={**form, "new_password": "a-fresh-long-phrase"})
+    assert r.status_code == 400
+    assert "current_password: wrong password" in r.text
+    form["current_password"] = PASSWORD
+    r = client.post("/password", data={**form, "new_password": "password"})
+    assert r.status_code == 400
+    assert "at least 10 characters" in r.text
+    r = client.post(
+        "/password", data={**form, "new_password": "a-fresh-long-phrase"}, follow_redirects=False
+    )
+    assert r.status_code == 303, r.text
+    assert client.get("/api/v1/auth/me", headers=theirs).status_code == 401
+    assert client.get("/api/v1/auth/me").json()["email"] == "page@example.org"
+    assert _login(client, "page@example.org", "a-fresh-long-phrase").status_code == 200

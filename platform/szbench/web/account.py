@@ -11,11 +11,12 @@ from sqlalchemy import select
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
+from szbench.auth import cookies
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
-from szbench.errors import Forbidden, SzbenchError, Unauthorized
+from szbench.errors import Forbidden, SzbenchError, TooManyAttempts, Unauthorized
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
 from szbench.evaluations.schemas import EvaluationCreate
@@ -104,6 +105,56 @@ def revoke_token(
     token = auth.get_token(session, token_id, viewer=caller.user)
     auth.revoke_token(session, token)
     return redirect("/tokens", f"Token {token.prefix}… revoked.")
+
+
+# --- password --------------------------------------------------------------------------------
+
+
+def _password_page(
+    request: Request, caller: SignedIn, *, error: str | None = None, status_code: int = 200
+) -> Response:
+    context = {
+        "title": "Change your password",
+        "error": error,
+        "min_length": get_settings().password_min_length,
+    }
+    return render(request, "password.html", caller, context, status_code=status_code)
+
+
+@router.get("/password", response_class=HTMLResponse)
+def password_page(request: Request, caller: SignedIn) -> Response:
+    """A form to change the caller's password."""
+    return _password_page(request, caller)
+
+
+@router.post("/password", response_class=HTMLResponse)
+def change_password(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+    current_password: Annotated[str, Form(max_length=1000)] = "",
+    new_password: Annotated[str, Form(max_length=1000)] = "",
+) -> Response:
+    """Change the password; every session and token is revoked, this browser signed in anew."""
+    assert caller.user is not None
+    try:
+        auth.change_password(
+            session,
+            caller.user,
+            current_password=current_password,
+            new_password=new_password,
+            client=cookies.client_address(request),
+        )
+    except SzbenchError as exc:
+        # The throttle's count is already committed; nothing else was changed.
+        page = _password_page(request, caller, error=exc.detail, status_code=exc.status_code)
+        if isinstance(exc, TooManyAttempts):
+            page.headers["Retry-After"] = str(exc.retry_after_s)
+        return page
+    response = redirect("/tokens", "Password changed; every other session and token is revoked.")
+    cookies.start_session(session, response, caller.user)
+    return response
 
 
 # --- submit ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from szbench.api.deps import SessionDep
 from szbench.auth import cookies
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone
+from szbench.config import get_settings
 from szbench.datasets import queries as datasets
 from szbench.errors import Forbidden, NotFound, SzbenchError, TooManyAttempts
 from szbench.evaluations import queries as evaluations
@@ -104,7 +105,8 @@ def _check_signup_open() -> None:
 def signup_form(request: Request, caller: Caller) -> Response:
     """The sign-up form (when sign-up is open)."""
     _check_signup_open()
-    return render(request, "signup.html", caller, {"title": "Create an account"})
+    context = {"title": "Create an account", "min_length": get_settings().password_min_length}
+    return render(request, "signup.html", caller, context)
 
 
 @router.post("/signup", response_class=HTMLResponse)
@@ -127,7 +129,13 @@ def signup(
         cookies.start_session(session, response, user)
     except SzbenchError as exc:
         session.rollback()
-        context = {"error": exc.detail, "email": email, "name": name, "title": "Create an account"}
+        context = {
+            "error": exc.detail,
+            "email": email,
+            "name": name,
+            "title": "Create an account",
+            "min_length": get_settings().password_min_length,
+        }
         return render(request, "signup.html", caller, context, status_code=exc.status_code)
     return response
 
