@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from szbench.models import DatasetKind, Role
+from szbench.models import DatasetKind, Role, Upload
 from szbench.uploads import service as uploads
 from tests.platform import factories as f
 
@@ -200,8 +201,13 @@ def test_authorization(
         if role != "anonymous":
             headers = f.headers(db_session, objects.users[role])
         if "{upload_id}" in path:
+            # One fresh session per role; the owner's earlier ones go, so that the per-user
+            # cap on open sessions is not what answers.
+            owner = objects.users["owner"]
+            for previous in db_session.scalars(select(Upload).where(Upload.owner_id == owner.id)):
+                db_session.delete(previous)
             params["upload_id"] = uploads.create_upload(
-                objects.users["owner"], filename="a.tar", size_bytes=5
+                db_session, owner, filename="a.tar", size_bytes=5
             ).id
         url = path.format(**params)
         kwargs: dict[str, Any] = {"headers": headers}
