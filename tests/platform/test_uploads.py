@@ -88,6 +88,50 @@ def test_declared_bytes_are_capped_per_user(
     assert _open(client, h, 40)["status"] == 201
 
 
+def test_concurrent_opens_against_the_session_cap_accept_exactly_the_cap(
+    pg_url: str, settings_env: pytest.MonkeyPatch
+) -> None:
+    """Six opens of one user released together, each in its own transaction on PostgreSQL,
+    against a cap of two: the user-row lock decides them one after the other."""
+    from szbench import db
+    from szbench.errors import QuotaExceeded
+
+    n, cap = 6, 2
+    settings_env.setenv("SZBENCH_DATABASE_URL", pg_url)
+    _setting(settings_env, "SZBENCH_UPLOAD_MAX_OPEN_SESSIONS", cap)
+    db.reset_engine()
+    with db.session_scope() as s:
+        user_id = f.user(s).id
+    start = threading.Barrier(n, timeout=30)
+    outcomes: list[str] = []
+
+    def open_one() -> None:
+        try:
+            with db.session_scope() as s:
+                user = s.get_one(User, user_id)
+                start.wait()
+                uploads.create_upload(s, user, filename="a.tar", size_bytes=10)
+            outcomes.append("opened")
+        except QuotaExceeded:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=open_one) for _ in range(n)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(outcomes) == ["opened"] * cap + ["refused"] * (n - cap)
+        with db.session_scope() as s:
+            opened = s.scalar(select(func.count(Upload.id)).where(Upload.owner_id == user_id))
+        assert opened == cap
+    finally:
+        with db.session_scope() as s:
+            s.execute(delete(Upload).where(Upload.owner_id == user_id))
+            s.execute(delete(User).where(User.id == user_id))
+        db.reset_engine()
+
+
 def test_expired_sessions_count_no_more_and_are_swept_on_the_next_open(
     client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
 ) -> None:
