@@ -298,7 +298,7 @@ def test_sign_up_when_open_and_closed(
     data = {"email": "new@example.org", "password": "short", "csrf_token": csrf_of(page.text)}
     r = client.post("/signup", data=data)
     assert r.status_code == 400
-    assert "at least 8 characters" in r.text
+    assert "at least 10 characters" in r.text
     r = client.post("/signup", data={**data, "password": "long-enough-1"}, follow_redirects=False)
     assert r.status_code == 303
     user = db_session.scalars(select(User).where(User.email == "new@example.org")).one()
