@@ -408,7 +408,10 @@ def test_evaluation_page_shows_submitter_messages_not_admin_logs(
     sign_in(client, "alice@example.org")
     r = client.get(f"/evaluations/{world.alice_held.id}")
     assert r.status_code == 200
-    assert "01 scored" in r.text
+    # Held-out runs at the default disclosure: not even the owner sees them one by one
+    # (the stored message may quote what the container wrote).
+    assert "01 scored" not in r.text
+    assert "Per-recording results of evaluation" in r.text
     assert "secret host details" not in r.text
     assert "Re-run" in r.text
     assert f"szbench {__version__} · SzCORE" in r.text  # the footer is not shadowed
@@ -416,6 +419,7 @@ def test_evaluation_page_shows_submitter_messages_not_admin_logs(
     sign_in(client, "admin@example.org")
     r = client.get(f"/evaluations/{world.alice_held.id}")
     assert "secret host details" in r.text
+    assert "01 scored" in r.text
 
 
 def _held_reference_shown(html: str) -> bool:
@@ -437,10 +441,11 @@ def test_timelines_follow_the_data_rules(client: TestClient, world: World) -> No
     assert "Reference seizures: 100-160 s" in page
     assert "Detections: 110-150 s, 400-420 s" in page
     held_page = client.get(held).text
-    assert "held-out data stays hidden" in held_page
+    assert "Timelines are not disclosed" in held_page
     assert not _held_reference_shown(held_page)
-    assert "Event F1 per subject" in held_page
-    assert "02: n/a" in held_page  # NaN subject labelled, not drawn as zero
+    # Per-subject figures are not disclosed at the default level (aggregate) either.
+    assert "Per-subject results are not disclosed" in held_page
+    assert "Event F1 per subject" not in held_page
     client.cookies.clear()
 
     sign_in(client, "bob@example.org")  # another researcher: reference, no detections
@@ -451,7 +456,10 @@ def test_timelines_follow_the_data_rules(client: TestClient, world: World) -> No
     client.cookies.clear()
 
     sign_in(client, "admin@example.org")
-    assert _held_reference_shown(client.get(held).text)
+    admin_page = client.get(held).text
+    assert _held_reference_shown(admin_page)
+    assert "Event F1 per subject" in admin_page
+    assert "02: n/a" in admin_page  # NaN subject labelled, not drawn as zero
 
 
 def test_tokens_created_once_listed_and_revoked(
@@ -710,7 +718,7 @@ def test_evaluation_pages_for_others(client: TestClient, world: World, db_sessio
     # A published result of a public algorithm: anyone may read its runs, not its logs.
     page = client.get(f"/evaluations/{world.alice_held.id}")
     assert page.status_code == 200
-    assert "01 scored" in page.text
+    assert "01 scored" not in page.text  # held-out runs: not disclosed one by one
     assert "secret host details" not in page.text
     assert 'action="/evaluations/' not in page.text  # no cancel/re-run for others
     smoke = f.evaluation(

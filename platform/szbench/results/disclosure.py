@@ -139,4 +139,5 @@ def outcome_summary(view: View, counts: dict[str, int], *, finished: bool) -> di
     if not finished:
         return {}
     ok = counts.get(RunOutcome.OK.value, 0)
-    return {OK_KEY: ok, FAILED_KEY: sum(counts.values()) - ok}
+    summary = {OK_KEY: ok, FAILED_KEY: sum(counts.values()) - ok}
+    return {key: n for key, n in summary.items() if n}

@@ -252,7 +252,7 @@ def evaluation_page(
     try:
         runs, total = results.recording_runs(session, evaluation, viewer=caller.user, limit=500)
     except (Forbidden, Unauthorized) as exc:
-        runs, total, runs_hidden = [], 0, exc.detail
+        runs, total, runs_hidden = [], 0, exc.detail[:1].upper() + exc.detail[1:]
     version = session.get(AlgorithmVersion, evaluation.algorithm_version_id)
     context = {
         "title": f"Evaluation {evaluation.id}",
