@@ -58,6 +58,7 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("PATCH", "/api/v1/users/{user_id}"): (ADMIN, {"name": "renamed"}),
     ("GET", "/api/v1/users/me/quota"): (SIGNED_IN, None),
     ("POST", "/api/v1/uploads"): (SUBMITTER, {"filename": "a.tar", "size_bytes": 10}),
+    ("GET", "/api/v1/uploads"): (SUBMITTER, None),
     ("GET", "/api/v1/uploads/{upload_id}"): (OWNER, None),
     ("PUT", "/api/v1/uploads/{upload_id}"): (OWNER, b"12345"),
     ("DELETE", "/api/v1/uploads/{upload_id}"): (OWNER, None),

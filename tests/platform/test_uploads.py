@@ -70,6 +70,11 @@ def test_open_sessions_are_capped_per_user(
     assert third["error"] == "QuotaExceeded"
     assert "SZBENCH_UPLOAD_MAX_OPEN_SESSIONS=2" in third["detail"]
     assert _open(client, hb, 10)["status"] == 201  # another user's count is their own
+    # The user at the cap can see which sessions hold it (their own only).
+    listed = client.get("/api/v1/uploads", headers=ha).json()
+    assert listed["total"] == 2
+    assert first["id"] in {u["id"] for u in listed["items"]}
+    assert "GET /api/v1/uploads" in third["detail"]
     # Deleting one frees its place.
     assert client.delete(f"/api/v1/uploads/{first['id']}", headers=ha).status_code == 204
     assert _open(client, ha, 10)["status"] == 201

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from szbench.api.deps import SessionDep, get_side_session
 from szbench.api.errors import ERROR_RESPONSES
+from szbench.api.pagination import Page, PageDep
 from szbench.auth.dependencies import StreamingSubmitter, Submitter
 from szbench.errors import BadRequest
 from szbench.uploads import service
@@ -52,6 +53,14 @@ def create_upload(body: UploadCreate, session: SessionDep, caller: Submitter) ->
             session, caller.user, filename=body.filename, size_bytes=body.size_bytes
         )
     )
+
+
+@router.get("", response_model=Page[UploadOut])
+def list_uploads(session: SessionDep, caller: Submitter, page: PageDep) -> Page[UploadOut]:
+    """The caller's own upload sessions, oldest first (to resume, submit or delete them)."""
+    assert caller.user is not None
+    rows, total = service.list_uploads(session, caller.user, limit=page.limit, offset=page.offset)
+    return Page(items=[_out(u) for u in rows], total=total, limit=page.limit, offset=page.offset)
 
 
 @router.get("/{upload_id}", response_model=UploadOut)

@@ -141,19 +141,37 @@ def create_upload(session: Session, user: User, *, filename: str, size_bytes: in
         raise QuotaExceeded(
             f"you have {count} open uploads, the most allowed "
             f"(SZBENCH_UPLOAD_MAX_OPEN_SESSIONS={settings.upload_max_open_sessions}); "
-            "finish, submit or delete one first"
+            "finish, submit or delete one first (GET /api/v1/uploads lists them)"
         )
     if declared + size_bytes > settings.upload_max_open_bytes:
         raise QuotaExceeded(
             f"size_bytes: your open uploads would declare {declared + size_bytes} bytes "
             f"together, over the limit of {settings.upload_max_open_bytes} "
-            "(SZBENCH_UPLOAD_MAX_OPEN_BYTES); finish, submit or delete one first"
+            "(SZBENCH_UPLOAD_MAX_OPEN_BYTES); finish, submit or delete one first "
+            "(GET /api/v1/uploads lists them)"
         )
     row = Upload(id=uuid.uuid4().hex, owner_id=user.id, filename=name, size_bytes=size_bytes)
     session.add(row)
     session.flush()
     _paths(row.id)[1].touch()
     return _snapshot(row)
+
+
+def list_uploads(
+    session: Session, user: User, *, limit: int, offset: int
+) -> tuple[list[UploadSession], int]:
+    """The caller's own sessions, oldest first (expired and refused ones until swept), so
+    that a user at the cap can see which to finish or delete."""
+    mine = Upload.owner_id == user.id
+    total = session.scalar(select(func.count(Upload.id)).where(mine)) or 0
+    rows = session.scalars(
+        select(Upload)
+        .where(mine)
+        .order_by(Upload.created_at, Upload.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    return [_snapshot(row) for row in rows], total
 
 
 def get_upload(

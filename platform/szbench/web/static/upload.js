@@ -123,7 +123,8 @@
     if (saved) {
       try {
         const session = await api("GET", "/api/v1/uploads/" + encodeURIComponent(saved));
-        if (session.size_bytes === f.size) return session;
+        // A refused session's bytes are gone: start a new one.
+        if (session.size_bytes === f.size && session.state !== "refused") return session;
       } catch (e) {
         if (!(e instanceof ApiError)) throw e;  // network down: let the caller retry
       }
