@@ -179,6 +179,30 @@ def test_a_layer_that_is_not_a_tar_is_refused(
         check_image_archive(path)
 
 
+def test_a_layer_replaced_by_a_later_member_of_its_name_is_checked_as_replaced(
+    tmp_path: Path, settings_env: pytest.MonkeyPatch
+) -> None:
+    """Extraction keeps the last member of a name: the counted layer must be that one."""
+    path = tmp_path / "img.tar"
+    _image(path, _layer([("app/a", b"a")]))
+    with tarfile.open(path) as tar:
+        layer_name = next(m.name for m in tar.getmembers() if m.name.endswith("/layer.tar"))
+    data = path.read_bytes()
+    end = len(data)
+    while data[end - 512 : end] == bytes(512):
+        end -= 512
+    replacement = b"\x28\xb5\x2f\xfd" + b"\x01" * 600  # not a tar (zstd magic)
+    path.write_bytes(
+        data[:end]
+        + _header(layer_name, len(replacement))
+        + replacement
+        + bytes(-len(replacement) % 512)
+        + bytes(1024)
+    )
+    with pytest.raises(InvalidSubmission, match="is not a tar archive"):
+        check_image_archive(path)
+
+
 def test_an_empty_layer_is_fine(tmp_path: Path, settings_env: pytest.MonkeyPatch) -> None:
     path = tmp_path / "img.tar"
     _image(path, b"\0" * 1024)  # how docker writes a layer without files

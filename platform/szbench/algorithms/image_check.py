@@ -231,6 +231,9 @@ def _scan(
         budget.outer(member)
         name = _clean(member.name)
         members[name] = member
+        # A later member of the same name replaces the earlier one (as it would on load).
+        kept.pop(name, None)
+        tars.discard(name)
         if not member.isfile() or member.size == 0:
             continue
         fh = tar.extractfile(member)
