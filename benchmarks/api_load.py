@@ -74,6 +74,7 @@ def seed(url: str, *, algorithms: int, datasets: int, subjects: int) -> dict[str
         DatasetKind,
         DatasetResult,
         DatasetVersion,
+        Disclosure,
         Evaluation,
         EvaluationKind,
         EvaluationStatus,
@@ -107,7 +108,9 @@ def seed(url: str, *, algorithms: int, datasets: int, subjects: int) -> dict[str
         ])  # fmt: skip
         versions = list(conn.scalars(select(AlgorithmVersion.id).order_by(AlgorithmVersion.id)))
         conn.execute(insert(Dataset), [
-            {"slug": f"ds-{d:03d}", "title": f"Dataset {d}", "kind": DatasetKind.HELD_OUT}
+            # Per-subject figures disclosed: the subjects scenario reads them anonymously.
+            {"slug": f"ds-{d:03d}", "title": f"Dataset {d}", "kind": DatasetKind.HELD_OUT,
+             "disclosure": Disclosure.SUBJECT}
             for d in range(datasets)
         ])  # fmt: skip
         ds_ids = list(conn.scalars(select(Dataset.id).order_by(Dataset.id)))
