@@ -174,6 +174,8 @@ def _when(moment: datetime | None) -> str:
 
 
 def _check_held_out(session: Session, user: User) -> None:
+    if get_settings().held_out_runs_per_day is None:
+        return
     usage = held_out_usage(session, user)
     if usage.remaining == 0:
         raise QuotaExceeded(
@@ -201,12 +203,13 @@ def check_submission(session: Session, *, user: User, phase: Phase | None) -> No
         return
     lock_user(session, user)
     _check_phase(session, user, phase)
-    usage = submissions_usage(session, user)
-    if usage.remaining == 0:
-        raise QuotaExceeded(
-            f"you have used all {usage.limit} submissions of the last 24 hours"
-            f"{_when(usage.resets_at)}"
-        )
+    if get_settings().submissions_per_day is not None:
+        usage = submissions_usage(session, user)
+        if usage.remaining == 0:
+            raise QuotaExceeded(
+                f"you have used all {usage.limit} submissions of the last 24 hours"
+                f"{_when(usage.resets_at)}"
+            )
     _check_held_out(session, user)
 
 
