@@ -439,3 +439,38 @@ def test_concurrent_submits_of_one_upload_make_one_version(
             s.execute(delete(Upload).where(Upload.owner_id == owner_id))
             s.execute(delete(User).where(User.id == owner_id))
         db.reset_engine()
+
+
+def test_a_submit_that_finds_the_bytes_taken_is_a_conflict(
+    client: TestClient,
+    db_session: Session,
+    tmp_path: Path,
+    smoke_requests: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A concurrent submit that won moved the bytes before this one read them: a conflict,
+    not an unreadable archive (and the upload is not marked refused)."""
+    owner = f.user(db_session)
+    h = f.headers(db_session, owner)
+    algo = f.algorithm(db_session, owner)
+    archive = tmp_path / "img.tar"
+    docker_save(archive)
+    data = archive.read_bytes()
+    upload = _open(client, h, len(data))
+    client.put(f"/api/v1/uploads/{upload['id']}", headers=h, params={"offset": 0}, content=data)
+    real_completed_file = uploads.completed_file
+
+    def taken_meanwhile(session_: uploads.UploadSession) -> Path:
+        path = real_completed_file(session_)
+        path.rename(tmp_path / "taken.tar")  # the winner's move, between read and check
+        return path
+
+    monkeypatch.setattr(uploads, "completed_file", taken_meanwhile)
+    r = client.post(
+        f"/api/v1/algorithms/{algo.id}/versions",
+        headers=h,
+        json={"version": "1", "upload_id": upload["id"]},
+    )
+    assert r.status_code == 409
+    assert "already been submitted" in r.json()["detail"]
+    assert db_session.get_one(Upload, upload["id"]).state == "open"

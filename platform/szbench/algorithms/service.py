@@ -160,6 +160,9 @@ def check_upload(upload: UploadSession) -> CheckedUpload:
     a route runs it before it takes a connection (see the submit route).
     """
     archive = uploads.completed_file(upload)
+    if not archive.exists():
+        # A concurrent submit of the same upload has taken its bytes (or its owner deleted it).
+        raise Conflict(f"upload_id: upload {upload.id} has already been submitted (or was deleted)")
     info = check_image_archive(archive, allow_root=get_settings().allow_root_images)
     return CheckedUpload(upload, archive, info)
 
