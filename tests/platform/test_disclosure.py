@@ -304,3 +304,14 @@ def test_cached_answers_never_mix_admins_and_others(
     assert client.get(subjects).status_code == 401
     assert client.get(subjects, headers=admin).status_code == 200
     assert client.get(subjects).status_code == 401
+
+
+def test_leaderboards_show_no_run_time_or_memory_of_held_out_runs(
+    client: TestClient, db_session: Session, world: World
+) -> None:
+    for headers in ({}, f.headers(db_session, world.owner), f.headers(db_session, world.admin)):
+        (entry,) = client.get("/api/v1/leaderboards/held", headers=headers).json()["items"]
+        assert entry["evaluation_id"] == world.evaluation.id
+        assert entry["provenance"]["wall_time_s"] is None
+        assert entry["provenance"]["peak_memory_bytes"] is None
+        assert entry["provenance"]["worker_hosts"] == ["worker-1"]
