@@ -11,10 +11,12 @@ gets a :class:`RunResult` back; it never sees the docker SDK. Three implementati
 The algorithm contract (``docs/algorithm-contract.md``) is the SzCORE challenge's: the
 container reads ``/data/$INPUT`` (one EDF) and writes ``/output/$OUTPUT`` (one TSV).
 
-Who sees what: :attr:`RunResult.submitter_message` is safe to show to whoever submitted the
-algorithm: it never contains a host path, the container's logs, or more than a bounded
-snippet of what the algorithm wrote (an algorithm that has read hidden EEG could otherwise
-smuggle it out through an error message). :attr:`RunResult.admin_log` has everything.
+Who sees what: :attr:`RunResult.submitter_message` is the detailed reason: never a host path
+or the container's logs, but it may quote a bounded snippet of what the algorithm wrote, so
+it is shown only to admins and to the owner of a run on a public sample. Everyone else reads
+a fixed text per outcome (:mod:`szbench.results.disclosure`): an algorithm that has read
+hidden EEG could otherwise smuggle it out through an error message, its exit code or its
+outcome. :attr:`RunResult.admin_log` has everything, for admins.
 """
 
 from __future__ import annotations

@@ -44,7 +44,11 @@ class Progress(BaseModel):
     status: EvaluationStatus
     recordings_done: int
     recordings_total: int
-    outcomes: dict[str, int] = Field(description="Finished runs by outcome.")
+    outcomes: dict[str, int] = Field(
+        description="Finished runs by outcome. Where per-recording results are not disclosed "
+        "(held-out data below the 'recording' level, non-admins): empty while the evaluation "
+        "runs, then only 'ok' and 'failed' counts."
+    )
 
 
 class EvaluationOut(BaseModel):
@@ -127,8 +131,13 @@ class RunOut(BaseModel):
     recording: str
     subject: str
     outcome: RunOutcome | None
-    exit_code: int | None
-    submitter_message: str
+    exit_code: int | None = Field(
+        description="Admins, and the owner of a public-sample run; null for everyone else."
+    )
+    submitter_message: str = Field(
+        description="The detailed reason for admins and for the owner of a public-sample run; "
+        "for everyone else a fixed text per outcome (nothing a held-out run wrote or did)."
+    )
     admin_log: str | None = Field(default=None, description="Admins only.")
     attempts: int
     event_tp: int | None
