@@ -124,10 +124,13 @@ _made: list[int] = []
 
 
 def _seed(
-    *, phase_quota: int | None = None, version_age: timedelta = timedelta(0)
+    *,
+    phase_quota: int | None = None,
+    version_in_phase: bool = True,
+    version_age: timedelta = timedelta(0),
 ) -> dict[str, int]:
-    """A researcher with one active version (in a phase when ``phase_quota``) and one done
-    evaluation of it on a held-out dataset version."""
+    """A researcher with one active version (in a phase with ``phase_quota``, if given and
+    ``version_in_phase``) and one done evaluation of it on a held-out dataset version."""
     with session_scope() as session:
         user = f.user(session)
         phase = f.phase(session, submission_quota=phase_quota) if phase_quota else None
@@ -135,7 +138,7 @@ def _seed(
         version = f.version(
             session,
             algo,
-            phase_id=phase.id if phase else None,
+            phase_id=phase.id if phase and version_in_phase else None,
             created_at=datetime.now(UTC) - version_age,
         )
         dv = f.dataset_version(session, f.dataset(session, DatasetKind.HELD_OUT))
@@ -229,7 +232,7 @@ def test_concurrent_submissions_against_a_phase_quota_of_one_accept_exactly_one(
 ) -> None:
     committed_pg.setenv("SZBENCH_HELD_OUT_RUNS_PER_DAY", "100")
     get_settings.cache_clear()
-    world = _seed(phase_quota=2)  # the seeded version uses one of the two
+    world = _seed(phase_quota=1, version_in_phase=False)  # nothing used in the phase yet
     with session_scope() as session:
         slug = session.get_one(Phase, world["phase"]).slug
     slow(committed_pg, algorithms, "parse_image_reference")
@@ -239,8 +242,8 @@ def test_concurrent_submissions_against_a_phase_quota_of_one_accept_exactly_one(
     assert errors == []
     assert accepted == 1
     assert len(refused) == THREADS - 1
-    assert all(f"phase {slug!r}" in r for r in refused)
-    assert _count_rows(world)[0] == 2
+    assert all(f"phase {slug!r}: you have used all 1 submissions" in r for r in refused)
+    assert _count_rows(world)[0] == 2  # the seeded version and the one accepted
 
 
 @pytest.mark.postgres
