@@ -4,13 +4,16 @@ revocation of every token and session when a password changes (docs/security.md)
 from __future__ import annotations
 
 import re
+import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import delete, select
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
@@ -20,6 +23,7 @@ from szbench.auth import passwords, throttle
 from szbench.auth import service as auth
 from szbench.cli.main import app as cli_app
 from szbench.config import get_settings
+from szbench.errors import TooManyAttempts
 from szbench.models import ApiToken, Role, SigninThrottle, User
 from tests.platform import factories as f
 
@@ -428,3 +432,42 @@ def test_the_web_password_page_changes_it_and_revokes_the_rest(
     assert client.get("/api/v1/auth/me", headers=theirs).status_code == 401
     assert client.get("/api/v1/auth/me").json()["email"] == "page@example.org"
     assert _login(client, "page@example.org", "a-fresh-long-phrase").status_code == 200
+
+
+def test_concurrent_attempts_are_each_counted(pg_engine: Engine) -> None:
+    """N simultaneous guesses are N failures (row locks, counted before the hash): once the
+    free ones are used up, the rest are refused, whatever order they arrive in."""
+    email = f"parallel{f.n()}-{uuid.uuid4().hex[:8]}@example.org"
+    free = get_settings().signin_free_failures_per_account
+    start = threading.Barrier(free + 3)
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        with Session(pg_engine) as session:
+            start.wait()
+            try:
+                throttle.begin(session, email=email, client=None)
+                session.commit()
+                outcomes.append("counted")
+            except TooManyAttempts:
+                session.rollback()
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=attempt) for _ in range(free + 3)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # The free ones, and the one that started the first wait; the others wait.
+        assert sorted(outcomes) == ["counted"] * (free + 1) + ["refused"] * 2
+        with Session(pg_engine) as session:
+            row = session.get(SigninThrottle, throttle.account_key(email))
+            assert row is not None
+            assert row.failures == free + 1
+    finally:
+        with Session(pg_engine) as session:
+            session.execute(
+                delete(SigninThrottle).where(SigninThrottle.key == throttle.account_key(email))
+            )
+            session.commit()
