@@ -130,7 +130,7 @@ def test_chunked_resumable_upload_then_submit(
     ("kwargs", "fragment"),
     [
         ({"arch": "arm64"}, "linux/arm64"),
-        ({"user": "root"}, "runs as root"),
+        ({"user": "0"}, "runs as root"),
         ({"images": 2}, "exactly one"),
     ],
 )
