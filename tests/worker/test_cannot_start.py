@@ -166,6 +166,11 @@ def test_every_cannot_start_message_is_free_of_engine_words() -> None:
         ('error mounting "proc" to rootfs at "/proc": read-only file system: unknown', None),
         ("failed to create shim task: context deadline exceeded: unknown", None),
         ("devmapper: Thin Pool has 0 free data blocks", None),
+        (
+            'failed to start shim: exec: "containerd-shim-runc-v2": executable file not found '
+            "in $PATH: unknown",
+            None,
+        ),
         ("Conflict. The container name is already in use by container", None),
         ("failed to create endpoint on network none: operation not permitted", None),
     ],

@@ -525,9 +525,13 @@ def _libc_call(name: str, *args: Any) -> None:
         raise OSError(err, f"{name}: {os.strerror(err)}")
 
 
-def _mount_tmpfs(target: Path, size_bytes: int, uid: int | None, gid: int | None) -> None:
+def _mount_tmpfs(
+    target: Path, size_bytes: int, uid: int | None, gid: int | None, inodes: int | None = None
+) -> None:
     ms_nosuid, ms_nodev, ms_noexec = 2, 4, 8
     opts = f"size={size_bytes},mode={'0700' if uid is not None else '1777'}"
+    if inodes is not None:
+        opts += f",nr_inodes={inodes}"
     if uid is not None:
         opts += f",uid={uid},gid={gid if gid is not None else uid}"
     _libc_call(
@@ -566,32 +570,57 @@ def _shares_mounts_with_dockerd() -> bool:
     return False
 
 
-def _dir_size(path: Path) -> int | None:
-    """Bytes under ``path``; ``None`` when part of it cannot be listed.
+@dataclass(frozen=True)
+class OutputUsage:
+    """What a run's ``/output`` holds: bytes it costs the disk, and entries (inodes)."""
+
+    bytes: int
+    files: int
+
+
+def output_usage(path: Path, *, stop_above: OutputUsage | None = None) -> OutputUsage | None:
+    """Disk bytes and entries under ``path``; ``None`` when part of it cannot be listed.
+
+    Each entry counts ``max(allocated, apparent)`` bytes: allocated blocks
+    (``st_blocks * 512``) include what ``fallocate(FALLOC_FL_KEEP_SIZE)`` reserves beyond
+    the end of a file, which its size never shows; the apparent size covers a sparse file,
+    which costs nothing until something copies it. Hard links count once. Every entry
+    (files, folders, links) counts against the file cap: an empty file still costs an inode.
 
     A worker that is not root sees the container's files through ordinary permissions: a
     folder the container made unlistable would hide what is inside, so it counts as a
-    violation rather than as zero.
+    violation rather than as zero. ``stop_above``: stop counting (and return what was
+    counted) once either figure exceeds it, so that a run that made millions of files costs
+    one bounded pass, not a walk over all of them.
     """
-    total = 0
+    total = files = 0
     hidden = False
+    seen: set[tuple[int, int]] = set()
 
     def unreadable(_: OSError) -> None:
         nonlocal hidden
         hidden = True
 
-    for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=False):
-        for name in files + dirs:
+    for root, dirs, names in os.walk(path, onerror=unreadable, followlinks=False):
+        for name in names + dirs:
             try:
-                total += os.lstat(os.path.join(root, name)).st_size
+                st = os.lstat(os.path.join(root, name))
             except OSError:
                 hidden = True
-    return None if hidden else total
+                continue
+            files += 1
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += max(st.st_blocks * 512, st.st_size)
+            if stop_above is not None and (total > stop_above.bytes or files > stop_above.files):
+                return OutputUsage(total, files)
+    return None if hidden else OutputUsage(total, files)
 
 
-def _output_ok(path: Path, limit_bytes: int) -> bool:
-    size = _dir_size(path)
-    return size is not None and size <= limit_bytes
+def _output_ok(path: Path, limits: Limits) -> bool:
+    cap = OutputUsage(limits.output_bytes, limits.output_files)
+    usage = output_usage(path, stop_above=cap)
+    return usage is not None and usage.bytes <= cap.bytes and usage.files <= cap.files
 
 
 def container_name(run_dir: Path) -> str:
@@ -624,6 +653,67 @@ def _numeric_uid(user: str | None) -> tuple[int, int | None] | None:
     return int(uid_s), int(gid_s) if gid_s else None
 
 
+#: A purge container only runs ``rm``: it needs no more than this.
+_PURGE_MEMORY_BYTES = 64 * 1024**2
+_PURGE_TIMEOUT_S = 120
+
+
+def purge_output(
+    client: docker.DockerClient,
+    output: Path,
+    *,
+    image: str,
+    userns: tuple[int, int] | None,
+    name: str,
+    labels: dict[str, str],
+) -> None:
+    """Empty ``output`` (a run's ``/output`` folder) as the uid that owns what is in it.
+
+    A worker that is not root cannot delete what a container made in a folder that the
+    container then closed (mode 0700, no write bit): the files stay on the host's disk after
+    the run. The same uid in the same user namespace can, so a short-lived container of
+    ``image`` runs ``rm -rf /output`` as each uid that owns an entry at the top of
+    ``output`` (the worker can always list that: the folder is its own), sandboxed like a
+    run. rm then fails on ``/output`` itself, a mount point, after emptying it.
+    """
+    base = (userns or (0, 0))[0]
+    owners: set[int] = set()
+    try:
+        with os.scandir(output) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    owners.add(entry.stat(follow_symlinks=False).st_uid - base)
+    except OSError:
+        return
+    for uid in sorted(u for u in owners if u >= 0):
+        purger = f"{name}-purge-{uid}"
+        try:
+            container = client.containers.create(
+                image=image,
+                name=purger,
+                entrypoint=["rm", "-rf", CONTAINER_OUTPUT_DIR],
+                command=[],
+                user=str(uid),
+                mounts=[Mount(target=CONTAINER_OUTPUT_DIR, source=str(output), type="bind")],
+                network_mode="none",
+                read_only=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                pids_limit=16,
+                mem_limit=_PURGE_MEMORY_BYTES,
+                memswap_limit=_PURGE_MEMORY_BYTES,
+                labels=labels,
+                detach=True,
+            )
+            container.start()
+            container.wait(timeout=_PURGE_TIMEOUT_S)
+        except (APIError, requests.RequestException) as exc:
+            log.warning("could not purge %s as uid %s: %s", output, uid, exc)
+        finally:
+            with contextlib.suppress(APIError, NotFound, requests.RequestException):
+                client.api.remove_container(purger, force=True, v=True)
+
+
 # --- the runner --------------------------------------------------------------------------
 
 
@@ -645,8 +735,10 @@ class DockerRunner:
         work_dir: Path,
         host: str | None = None,
         output_tmpfs: bool | None = None,
+        helper_image: str | None = None,
     ) -> None:
         self.client = client or connect()
+        self.helper_image = helper_image or None
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         # Traversable (not listable) by a remapped container uid, which Docker needs for binds.
@@ -676,7 +768,11 @@ class DockerRunner:
     def from_settings(cls, settings: Any) -> DockerRunner:
         """A runner configured by ``SZBENCH_RUNNER_*`` (work dir default: data_dir/runs)."""
         work_dir = settings.runner_work_dir or Path(settings.data_dir) / "runs"
-        return cls(work_dir=work_dir, output_tmpfs=settings.runner_output_tmpfs)
+        return cls(
+            work_dir=work_dir,
+            output_tmpfs=settings.runner_output_tmpfs,
+            helper_image=settings.runner_helper_image,
+        )
 
     # The Runner protocol.
     def run(
@@ -739,11 +835,27 @@ class DockerRunner:
         finally:
             if self.output_tmpfs:
                 _umount(run_dir / "output")
+            self._remove_staging(run_dir, image_obj.id)
+
+    def _remove_staging(self, run_dir: Path, image_id: str | None) -> None:
+        """Remove a run's staging directory, purging (:func:`purge_output`) what this
+        process may not delete itself."""
+        shutil.rmtree(run_dir, ignore_errors=True)
+        helper = self.helper_image or image_id
+        if False:
+            labels = {LABEL_RUNNER: "1", LABEL_HOST: self.host, LABEL_OWNER: self.owner}
+            purge_output(
+                self.client,
+                run_dir / "output",
+                image=helper,
+                userns=self._userns,
+                name=container_name(run_dir),
+                labels=labels,
+            )
             shutil.rmtree(run_dir, ignore_errors=True)
-            if run_dir.exists():
-                # A worker that is not root cannot delete what a container made inside a
-                # folder it owns; a sweep by a root worker, or an operator, removes it.
-                log.warning("could not remove all of the staging directory %s", run_dir)
+        if run_dir.exists():
+            # Left for the next sweep (cleanup_orphans), which purges again.
+            log.warning("could not remove all of the staging directory %s", run_dir)
 
     def _prepare_output(self, out: Path, limits: Limits, image_user: str) -> None:
         ids = _numeric_uid(limits.user if limits.user is not None else image_user)
@@ -757,7 +869,10 @@ class DockerRunner:
         if self.output_tmpfs:
             try:
                 # Slack of one page over the limit so "more than the limit" stays detectable.
-                _mount_tmpfs(out, limits.output_bytes + 4096, host_uid, host_gid)
+                # The root folder is an inode too; one more keeps "too many" detectable.
+                _mount_tmpfs(
+                    out, limits.output_bytes + 4096, host_uid, host_gid, limits.output_files + 2
+                )
                 return
             except PermissionError:
                 log.warning("cannot mount a tmpfs for /output; using a watched directory")
@@ -819,9 +934,7 @@ class DockerRunner:
             scratch_owner=None if ids is None else (ids[0], ids[0] if ids[1] is None else ids[1]),
         )
         container = None
-        watchdog = _Watchdog(
-            out if not self.output_tmpfs else None, limits.output_bytes, self.poll_interval_s
-        )
+        watchdog = _Watchdog(out if not self.output_tmpfs else None, limits, self.poll_interval_s)
         # Mount targets whose failure only the image's own file system explains.
         image_paths = (*scratch, _TMP_DIR, CONTAINER_DATA_DIR, CONTAINER_OUTPUT_DIR)
         own_user = not limits.user
@@ -900,7 +1013,7 @@ class DockerRunner:
         elif state.get("OOMKilled") and exit_code != 0:
             result.outcome = Outcome.OUT_OF_MEMORY
             result.submitter_message = oom_message(limits)
-        elif watchdog.output_exceeded or not _output_ok(out, limits.output_bytes):
+        elif watchdog.output_exceeded or not _output_ok(out, limits):
             result.outcome = Outcome.INVALID_OUTPUT
             result.submitter_message = output_too_big_message(limits)
         elif exit_code != 0:
@@ -1007,7 +1120,11 @@ class DockerRunner:
         never while this process has a run in progress. Returns the containers removed.
         """
         return cleanup_orphans(
-            self.client, work_dir=self.work_dir, host=self.host, owner=self.owner
+            self.client,
+            work_dir=self.work_dir,
+            host=self.host,
+            owner=self.owner,
+            helper_image=self.helper_image or "",
         )
 
     def _logs(self, container: Any, limits: Limits) -> str:
@@ -1023,9 +1140,9 @@ class DockerRunner:
 class _Watchdog:
     """Samples the container's peak memory, and (without a tmpfs) the size of /output."""
 
-    def __init__(self, output_dir: Path | None, output_bytes: int, interval_s: float) -> None:
+    def __init__(self, output_dir: Path | None, limits: Limits, interval_s: float) -> None:
         self.output_dir = output_dir
-        self.output_bytes = output_bytes
+        self.limits = limits
         self.interval_s = interval_s
         self.container: Any = None
         self.peak_memory_bytes: int | None = None
@@ -1059,7 +1176,7 @@ class _Watchdog:
             if (
                 self.output_dir is not None
                 and not self.output_exceeded
-                and not _output_ok(self.output_dir, self.output_bytes)
+                and not _output_ok(self.output_dir, self.limits)
             ):
                 self.output_exceeded = True
                 with contextlib.suppress(Exception):
@@ -1102,17 +1219,26 @@ def cleanup_orphans(
     host: str | None = None,
     everything: bool = False,
     owner: str | None = None,
+    helper_image: str | None = None,
 ) -> int:
     """Remove run containers (and staging dirs) whose worker process is gone.
 
     Call it when a worker starts. Only containers labelled for this ``host`` are considered;
     with ``everything`` the live ones go too (for an operator's cleanup); with ``owner`` (an
     :func:`owner_token`) exactly that process's, alive or not (a worker's own leftovers,
-    :meth:`DockerRunner.remove_leftovers`). Returns the number of containers removed.
+    :meth:`DockerRunner.remove_leftovers`). What this process may not delete in a staging
+    directory is purged with ``helper_image`` (:func:`purge_output`; default
+    ``SZBENCH_RUNNER_HELPER_IMAGE``, none when that is empty). Returns the number of
+    containers removed.
     """
     client = client or connect()
     host = host or worker_host()
     removed = 0
+    if helper_image is None:
+        from szbench.config import get_settings
+
+        helper_image = get_settings().runner_helper_image
+    helper = helper_image or None
 
     def ours(token: str) -> bool:
         if owner is not None:
@@ -1147,6 +1273,16 @@ def cleanup_orphans(
                 with contextlib.suppress(OSError):
                     _umount(entry / "output")
                 shutil.rmtree(entry, ignore_errors=True)
+                if entry.exists() and helper and (entry / "output").is_dir():
+                    purge_output(
+                        client,
+                        entry / "output",
+                        image=helper,
+                        userns=_userns_base(client),
+                        name=container_name(entry),
+                        labels={LABEL_RUNNER: "1", LABEL_HOST: host, LABEL_OWNER: owner_token()},
+                    )
+                    shutil.rmtree(entry, ignore_errors=True)
     if removed:
         log.warning("removed %d orphaned run container(s)", removed)
     return removed
