@@ -23,7 +23,7 @@ from szbench.auth import passwords, throttle
 from szbench.auth import service as auth
 from szbench.cli.main import app as cli_app
 from szbench.config import get_settings
-from szbench.errors import TooManyAttempts
+from szbench.errors import TooManyAttempts, Unauthorized
 from szbench.models import ApiToken, Role, SigninThrottle, User
 from tests.platform import factories as f
 
@@ -471,3 +471,25 @@ def test_concurrent_attempts_are_each_counted(pg_engine: Engine) -> None:
                 delete(SigninThrottle).where(SigninThrottle.key == throttle.account_key(email))
             )
             session.commit()
+
+
+def test_the_throttle_works_on_the_embedded_sqlite_database(
+    settings_env: pytest.MonkeyPatch, frozen_clock: throttle.Clock
+) -> None:
+    from szbench import migrate
+    from szbench.db import session_scope
+
+    settings_env.setenv("SZBENCH_PASSWORD_SCRYPT_N", "1024")
+    get_settings.cache_clear()
+    migrate.upgrade(get_settings().effective_database_url)
+    with session_scope() as session:
+        auth.create_user(session, email="lite@example.org", password=PASSWORD)
+    for _ in range(get_settings().signin_free_failures_per_account + 1):
+        with session_scope() as session, pytest.raises(Unauthorized):
+            auth.authenticate(session, email="lite@example.org", password="nope", client="::1")
+    with session_scope() as session, pytest.raises(TooManyAttempts) as refused:
+        auth.authenticate(session, email="lite@example.org", password=PASSWORD, client="::1")
+    assert refused.value.retry_after_s == 1
+    frozen_clock.advance(1)
+    with session_scope() as session:
+        assert auth.authenticate(session, email="lite@example.org", password=PASSWORD)
