@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     # /tmp, and each VOLUME path the image declares (tmpfs: counts against the memory limit)
     runner_tmpfs_bytes: int = 512 * 1024**2
     runner_output_bytes: int = 16 * 1024**2  # everything the run writes to /output
+    runner_output_files: int = 1000  # files and folders the run may make in /output
+    # Image of the short-lived containers that delete what a run left in /output when the
+    # worker may not (not root, watched directory); it needs `rm`. Empty: the run's image.
+    runner_helper_image: str = ""
     runner_log_bytes: int = 1024**2  # container logs kept for admins (the tail)
     runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
     runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"

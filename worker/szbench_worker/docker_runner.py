@@ -842,7 +842,7 @@ class DockerRunner:
         process may not delete itself."""
         shutil.rmtree(run_dir, ignore_errors=True)
         helper = self.helper_image or image_id
-        if False:
+        if run_dir.exists() and helper is not None and (run_dir / "output").is_dir():
             labels = {LABEL_RUNNER: "1", LABEL_HOST: self.host, LABEL_OWNER: self.owner}
             purge_output(
                 self.client,

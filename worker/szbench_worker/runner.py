@@ -92,10 +92,13 @@ class Limits:
     output_bytes: int = 16 * 1024**2
     log_bytes: int = 1024**2
     user: str | None = None
+    #: Entries (files, folders, links) a run may leave in /output: each costs an inode.
+    output_files: int = 1000
     network: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "pids", "tmpfs_bytes", "output_bytes", "log_bytes"):
+        positive = ("memory_bytes", "pids", "tmpfs_bytes", "output_bytes", "log_bytes")
+        for name in (*positive, "output_files"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"Limits.{name} must be a positive integer, got {value!r}")
@@ -123,6 +126,7 @@ class Limits:
             output_bytes=settings.runner_output_bytes,
             log_bytes=settings.runner_log_bytes,
             user=settings.runner_user or None,
+            output_files=settings.runner_output_files,
         )
 
 
@@ -309,7 +313,8 @@ def oom_message(limits: Limits) -> str:
 def output_too_big_message(limits: Limits) -> str:
     return (
         f"The algorithm wrote more than {describe_limit(limits.output_bytes)} to "
-        f"{CONTAINER_OUTPUT_DIR} (or made part of it unreadable); the output was discarded."
+        f"{CONTAINER_OUTPUT_DIR}, or more than {limits.output_files} files there (or made "
+        "part of it unreadable); the output was discarded."
     )
 
 

@@ -1,0 +1,200 @@
+"""A run's /output in the watched-directory mode (workers that may not mount a tmpfs, such
+as the compose workers): bytes are counted as the disk counts them, files are capped, the
+watchdog ends a run as soon as either cap is passed, and nothing a run wrote outlives it,
+even for a worker that is not root.
+
+The hostile images run only through the runner, with its limits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from szbench_worker.docker_runner import (
+    LABEL_OWNER,
+    DockerRunner,
+    OutputUsage,
+    connect,
+    output_usage,
+)
+from szbench_worker.runner import Limits, Outcome
+from tests.worker.conftest import BASE_IMAGE, write_edf
+
+MiB = 1024**2
+# The hostile images wait an hour once they have done their harm: only the watchdog ends
+# them before this time limit, and then the outcome says so (invalid output, not timeout).
+LIMITS = Limits(
+    memory_bytes=96 * MiB,
+    cpus=1.0,
+    pids=64,
+    timeout_s=60.0,
+    tmpfs_bytes=16 * MiB,
+    output_bytes=1 * MiB,
+    output_files=100,
+    log_bytes=64 * 1024,
+)
+
+
+# --- counting, without an engine -----------------------------------------------------------
+
+
+def test_reserved_blocks_count_though_the_size_stays_zero(tmp_path: Path) -> None:
+    reserved = tmp_path / "reserved"
+    reserved.touch()
+    # fallocate(1) -n is FALLOC_FL_KEEP_SIZE: blocks on the disk, size 0.
+    subprocess.run(["fallocate", "-n", "-l", "4MiB", str(reserved)], check=True)
+    assert reserved.stat().st_size == 0
+    usage = output_usage(tmp_path)
+    assert usage is not None
+    assert usage.bytes >= 4 * MiB
+    assert usage.files == 1
+
+
+def test_sparse_files_count_their_apparent_size_and_links_count_once(tmp_path: Path) -> None:
+    with open(tmp_path / "sparse", "wb") as f:
+        f.truncate(8 * MiB)  # no block, but 8 MiB to whoever copies it
+    (tmp_path / "sub").mkdir()
+    os.link(tmp_path / "sparse", tmp_path / "sub" / "again")
+    usage = output_usage(tmp_path)
+    assert usage is not None
+    assert 8 * MiB <= usage.bytes < 9 * MiB
+    assert usage.files == 3  # the file, the folder, the second name
+
+
+def test_every_entry_counts_and_counting_stops_past_the_cap(tmp_path: Path) -> None:
+    for i in range(50):
+        (tmp_path / f"{i}").touch()
+    full = output_usage(tmp_path)
+    assert full == OutputUsage(bytes=0, files=50)
+    capped = output_usage(tmp_path, stop_above=OutputUsage(bytes=MiB, files=10))
+    assert capped is not None
+    assert capped.files == 11
+
+
+# --- a root worker without a tmpfs ---------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("name", ["fallocater", "manyfiles"])
+def test_the_watchdog_ends_a_run_past_either_cap(
+    docker_client: object, test_images: dict[str, str], recording: Path, tmp_path: Path, name: str
+) -> None:
+    runner = DockerRunner(
+        docker_client,  # type: ignore[arg-type]
+        work_dir=tmp_path / "work",
+        host="test-host",
+        output_tmpfs=False,
+    )
+    result = runner.run(
+        image=test_images[name], recording=recording, output_dir=tmp_path / "out", limits=LIMITS
+    )
+    assert result.outcome is Outcome.INVALID_OUTPUT, result.admin_log[-2000:]
+    assert "more than 1 MiB to /output, or more than 100 files" in result.submitter_message
+    assert result.output_tsv is None
+    assert list(runner.work_dir.iterdir()) == []
+    left = docker_client.containers.list(  # type: ignore[attr-defined]
+        all=True, filters={"label": f"{LABEL_OWNER}={runner.owner}"}
+    )
+    assert left == []
+
+
+# --- a worker that is not root (as in compose) ---------------------------------------------
+
+WORKER_UID = 10001
+
+
+def _run_unprivileged(
+    image: str, recording: Path, base: Path, helper: str | None
+) -> dict[str, str]:
+    """Run ``image`` through a runner in a forked process with the worker's uid and the
+    socket's group only, as a compose worker runs; its result as a dict."""
+    socket_gid = os.stat("/var/run/docker.sock").st_gid
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 1
+        try:
+            os.close(read_end)
+            client = connect()  # imports and connects while it may still read everything
+            os.setgroups([socket_gid])
+            os.setgid(WORKER_UID)
+            os.setuid(WORKER_UID)
+            runner = DockerRunner(
+                client,
+                work_dir=base / "work",
+                host="test-host",
+                output_tmpfs=False,
+                helper_image=helper,
+            )
+            result = runner.run(
+                image=image, recording=recording, output_dir=base / "out", limits=LIMITS
+            )
+            answer = {
+                "outcome": result.outcome.value,
+                "message": result.submitter_message,
+                "log": result.admin_log[-2000:],
+                "owner": runner.owner,
+            }
+            os.write(write_end, json.dumps(answer).encode())
+            status = 0
+        except BaseException as exc:  # reported to the parent, which fails the test
+            os.write(write_end, json.dumps({"error": repr(exc)}).encode())
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = json.loads(pipe.read() or b"{}")
+    os.waitpid(pid, 0)
+    assert "error" not in answer, answer
+    return answer
+
+
+@pytest.fixture
+def unprivileged_dir() -> Iterator[Path]:
+    """A folder the unprivileged worker owns, outside pytest's root-only temporary tree."""
+    base = Path(tempfile.mkdtemp(prefix="szbench-worker-disk-"))
+    os.chmod(base, 0o755)
+    for sub in ("work", "out"):
+        (base / sub).mkdir()
+        os.chown(base / sub, WORKER_UID, WORKER_UID)
+    yield base
+    shutil.rmtree(base)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("name", "helper"),
+    [
+        ("fallocater", BASE_IMAGE),
+        ("manyfiles", BASE_IMAGE),  # files in a folder the worker may not write: purged
+        ("hideout", BASE_IMAGE),  # a folder the worker may not even list: purged
+        ("hideout", ""),  # no helper image: the run's own image purges
+    ],
+)
+def test_a_non_root_worker_leaves_nothing_behind(
+    docker_client: object,
+    test_images: dict[str, str],
+    unprivileged_dir: Path,
+    name: str,
+    helper: str,
+) -> None:
+    recording = write_edf(unprivileged_dir / "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf")
+    os.chmod(recording, 0o644)
+    result = _run_unprivileged(test_images[name], recording, unprivileged_dir, helper or None)
+    assert result["outcome"] == Outcome.INVALID_OUTPUT.value, result["log"]
+    assert "more than 1 MiB to /output" in result["message"]
+    # Nothing the run wrote is left: no staging directory, no container (run or purge).
+    assert list((unprivileged_dir / "work").iterdir()) == []
+    assert list((unprivileged_dir / "out").iterdir()) == []
+    left = docker_client.containers.list(  # type: ignore[attr-defined]
+        all=True, filters={"label": f"{LABEL_OWNER}={result['owner']}"}
+    )
+    assert left == []
