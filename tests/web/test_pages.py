@@ -22,6 +22,7 @@ from szbench.models import (
     Dataset,
     DatasetKind,
     DatasetVersion,
+    Disclosure,
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
@@ -460,6 +461,22 @@ def test_timelines_follow_the_data_rules(client: TestClient, world: World) -> No
     assert _held_reference_shown(admin_page)
     assert "Event F1 per subject" in admin_page
     assert "02: n/a" in admin_page  # NaN subject labelled, not drawn as zero
+
+
+def test_held_out_timelines_at_the_recording_disclosure_level(
+    client: TestClient, world: World, db_session: Session
+) -> None:
+    held = f"/algorithms/{world.alice_algo_id}?evaluation={world.alice_held.id}"
+    world.held.dataset.disclosure = Disclosure.RECORDING
+    db_session.flush()
+    for who in (None, "bob@example.org"):
+        client.cookies.clear()
+        if who:
+            sign_in(client, who)
+        page = client.get(held).text
+        assert _held_reference_shown(page)
+        assert "Event F1 per subject" in page
+        assert "Detections: not shown" in page  # held-out detections stay with admins
 
 
 def test_tokens_created_once_listed_and_revoked(
