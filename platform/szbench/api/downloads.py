@@ -15,6 +15,22 @@ from fastapi import Response
 DOWNLOAD_FORMATS = ("csv", "json")
 
 
+#: What a spreadsheet reads as the start of a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_text(value: Any) -> Any:
+    """A CSV cell: text that a spreadsheet would run as a formula is quoted as text.
+
+    Cells may hold what a container wrote (an admin's download of run messages) or what a
+    submitter typed (names): ``=HYPERLINK(...)`` must stay text when an admin opens the file.
+    """
+    value = _cell(value)
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def _cell(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
@@ -38,5 +54,5 @@ def table_response(
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:
-        writer.writerow([_cell(row.get(c)) for c in columns])
+        writer.writerow([_csv_text(row.get(c)) for c in columns])
     return Response(buffer.getvalue(), media_type="text/csv; charset=utf-8", headers=disposition)
