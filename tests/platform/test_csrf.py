@@ -22,6 +22,7 @@ PASSWORD = "s3cret-pass-word"
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 HOSTILE = [
     {"Origin": "null"},
+    {"Origin": "null", "Authorization": ""},  # an empty header: the cookie still decides
     {"Origin": "https://evil.example"},
     {"Origin": "http://testserver.evil.example"},
     {"Referer": "https://evil.example/page"},
