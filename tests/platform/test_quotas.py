@@ -489,3 +489,16 @@ def test_daily_submission_limit_counts_versions(
     r = submit("b")
     assert r.status_code == 429
     assert "all 2 submissions of the last 24 hours" in r.json()["detail"]
+
+
+def test_resets_at_is_when_one_more_use_becomes_available() -> None:
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    times = [now - timedelta(hours=h) for h in (1, 5, 3, 20)]
+    assert quotas._windowed(None, []) == quotas.Usage(limit=None, used=0)
+    # Under the limit: when the oldest use leaves the window.
+    assert quotas._windowed(6, times).resets_at == now - timedelta(hours=20) + quotas.DAY
+    # At the limit: the same moment frees the next one.
+    assert quotas._windowed(4, times).remaining == 0
+    assert quotas._windowed(4, times).resets_at == now - timedelta(hours=20) + quotas.DAY
+    # Over a lowered limit of 2: three uses must expire first (20, 5 and 3 h old).
+    assert quotas._windowed(2, times).resets_at == now - timedelta(hours=3) + quotas.DAY

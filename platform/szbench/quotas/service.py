@@ -51,8 +51,9 @@ class Usage:
 
     limit: int | None
     used: int
-    #: When the oldest use still counted leaves the window (one more becomes available);
-    #: None for a limit without a window (a phase's) or when nothing is counted.
+    #: When the count next drops so that one more use is available (when the limit is
+    #: reached: the oldest use's 24 h are over); None for a limit without a window (a
+    #: phase's) or when nothing is counted.
     resets_at: datetime | None = None
 
     @property
@@ -125,7 +126,12 @@ def _evaluation_times(session: Session, where: list[ColumnElement[bool]]) -> lis
 
 
 def _windowed(limit: int | None, times: list[datetime]) -> Usage:
-    return Usage(limit=limit, used=len(times), resets_at=min(times) + DAY if times else None)
+    if not times:
+        return Usage(limit=limit, used=0)
+    ordered = sorted(times)
+    # Over a lowered limit, a use is available again only once enough old ones have expired.
+    first = len(ordered) - limit if limit is not None and len(ordered) >= limit else 0
+    return Usage(limit=limit, used=len(ordered), resets_at=ordered[first] + DAY)
 
 
 def held_out_usage(session: Session, user: User, *, now: datetime | None = None) -> Usage:
