@@ -14,8 +14,8 @@ class UsageOut(BaseModel):
     used: int = Field(description="Uses counted against the limit now.")
     remaining: int | None = Field(description="Uses left now; null when there is no limit.")
     resets_at: datetime | None = Field(
-        description="When the oldest counted use leaves the 24 h window (one more becomes "
-        "available); null when nothing is counted or the limit has no window."
+        description="When the count next drops so that one more use is available (old uses "
+        "leave the 24 h window); null when nothing is counted or the limit has no window."
     )
 
     @classmethod
