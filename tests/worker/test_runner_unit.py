@@ -13,12 +13,12 @@ import pytest
 from szbench.config import Settings
 from szbench_worker.docker_runner import (
     VolumeRefused,
-    _dir_size,
     _numeric_uid,
     _output_ok,
     _owner_alive,
     container_config,
     device_requests,
+    output_usage,
     owner_token,
     scratch_paths,
 )
@@ -273,9 +273,11 @@ def test_output_size_counts_an_unlistable_folder_as_a_violation(
     (out / "private").mkdir(parents=True)
     (out / "private" / "blob").write_bytes(b"x" * 5000)
     (out / "rec_events.tsv").write_bytes(b"y" * 100)
-    assert _dir_size(out) is not None
-    assert _output_ok(out, 10_000)
-    assert not _output_ok(out, 1_000)
+    assert output_usage(out) is not None
+    # Allocated blocks count: a 5000-byte file and two folders are more than 10 kB here.
+    assert _output_ok(out, Limits(output_bytes=100_000))
+    assert not _output_ok(out, Limits(output_bytes=1_000))
+    assert not _output_ok(out, Limits(output_bytes=100_000, output_files=2))
 
     # Root lists any folder, so the test plays the unprivileged worker: listing "private"
     # fails as it would for a 0700 folder of another uid.
@@ -287,8 +289,8 @@ def test_output_size_counts_an_unlistable_folder_as_a_violation(
         return real_scandir(path)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "scandir", scandir)
-    assert _dir_size(out) is None
-    assert not _output_ok(out, 10_000)
+    assert output_usage(out) is None
+    assert not _output_ok(out, Limits(output_bytes=100_000))
 
 
 def test_owner_token_names_a_live_process_only() -> None:

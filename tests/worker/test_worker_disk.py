@@ -8,6 +8,7 @@ The hostile images run only through the runner, with its limits.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import shutil
@@ -124,6 +125,8 @@ def _run_unprivileged(
         try:
             os.close(read_end)
             client = connect()  # imports and connects while it may still read everything
+            for codec in ("ascii", "latin-1", "idna", "utf-8"):
+                codecs.lookup(codec)  # codecs load lazily, from where the worker uid cannot read
             os.setgroups([socket_gid])
             os.setgid(WORKER_UID)
             os.setuid(WORKER_UID)
