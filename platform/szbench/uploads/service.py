@@ -36,6 +36,7 @@ from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, QuotaExceeded
 from szbench.models import Upload, UploadState, User
+from szbench.quotas.service import lock_user
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,9 @@ def create_upload(session: Session, user: User, *, filename: str, size_bytes: in
     name = os.path.basename(filename.replace("\\", "/"))
     if not name.lower().endswith(ARCHIVE_SUFFIXES):
         raise BadRequest(f"filename: {name!r} is not a .tar or .tar.gz image archive")
-    # The user's row is the lock that serialises their opens: the count below cannot be
-    # overtaken by a concurrent open (SQLite serialises writers itself).
-    session.execute(select(User.id).where(User.id == user.id).with_for_update())
+    # The user's row is the lock that serialises their opens (and quota decisions): the
+    # count below cannot be overtaken by a concurrent open.
+    lock_user(session, user)
     _sweep_rows(session, Upload.owner_id == user.id)
     count, declared = session.execute(
         select(func.count(Upload.id), func.coalesce(func.sum(Upload.size_bytes), 0)).where(
