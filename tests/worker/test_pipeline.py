@@ -585,3 +585,18 @@ def test_image_over_the_archive_limits_is_the_submitters_fault(env: Env) -> None
         assert {run.submitter_message for run in ev.runs} == {pipeline.IMAGE_REFUSED_MESSAGE}
         assert all("more than 8 bytes" in run.admin_log for run in ev.runs)
         assert all(run.attempts == 1 for run in ev.runs)
+
+
+def test_smoke_test_rejects_an_image_over_the_archive_limits(env: Env) -> None:
+    from szbench_worker.runner import ImageRefused
+
+    def refuse(version: AlgorithmVersion) -> str:
+        raise ImageRefused("img.tar: the archive holds more than 3 members (limit X)")
+
+    pipeline.set_dependencies(pipeline.Dependencies(runner=env.runner, resolve_image=refuse))
+    with session_scope() as session:
+        version_id = seed_pending_on_public_sample(session, env).version.id
+    outcome = pipeline.smoke_test(version_id)
+    assert outcome.status == VersionStatus.REJECTED
+    assert "more than 3 members" in outcome.message
+    assert env.runner.calls == []
