@@ -493,3 +493,17 @@ def test_the_throttle_works_on_the_embedded_sqlite_database(
     frozen_clock.advance(1)
     with session_scope() as session:
         assert auth.authenticate(session, email="lite@example.org", password=PASSWORD)
+
+
+def test_failures_are_forgotten_after_the_memory_period(
+    client: TestClient, db_session: Session, frozen_clock: throttle.Clock
+) -> None:
+    f.user(db_session, email="old@example.org", password=PASSWORD)
+    _fail(client, "old@example.org", get_settings().signin_free_failures_per_account + 1)
+    frozen_clock.advance(get_settings().signin_failure_memory_s + 1)
+    # Any attempt sweeps forgotten rows.
+    assert _login(client, "someone-else@example.org", "not-the-password").status_code == 401
+    keys = set(db_session.scalars(select(SigninThrottle.key)).all())
+    assert throttle.account_key("old@example.org") not in keys
+    assert throttle.account_key("someone-else@example.org") in keys
+    assert _login(client, "old@example.org", PASSWORD).status_code == 200

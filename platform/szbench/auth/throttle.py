@@ -64,6 +64,7 @@ class Clock:
 
 
 clock = Clock()
+_SWEEP_BATCH = 100
 
 
 @dataclass(frozen=True)
@@ -145,9 +146,17 @@ def begin(session: Session, *, email: str, client: str | None) -> Attempt:
     settings = get_settings()
     now = clock.now()
     forget_before = now - timedelta(seconds=settings.signin_failure_memory_s)
+    # Forgotten rows go as attempts come, a bounded batch at a time; rows another attempt
+    # holds are skipped, so that sweeping never waits or deadlocks.
+    stale = (
+        select(SigninThrottle.key)
+        .where(SigninThrottle.last_attempt_at < forget_before)
+        .limit(_SWEEP_BATCH)
+        .with_for_update(skip_locked=True)
+    )
     session.execute(
         delete(SigninThrottle)
-        .where(SigninThrottle.last_attempt_at < forget_before)
+        .where(SigninThrottle.key.in_(stale.scalar_subquery()))
         .execution_options(synchronize_session=False)
     )
     keys = [(account_key(email), settings.signin_free_failures_per_account)]
@@ -184,11 +193,14 @@ def succeeded(session: Session, attempt: Attempt) -> None:
     """The attempt's password was right: the account starts afresh, and the client's count
     loses this attempt (other clients' failures from the same address stay)."""
     now = clock.now()
-    account = _locked_row(session, attempt.account.key, now)
+    counted = [attempt.account] if attempt.client is None else [attempt.account, attempt.client]
+    # Locked in the order begin() uses, so that this and a concurrent begin() never deadlock.
+    rows = {c.key: _locked_row(session, c.key, now) for c in sorted(counted, key=lambda c: c.key)}
+    account = rows[attempt.account.key]
     account.failures = 0
     account.blocked_until = None
     if attempt.client is not None:
-        client = _locked_row(session, attempt.client.key, now)
+        client = rows[attempt.client.key]
         client.failures = max(0, client.failures - 1)
         # Lift only the wait this attempt set; a later failure's wait stays.
         mine = attempt.client.blocked_until
