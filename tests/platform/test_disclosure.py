@@ -20,6 +20,7 @@ from szbench.models import (
     DatasetKind,
     Disclosure,
     Evaluation,
+    EvaluationStatus,
     Phase,
     Role,
     RunOutcome,
@@ -334,3 +335,23 @@ def test_csv_downloads_keep_formulas_as_text(
     json_url = url.replace("format=csv", "format=json")
     rows = client.get(json_url, headers=f.headers(db_session, world.admin)).json()
     assert {row["submitter_message"] for row in rows} == {formula}  # JSON keeps it as is
+
+
+def test_no_outcome_counts_while_an_evaluation_runs(
+    client: TestClient, db_session: Session, world: World
+) -> None:
+    s = db_session
+    running = f.evaluation(
+        s, world.evaluation.algorithm_version, world.evaluation.dataset_version,
+        status=EvaluationStatus.RUNNING, recordings_done=1,
+    )  # fmt: skip
+    recordings = world.evaluation.dataset_version.recordings
+    f.run(s, running, recordings[0], outcome=RunOutcome.TIMEOUT)
+    f.run(s, running, recordings[1], outcome=None)
+    url = f"/api/v1/evaluations/{running.id}/progress"
+    # Which run failed when would tell each run's outcome: nothing until the end.
+    for headers in (f.headers(s, world.owner), {}):
+        progress = client.get(url, headers=headers).json()
+        assert progress["recordings_done"] == 1
+        assert progress["outcomes"] == {}
+    assert client.get(url, headers=f.headers(s, world.admin)).json()["outcomes"] == {"timeout": 1}
