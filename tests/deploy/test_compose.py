@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 LOCAL_FILE = ROOT / "docker-compose.local.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
-SERVICES = {"migrate", "api", "worker-cpu", "worker-gpu", "flower", "postgres", "redis", "registry"}
+SERVICES = {"migrate", "api", "worker-cpu", "worker-gpu", "scheduler", "flower"}
+SERVICES |= {"postgres", "redis", "registry"}
 LONG_RUNNING = SERVICES - {"migrate"}
 UID = 10001  # the images' szbench user
 
@@ -105,7 +106,7 @@ def test_api_image_is_slim_and_workers_use_the_worker_image(config: dict[str, An
     services = config["services"]
     assert services["api"]["image"].startswith("szbench/api:")
     assert services["migrate"]["image"] == services["api"]["image"]
-    for name in ("worker-cpu", "worker-gpu", "flower"):
+    for name in ("worker-cpu", "worker-gpu", "scheduler", "flower"):
         assert services[name]["image"].startswith("szbench/worker:"), name
     # Only the workers get the Docker socket.
     for name, service in services.items():
@@ -125,6 +126,10 @@ def test_gpu_worker_is_in_the_gpu_profile_and_reserves_its_device(
     assert device["device_ids"] == [gpu["environment"]["SZBENCH_RUNNER_GPUS"]]
     assert "--queues=gpu" in gpu["command"]
     assert "--queues=cpu" in config["services"]["worker-cpu"]["command"]
+    # The reconciler's timer and queue (docs/operations.md, "Nothing hangs").
+    scheduler = config["services"]["scheduler"]["command"]
+    assert "--beat" in scheduler
+    assert "--queues=maintenance" in scheduler
     for name in set(config["services"]) - {"worker-gpu"}:
         assert "profiles" not in config["services"][name], name
 

@@ -25,7 +25,7 @@ from celery import Task, signals
 from szbench import db
 from szbench.config import get_settings
 from szbench.logging import configure_logging, install_celery_log_context
-from szbench.queue import QUEUE_CPU, get_celery
+from szbench.queue import QUEUE_CPU, TASK_RECONCILE, get_celery
 from szbench_worker.runner import RunnerError
 
 log = logging.getLogger(__name__)
@@ -170,10 +170,12 @@ _last_received: datetime | None = None
 
 
 @signals.task_received.connect  # type: ignore[untyped-decorator]
-def _note_received(**_: Any) -> None:
+def _note_received(request: Any = None, **_: Any) -> None:
     # In the worker's main process: a message arrived, so its queue was not empty just now.
+    # (The reconciler's own messages say nothing about the pipeline's queues.)
     global _last_received
-    _last_received = datetime.now(UTC)
+    if getattr(request, "name", None) != TASK_RECONCILE:
+        _last_received = datetime.now(UTC)
 
 
 def _child_pids() -> set[int] | None:
@@ -223,7 +225,7 @@ class _Heartbeat(threading.Thread):
 
         from szbench.queue import TASK_RUN_RECORDING
 
-        held = list(worker_state.reserved_requests)
+        held = [r for r in worker_state.reserved_requests if r.name != TASK_RECONCILE]
         run_ids = [
             int(r.kwargs["run_id"])
             for r in held

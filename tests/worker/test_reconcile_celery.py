@@ -1,0 +1,315 @@
+"""Faults for real: worker processes killed with SIGKILL, Redis restarted empty.
+
+Each test starts its own Redis (``redis-server`` on a free port, no persistence) so that it
+can stop it without touching the shared one, and real ``celery worker`` processes on the
+real PostgreSQL and Docker engine. The broker's visibility timeout stays at two hours, as
+in production: whatever comes back within the test came back through the reconciler or a
+restarted worker, never through Redis's own re-delivery.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import func, select
+
+from szbench import db, queue
+from szbench.config import get_settings
+from szbench.db import session_scope
+from szbench.evaluations import service as evaluations
+from szbench.models import DatasetResult, Evaluation, EvaluationStatus, RecordingRun, RunOutcome
+
+from ._pipeline_factories import Rec, make_prepared_dataset, seed_world, truncate_all
+from .test_pipeline_celery import LIMITS, SLOW_GOOD, add_version, our_containers
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class OwnRedis:
+    """A ``redis-server`` of this test's own, which it may kill and start again empty."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is not installed (scripts/setup.sh installs it)"
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "no", "--dir", str(self.workdir)]
+        self.proc = subprocess.Popen(
+            [binary, *args],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis.from_url(self.url).ping():
+                    return
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        raise AssertionError("the test's redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Workers:
+    """Real ``celery worker`` processes for one test, with the options each fault needs."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self, name: str, *, pool: str = "solo", queues: str = "cpu", beat: bool = False
+    ) -> subprocess.Popen[bytes]:
+        log = self.log_dir / f"{name}.log"
+        cmd = [sys.executable, "-m", "celery", "-A", "szbench_worker.celery_app", "worker"]
+        cmd += ["--pool", pool, "--concurrency", "1", "-Q", queues, "-n", f"{name}@%h"]
+        cmd += ["--without-mingle", "--without-gossip", "--loglevel", "INFO"]
+        if beat:
+            cmd += ["--beat"]
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=self.env,
+            stdout=open(log, "wb"),  # noqa: SIM115 (closed with the process)
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if "ready." in log.read_text(errors="replace"):
+                return proc
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"worker {name} did not start:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in self.log_dir.glob("*.log")
+        )
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, w: Workers) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}\n{w.logs()}")
+
+
+@pytest.fixture
+def faults(
+    pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path, docker_client: Any
+) -> Iterator[tuple[Workers, str, OwnRedis]]:
+    host = f"reconcile-test-{uuid.uuid4().hex[:8]}"
+    broker = OwnRedis(tmp_path)
+    broker.start()
+    values = {
+        "SZBENCH_DATABASE_URL": pg_url,
+        "SZBENCH_BROKER_URL": broker.url,
+        "SZBENCH_RUNNER_BACKEND": "docker",
+        "SZBENCH_RUNNER_WORK_DIR": str(tmp_path / "runs"),
+        "SZBENCH_PIPELINE_WORK_DIR": str(tmp_path / "work"),
+        "SZBENCH_WORKER_HOST": host,
+        # Production's: Redis's own re-delivery cannot be what brings anything back here.
+        "SZBENCH_QUEUE_VISIBILITY_TIMEOUT_S": "7200",
+        "SZBENCH_TASK_RETRY_BACKOFF_MAX_S": "2",
+        # Seconds instead of minutes.
+        "SZBENCH_WORKER_HEARTBEAT_INTERVAL_S": "0.5",
+        "SZBENCH_WORKER_HEARTBEAT_TIMEOUT_S": "5",
+        "SZBENCH_RECONCILE_INTERVAL_S": "1",
+        "SZBENCH_RECONCILE_STALE_S": "3",
+        "SZBENCH_RECONCILE_CLAIM_GRACE_S": "10",
+    }
+    for key, value in values.items():
+        settings_env.setenv(key, value)
+    get_settings.cache_clear()
+    db.reset_engine()
+    queue.reset_celery()
+    # reset_celery() renews the app's connection pool but not its producer pool, which
+    # stays bound to the previous test's broker (gone): drop it too.
+    amqp = queue.get_celery().__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(["platform", "worker", "scoring"])}
+    log_dir = Path(os.environ.get("SZBENCH_TEST_LOG_DIR") or tmp_path) / host
+    log_dir.mkdir(parents=True, exist_ok=True)
+    workers = Workers(env, log_dir)
+    try:
+        yield workers, host, broker
+    finally:
+        workers.stop_all()
+        queue.reset_celery()
+        broker.kill()
+        from szbench_worker.docker_runner import cleanup_orphans
+
+        cleanup_orphans(docker_client, host=host, everything=True)
+        with session_scope() as session:
+            truncate_all(session)
+
+
+@pytest.fixture
+def slow_image(test_images: dict[str, str], docker_client: Any, tmp_path: Path) -> str:
+    from szbench_worker.docker_runner import build_image
+
+    context = tmp_path / "slow-image"
+    context.mkdir()
+    (context / "run.py").write_text(SLOW_GOOD)
+    (context / "Dockerfile").write_text(
+        'FROM szbench/python-numpy:bookworm\nCOPY run.py /run.py\nCMD ["python3", "/run.py"]\n'
+    )
+    return build_image(context, "szbench-test/pipeline-slow:latest", docker_client).digest
+
+
+def _evaluation(slow_image: str, docker_client: Any, tmp_path: Path, n: int) -> int:
+    recs = [Rec(f"sub-0{i}", "run-00", 600, ((100, 20),)) for i in range(1, n + 1)]
+    data = make_prepared_dataset(tmp_path / "data", recs)
+    with session_scope() as session:
+        world = seed_world(session, data, recs, run_limits={**LIMITS, "timeout_s": 60})
+        version = add_version(session, slow_image, docker_client)
+        return evaluations.create_evaluation(
+            session, algorithm_version=version, dataset_version=world.dataset_version
+        ).id
+
+
+def _finished(evaluation_id: int) -> Callable[[], bool]:
+    def check() -> bool:
+        with session_scope() as session:
+            return session.get_one(Evaluation, evaluation_id).status.finished
+
+    return check
+
+
+def _assert_done_exactly_once(evaluation_id: int, n: int) -> None:
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.DONE, ev.message
+        assert (ev.recordings_done, ev.recordings_total) == (n, n)
+        runs = ev.runs
+        assert len(runs) == n
+        assert all(r.outcome == RunOutcome.OK for r in runs)
+        # The scores of an undisturbed run: every seizure found.
+        assert all(r.event_tp == 1 for r in runs)
+        results = select(func.count(DatasetResult.id)).where(
+            DatasetResult.evaluation_id == evaluation_id
+        )
+        assert session.scalar(results) == 1
+        assert ev.result is not None
+        assert ev.result.event_sensitivity == pytest.approx(1.0)
+
+
+def _running(docker_client: Any, host: str) -> Callable[[], bool]:
+    return lambda: any(c.status == "running" for c in our_containers(docker_client, host))
+
+
+def test_a_killed_workers_runs_come_back_when_a_worker_starts_on_its_host(
+    faults: tuple[Workers, str, OwnRedis], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    workers, host, _broker = faults
+    evaluation_id = _evaluation(slow_image, docker_client, tmp_path, 3)
+    first = workers.start("first")
+    wait_until(_running(docker_client, host), 60, "a running container", workers)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    with session_scope() as session:
+        held = session.scalars(
+            select(RecordingRun).where(
+                RecordingRun.evaluation_id == evaluation_id,
+                RecordingRun.started_at.is_not(None),
+                RecordingRun.finished_at.is_(None),
+            )
+        ).all()
+        assert len(held) == 1
+        assert held[0].claimed_by.startswith(f"{host}:")
+    # The killed worker's message stays unacknowledged in Redis for the visibility timeout
+    # (two hours): only the new worker's start-up reclaim can bring the run back now.
+    workers.start("second")
+    wait_until(_finished(evaluation_id), 120, "the evaluation", workers)
+    _assert_done_exactly_once(evaluation_id, 3)
+    assert not [c for c in our_containers(docker_client, host) if c.status == "running"]
+
+
+def test_a_killed_pool_process_leaves_nothing_behind_and_its_run_comes_back(
+    faults: tuple[Workers, str, OwnRedis], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    workers, host, _broker = faults
+    evaluation_id = _evaluation(slow_image, docker_client, tmp_path, 2)
+    parent = workers.start("prefork", pool="prefork")
+    wait_until(_running(docker_client, host), 60, "a running container", workers)
+    (container,) = [c for c in our_containers(docker_client, host) if c.status == "running"]
+    owner = container.labels["org.szbench.owner"]
+    child = int(owner.split(".")[0])
+    assert child != parent.pid
+    staging = [p for p in (tmp_path / "runs").iterdir() if owner in p.name]
+    assert staging, "the run's staging folder"
+    os.kill(child, signal.SIGKILL)
+
+    def swept() -> bool:
+        left = [
+            c
+            for c in our_containers(docker_client, host)
+            if c.labels.get("org.szbench.owner") == owner
+        ]
+        return not left and not any(p.exists() for p in staging)
+
+    # The dead child's container would otherwise stay (exited, never removed) until the
+    # next worker start; its staging folder too.
+    wait_until(swept, 30, "the dead pool process's container and staging folder", workers)
+    assert parent.poll() is None, "the worker itself lives on"
+    wait_until(_finished(evaluation_id), 120, "the evaluation", workers)
+    _assert_done_exactly_once(evaluation_id, 2)
+
+
+def test_redis_restarted_empty_mid_evaluation_the_reconciler_finishes_it(
+    faults: tuple[Workers, str, OwnRedis], slow_image: str, docker_client: Any, tmp_path: Path
+) -> None:
+    workers, host, broker = faults
+    evaluation_id = _evaluation(slow_image, docker_client, tmp_path, 3)
+    # One worker process that also runs celery beat and consumes the maintenance queue.
+    workers.start("beat", queues="cpu,maintenance", beat=True)
+    wait_until(_running(docker_client, host), 60, "a running container", workers)
+    broker.kill()
+    broker.start()  # empty: the queued run tasks are gone
+    assert redis.Redis.from_url(broker.url).llen("cpu") == 0
+    wait_until(_finished(evaluation_id), 180, "the evaluation", workers)
+    _assert_done_exactly_once(evaluation_id, 3)
+    with session_scope() as session:
+        assert session.get_one(Evaluation, evaluation_id).reconcile_rounds >= 1
