@@ -355,3 +355,25 @@ def test_no_outcome_counts_while_an_evaluation_runs(
         assert progress["recordings_done"] == 1
         assert progress["outcomes"] == {}
     assert client.get(url, headers=f.headers(s, world.admin)).json()["outcomes"] == {"timeout": 1}
+
+
+def test_the_admin_publishing_page_sets_a_phase_override(
+    client: TestClient, db_session: Session, world: World
+) -> None:
+    from tests.web.conftest import PASSWORD, post_form, sign_in
+
+    f.user(db_session, Role.ADMIN, email="phase-admin@example.org", password=PASSWORD)
+    sign_in(client, "phase-admin@example.org")
+    action = f"/admin/phases/{world.phase.slug}/disclosure"
+    assert f'action="{action}"' in client.get("/admin/publishing").text
+    assert post_form(client, "/admin/publishing", action, {"disclosure": "x"}).status_code == 400
+    r = post_form(client, "/admin/publishing", action, {"disclosure": "recording"})
+    assert r.status_code == 200
+    db_session.expire_all()
+    assert world.phase.disclosure == Disclosure.RECORDING
+    client.cookies.clear()
+    assert client.get(_paths(world)["recordings"]).status_code == 200  # anonymous
+    sign_in(client, "phase-admin@example.org")
+    post_form(client, "/admin/publishing", action, {"disclosure": ""})
+    db_session.expire_all()
+    assert world.phase.disclosure is None

@@ -291,6 +291,30 @@ def publish_phase(
     return redirect("/admin/publishing", f"Phase {slug}: {count} evaluations published.")
 
 
+@router.post("/phases/{slug}/disclosure")
+def set_phase_disclosure(
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    disclosure: Annotated[str, Form(max_length=30)] = "",
+) -> Response:
+    """Override the datasets' disclosure for a phase's results (empty: remove the override)."""
+    phase = phases.get_phase(session, slug)
+    if disclosure:
+        try:
+            level: Disclosure | None = Disclosure(disclosure)
+        except ValueError:
+            raise BadRequest(
+                f"disclosure: unknown level {disclosure!r} (aggregate, subject or recording)"
+            ) from None
+    else:
+        level = None
+    phases.update_phase(session, phase, disclosure=level)
+    shown = level.value if level else "each dataset's own level"
+    return redirect("/admin/publishing", f"Phase {slug} now discloses {shown}.")
+
+
 # --- queue -----------------------------------------------------------------------------------
 
 
