@@ -6,10 +6,11 @@ SzCORE contract plus the platform's sandbox; ``docs/algorithm-contract.md`` expl
 - a per-run staging directory ``<work_dir>/run-<owner>-<random>/`` holding ``data/`` (just
   this recording, hard-linked or copied, never the dataset folder) and ``output/``;
 - ``data/`` mounted read-only at ``/data``; ``output/`` mounted at ``/output``. When the
-  worker can mount (it runs as root), ``output/`` is a tmpfs of ``output_bytes`` owned by the
-  container's (possibly user-namespace-remapped) uid, so a container cannot fill the host
-  disk; otherwise it is a plain directory and a watchdog kills a run whose output grows past
-  the limit;
+  worker can mount (it runs as root), ``output/`` is a tmpfs of ``output_bytes`` and
+  ``output_files`` inodes owned by the container's (possibly user-namespace-remapped) uid, so a
+  container cannot fill the host disk; otherwise it is a plain directory and a watchdog kills
+  a run whose output passes either cap, counting allocated blocks (:func:`output_usage`), and
+  what the worker may not delete there is purged as its owner (:func:`purge_output`);
 - ``--network none``, read-only root, a bounded tmpfs ``/tmp``, ``--cap-drop ALL``,
   ``no-new-privileges``, a pids limit, memory == memory+swap, a CPU quota, an optional user,
   a size-capped json-file log, GPUs only through an explicit device request;
