@@ -168,9 +168,17 @@ def reset_celery() -> None:
     configuration and its broker connections are renewed.
     """
     with _client_lock:
-        if _client is not None:
-            _client.close()
-            _client.conf.update(celery_config(get_settings()))
+        if _client is None:
+            return
+        _client.conf.update(celery_config(get_settings()))
+        # Celery's close() forgets the connection pool but keeps the producer pool, which
+        # would go on publishing to the previous broker; drop both (as Celery does after a
+        # fork) so that the next send connects to the broker just configured. (Closing the
+        # old pool is left to kombu's registry, which may hand it out again.)
+        _client._pool = None
+        amqp = _client.__dict__.get("amqp")
+        if amqp is not None:
+            amqp._producer_pool = None
 
 
 def set_sender(sender: Callable[[str, str, dict[str, Any]], None] | None) -> None:

@@ -14,8 +14,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from celery import Celery, signals
+from celery import _state as celery_state
 from typer.testing import CliRunner
 
 from szbench import db, migrate, queue
@@ -26,7 +29,7 @@ from szbench.evaluations import service as evaluations
 from szbench.models import DatasetKind, Evaluation, EvaluationStatus, RunOutcome
 from szbench_worker import pipeline
 from szbench_worker.embedded import start_embedded_worker
-from szbench_worker.runner import FakeRun, FakeRunner, Outcome
+from szbench_worker.runner import FakeRun, FakeRunner, Outcome, RunnerError
 
 from ._pipeline_factories import Rec, events_tsv, make_prepared_dataset, seed_world
 
@@ -191,3 +194,71 @@ def test_cli_evaluate_rejects_two_sources(embedded: Path, tmp_path: Path) -> Non
     )
     assert result.exit_code == 2
     assert "exactly one" in result.output
+
+
+class _FailsFirst(FakeRunner):
+    """A runner whose first run hits an infrastructure fault (the engine went away)."""
+
+    def run(self, **kwargs: Any) -> Any:
+        if not self.calls:
+            self.calls.append({"fault": True})
+            raise RunnerError("injected: the Docker engine did not answer")
+        return super().run(**kwargs)
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_embedded_retry_goes_through_the_sqlite_queue(
+    embedded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, concurrency: int
+) -> None:
+    # Before: the retry was sent by Celery's default app (the worker thread had no current
+    # app), i.e. to amqp://localhost:5672; the run was lost and the evaluation stayed running.
+    # `szbench evaluate` imports celery.worker before the worker's app, so Celery's fallback
+    # app is not ours there; start from that state here too.
+    monkeypatch.setattr(celery_state, "default_app", None)
+    monkeypatch.setenv("SZBENCH_TASK_RETRY_BACKOFF_MAX_S", "1")
+    get_settings.cache_clear()
+    connections: list[tuple[str, str]] = []
+    opened = Celery._connection
+
+    def recording_connection(app: Celery, *args: Any, **kwargs: Any) -> Any:
+        conn = opened(app, *args, **kwargs)
+        connections.append((app.main, conn.as_uri()))
+        return conn
+
+    monkeypatch.setattr(Celery, "_connection", recording_connection)
+    retries: list[str] = []
+
+    def on_retry(request: Any, **_: Any) -> None:
+        retries.append(request.task)
+
+    signals.task_retry.connect(on_retry, weak=False)
+    runner = _FailsFirst()
+    pipeline.set_dependencies(
+        pipeline.Dependencies(runner=runner, resolve_image=lambda v: v.image_digest)
+    )
+    recs = RECS[:1]
+    prepared = make_prepared_dataset(tmp_path / "prepared", recs)
+    with session_scope() as session:
+        world = seed_world(session, prepared, recs)
+        evaluation_id = evaluations.create_evaluation(
+            session, algorithm_version=world.version, dataset_version=world.dataset_version
+        ).id
+    worker = start_embedded_worker(upgrade_database=False, concurrency=concurrency)
+    try:
+        ev = wait_finished(evaluation_id)
+    finally:
+        worker.stop()
+        signals.task_retry.disconnect(on_retry)
+    assert ev.status == EvaluationStatus.DONE
+    assert retries == ["szbench.recording.run"]
+    assert len(runner.calls) == 2  # the fault, then the retried run
+    with session_scope() as session:
+        (run,) = session.get_one(Evaluation, evaluation_id).runs
+        assert (run.outcome, run.attempts) == (RunOutcome.OK, 2)
+    # One app, one broker: every connection of this test went to the SQLite queue.
+    from szbench_worker import tasks
+
+    assert tasks.run_recording.app is queue.get_celery()
+    assert connections
+    assert {main for main, _ in connections} == {"szbench"}
+    assert all(uri.startswith("sqla+sqlite:") for _, uri in connections), connections

@@ -21,7 +21,7 @@ from celery.worker import state as worker_state
 
 from szbench import migrate
 from szbench.config import get_settings
-from szbench.queue import QUEUES, celery_config, reset_celery
+from szbench.queue import QUEUES, reset_celery
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +81,10 @@ def start_embedded_worker(
     settings = get_settings()
     if upgrade_database:
         migrate.upgrade(settings.effective_database_url)
-    # The worker's app was configured at import; settings may have changed since (tests,
-    # the CLI forcing the embedded broker): apply them again.
+    # The worker's app (the platform's one app) was configured at import; settings may have
+    # changed since (tests, the CLI forcing the embedded broker): apply them again.
     from szbench_worker.celery_app import app
 
-    app.conf.update(celery_config(settings))
     reset_celery()
     n = concurrency or settings.embedded_concurrency
     controller = _Controller(
@@ -102,7 +101,16 @@ def start_embedded_worker(
     )
     worker_state.should_stop = None
     worker_state.should_terminate = None
-    thread = threading.Thread(target=controller.start, name="szbench-embedded-worker", daemon=True)
+    # Celery runs a task from the registry of the thread's current app, and a thread without
+    # one (this worker's, a threads pool's) falls back to the process default: whatever
+    # touched Celery first may have made that a broker-less "default" app.
+    app.set_default()
+
+    def consume() -> None:
+        app.set_current()
+        controller.start()
+
+    thread = threading.Thread(target=consume, name="szbench-embedded-worker", daemon=True)
     thread.start()
     if not controller.ready.wait(ready_timeout_s):
         raise RuntimeError("the embedded worker did not start (see the log)")
