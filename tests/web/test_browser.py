@@ -479,9 +479,12 @@ def _flow(
     page.get_by_role("link", name="Baseline detector").click()
     page.wait_for_load_state()
     charts = page.locator("#charts svg.chart")
-    assert charts.count() >= 4  # three per-subject charts and the rank distribution
+    # The rank distribution; per-subject charts and timelines of held-out data are not
+    # disclosed to non-admins at the default level (docs/security.md).
+    assert charts.count() >= 1
     expect(page.locator("svg.ranks > title")).to_contain_text("Rank across subjects")
-    expect(page.locator("#charts")).to_contain_text("public-sample datasets only")
+    expect(page.locator("#charts")).to_contain_text("Per-subject results are not disclosed")
+    expect(page.locator("#charts")).to_contain_text("Timelines are not disclosed")
     shot(page, "08-algorithm-held-out")
     page.locator("tr", has_text="public-sample").get_by_role("link", name="charts").click()
     page.wait_for_load_state()
