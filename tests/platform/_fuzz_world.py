@@ -58,7 +58,8 @@ from szbench.uploads import service as uploads
 from tests.platform import factories as f
 from tests.worker._pipeline_factories import HEADER, Rec, make_prepared_dataset
 
-CALLERS = ("anonymous", "researcher", "readonly", "admin")
+# "unscoped" is an admin's token without the admin scope: every rule for non-admins applies.
+CALLERS = ("anonymous", "researcher", "readonly", "unscoped", "admin")
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Operations anyone may call to get credentials: a 2xx from them is no write by the caller.
 CREDENTIAL_OPERATIONS = frozenset({"/api/v1/auth/login", "/api/v1/auth/signup"})
@@ -426,6 +427,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
     private = {admin.id: [], researcher.id: [], victim.id: []}  # type: dict[int, list[bytes]]
 
     admin_token, admin_secret = f.token(session, admin)
+    _, unscoped_secret = f.token(session, admin, ["read", "write"])
     read_token, read_secret = f.token(session, researcher, ["read"])
     cookie_token, cookie_secret = f.token(session, researcher)
     victim_token, _ = auth.create_token(session, victim, name=f"vtoken-{mark}")
@@ -656,12 +658,14 @@ def _seed(conn: Connection, tmp: Path) -> World:
         "anonymous": {},
         "researcher": {"Cookie": cookie_value, "Origin": ORIGIN},
         "readonly": {"Authorization": f"Bearer {read_secret}"},
+        "unscoped": {"Authorization": f"Bearer {unscoped_secret}"},
         "admin": {"Authorization": f"Bearer {admin_secret}"},
     }
     users = {
         "anonymous": None,
         "researcher": researcher.id,
         "readonly": researcher.id,
+        "unscoped": admin.id,
         "admin": admin.id,
     }
     session.close()

@@ -1,23 +1,27 @@
-"""Requests generated from the OpenAPI schema, sent as four callers to a seeded database.
+"""Requests generated from the OpenAPI schema, sent as five callers to a seeded database.
 
 Every operation gets ``EXAMPLES`` generated requests; each is sent as an anonymous caller,
-a researcher signed in with the web session cookie, a read-only token of that researcher
-and an admin token with the admin scope, against the real app on PostgreSQL. The database
-holds objects of another user (:mod:`tests.platform._fuzz_world`): a private algorithm with
-versions, evaluations on held-out data whose runs carry unique markers, a hidden phase, an
-upload session. Generated ids and names are steered towards those objects, since random
-integers would almost never name one.
+a researcher signed in with the web session cookie, a read-only token of that researcher,
+an admin's token without the admin scope ("unscoped") and an admin token with it, to the
+real app on PostgreSQL. The database holds objects of another user and of the researcher
+(:mod:`tests.platform._fuzz_world`): private algorithms with versions, evaluations on
+held-out data whose runs carry unique markers, a hidden phase, upload sessions. Generated
+ids and names are steered towards those objects, since random values would almost never
+name one. Each request runs in a savepoint that is rolled back: every one sees the seed.
 
-Every answer is checked against the schema (status code, content type, body, headers),
-must not be a server error (503 is the documented answer when a part is missing) and must
-use the error envelope; then the authorization checks of :func:`authorization_failures`.
-Each request runs in a savepoint that is rolled back, so every example sees the same seed.
+Every answer is checked against the schema (status code, content type, headers, body), must
+not be a server error (503 is the documented answer when a part is missing) and must use
+the error envelope; then the checks of ``World.exchange``: no held-out fact reaches a
+non-admin, no private object reaches anyone but its owner and admins, another user's
+private object answers as a missing one does, a cookie write with ``Origin: null`` and a
+write without the write scope are refused.
 
-A failure names the caller and prints a curl command that repeats the request; the seed it
-needs is built by ``seed_world`` (ids differ between runs: read them from the message).
-Leaks known to be open are listed in ``KNOWN_LEAKS``: the main test skips exactly those
-(operation, caller, check) failures and ``test_known_leak`` expects them (strict xfail, so
-it flips when the fix lands).
+A failure names the operation, the caller and the check, and prints a curl command that
+repeats the request (the credential is filtered: the caller says which one it was).
+``FUZZ_REPORT=file`` lists every failure of a run in that file instead of stopping at the
+first. Leaks known to be open are listed in ``KNOWN_LEAKS``: the main test skips exactly
+those failures and ``test_known_leak`` expects each (strict xfail: it flips when the fix
+lands).
 """
 
 from __future__ import annotations
@@ -41,16 +45,19 @@ from sqlalchemy.engine import Engine
 from szbench.app import create_app
 from tests.platform._fuzz_world import CALLERS, World, open_world
 
-# Each example is sent four times (once per caller), plus replays for the oracle and
+# Each example is sent five times (once per caller), plus replays for the oracle and
 # CSRF checks: 12 examples keep the module near two minutes on two shared cores.
 EXAMPLES = 12
 
 # The schema is read at collection time from an app built with the default settings; the
 # requests go to the app the world builds with the test settings (same routes).
 schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", create_app())
-# The coverage phase sends dozens of fixed boundary cases per operation (times four callers):
+# The coverage phase sends dozens of fixed boundary cases per operation (times five callers):
 # over the time budget. The schema's own examples and the fuzzing phase remain.
 schema.config.phases.update(phases=["examples", "fuzzing"])
+# Each caller brings its own credential: a generated bearer header would replace the
+# researcher's cookie (the header wins) and make "anonymous" a caller with a bad token.
+schema.config.generation.update(with_security_parameters=False)
 
 SCHEMA_CHECKS = [
     status_code_conformance,
@@ -65,7 +72,7 @@ FUZZ_SETTINGS = settings(
     derandomize=True,
     database=None,
     # No shrinking: a failing example is printed as sent (with its curl command), and
-    # shrinking a request that crosses four callers would cost minutes per failure.
+    # shrinking a request that crosses five callers would cost minutes per failure.
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=list(HealthCheck),
 )
@@ -108,7 +115,7 @@ KNOWN_LEAKS: tuple[KnownLeak, ...] = tuple(
         "2 subjects is exactly the two per-subject figures (at the default aggregate level)",
     )
     for path in ("/api/v1/leaderboards/{slug}", "/api/v1/leaderboards/{slug}/download")
-    for caller in ("anonymous", "researcher", "readonly")
+    for caller in ("anonymous", "researcher", "readonly", "unscoped")
 )
 
 
