@@ -47,6 +47,9 @@ def _probes(algo: int, version: int, evaluation: int, slug: str) -> list[tuple[s
         ("GET", f"/api/v1/evaluations/{evaluation}/result", None),
         ("GET", f"/api/v1/evaluations/{evaluation}/subjects", None),
         ("GET", f"/api/v1/evaluations/{evaluation}/recordings", None),
+        ("GET", f"/api/v1/evaluations/{evaluation}/subjects/download", None),
+        ("GET", f"/api/v1/evaluations/{evaluation}/recordings/download", None),
+        ("GET", f"/api/v1/evaluations/{evaluation}/recordings/1/detections", None),
         ("GET", f"/api/v1/algorithms/{algo}/results", None),
     ]
 
