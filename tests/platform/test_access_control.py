@@ -4,20 +4,25 @@ anonymous reads, nosniff everywhere, and the OpenAPI security of public reads.""
 from __future__ import annotations
 
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import delete, select, text, update
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 import szbench.web
+from szbench.auth import service as auth
 from szbench.config import get_settings
+from szbench.errors import Conflict
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
-from szbench.models import DatasetKind, Role, Visibility
+from szbench.models import DatasetKind, Role, User, Visibility
 from szbench.results import service as results
 from tests.platform import factories as f
 
@@ -262,3 +267,60 @@ def test_without_anonymous_reads_the_document_asks_for_a_token_everywhere(
     assert all(security in (None, [{"token": []}]) for _, _, security in _operations(schema)), [
         op for op in _operations(schema) if op[2] not in (None, [{"token": []}])
     ]
+
+
+def test_two_admins_demoting_each_other_at_once_leave_one(pg_engine: Engine) -> None:
+    """On real PostgreSQL, two transactions: the second waits for the first's lock, then
+    sees that its own target is now the last active admin."""
+    with Session(pg_engine) as setup:
+        # Admins other tests committed to this session's database are set aside meanwhile.
+        others = list(
+            setup.scalars(select(User.id).where(User.role == Role.ADMIN, User.is_active.is_(True)))
+        )
+        setup.execute(update(User).where(User.id.in_(others)).values(is_active=False))
+        a_id, b_id = f.user(setup, Role.ADMIN).id, f.user(setup, Role.ADMIN).id
+        setup.commit()
+    first, second = Session(pg_engine), Session(pg_engine)
+    outcome: dict[str, str] = {}
+
+    def demote_a() -> None:
+        try:
+            auth.update_user(second, second.get_one(User, a_id), role=Role.RESEARCHER)
+            second.commit()
+            outcome["second"] = "demoted"
+        except Conflict:
+            second.rollback()
+            outcome["second"] = "refused"
+
+    def someone_waits_for_a_lock() -> bool:
+        with pg_engine.connect() as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        return bool(waiting)
+
+    try:
+        auth.update_user(first, first.get_one(User, b_id), role=Role.RESEARCHER)
+        thread = threading.Thread(target=demote_a)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not someone_waits_for_a_lock() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.commit()
+        thread.join(timeout=30)
+        assert outcome == {"second": "refused"}
+        with Session(pg_engine) as check:
+            roles = {
+                u.id: u.role for u in check.scalars(select(User).where(User.id.in_([a_id, b_id])))
+            }
+        assert roles == {a_id: Role.ADMIN, b_id: Role.RESEARCHER}
+    finally:
+        first.close()
+        second.close()
+        with Session(pg_engine) as cleanup:
+            cleanup.execute(delete(User).where(User.id.in_([a_id, b_id])))
+            cleanup.execute(update(User).where(User.id.in_(others)).values(is_active=True))
+            cleanup.commit()
