@@ -335,9 +335,9 @@ CANNOT_START_MESSAGES = {
 # wording for a working directory outside the container). Only refusals that the image's
 # own configuration or file system explains are the submitter's; everything else (an engine
 # or runtime in trouble, a host path gone) stays an infrastructure fault and is retried.
-_EXEC_FAILED = re.compile(
-    r'unable to start container process: exec: "|executable file not found in \$PATH'
-)
+# Only runc's words for the container's own process: the engine's own helpers (a shim, runc
+# itself) missing from the host's PATH read "exec: ..." too, without this prefix.
+_EXEC_FAILED = re.compile(r'unable to start container process: exec: "')
 _NO_ACCOUNT = re.compile(
     r"unable to find (?:user|group) |no matching entries in (?:passwd|group) file|"
     r"no users found|no groups found"
