@@ -244,6 +244,9 @@ def test_a_killed_workers_runs_come_back_when_a_worker_starts_on_its_host(
     faults: tuple[Workers, str, OwnRedis], slow_image: str, docker_client: Any, tmp_path: Path
 ) -> None:
     workers, host, _broker = faults
+    # The dead worker's heartbeat stays fresh for the whole test: no reconciler pass may
+    # judge it dead, only the start-up reclaim on its host (which checks the process).
+    workers.env["SZBENCH_WORKER_HEARTBEAT_TIMEOUT_S"] = "600"
     evaluation_id = _evaluation(slow_image, docker_client, tmp_path, 3)
     first = workers.start("first")
     wait_until(_running(docker_client, host), 60, "a running container", workers)

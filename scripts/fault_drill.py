@@ -1,0 +1,566 @@
+#!/usr/bin/env python3
+"""Fault drill: run evaluations through the real pipeline while breaking its parts.
+
+Starts its own PostgreSQL (``initdb``/``pg_ctl``) and Redis (``redis-server``) on free
+ports under a scratch folder, a prefork ``celery worker`` (concurrency 1) for the ``cpu``
+queue and the scheduler (``worker --beat -Q maintenance``), as docker-compose.yml does. The
+algorithm is a small image built from the local base image that sleeps a few seconds and
+writes one detection per recording. First an undisturbed evaluation (the reference), then
+one fresh evaluation (no reuse) per fault:
+
+- ``worker-kill``: the whole worker (main process and pool) killed with SIGKILL mid-run,
+  then started again on the same host;
+- ``child-kill``: the pool process running the container killed with SIGKILL;
+- ``redis-empty``: Redis killed mid-evaluation and started again empty;
+- ``postgres-stop``: PostgreSQL stopped (immediate) for ``--pg-outage-s`` mid-run;
+- ``broker-down-submit``: Redis down while the evaluation is submitted (its start task
+  cannot be sent), started again empty a few seconds later.
+
+Per fault it prints: recovered (DONE within ``--timeout-s``), seconds from the fault to
+DONE, stored results per recording (must be 1), containers started per recording (the
+run's ``attempts``), and whether every recording's counts and the dataset's scores equal
+the undisturbed run's. Exit status 1 when any fault did not recover or changed a score.
+
+Run (root, with the Docker engine and the base image: scripts/test-services.sh)::
+
+    .venv/bin/python scripts/fault_drill.py [--recordings 4] [--pg-outage-s 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+for part in ("platform", "worker", "scoring", "."):
+    sys.path.insert(0, str(REPO / part))
+
+from tests.worker._pipeline_factories import Rec, make_prepared_dataset  # noqa: E402
+
+BASE_IMAGE = "szbench/python-numpy:bookworm"
+IMAGE = "szbench-drill/slow-detector:latest"
+RUN_PY = """import os, time
+from pathlib import Path
+time.sleep(float(os.environ.get("SLOW_S", "3")))
+h = (Path("/data") / os.environ["INPUT"]).read_bytes()[:256]
+d = int(h[236:244]) * float(h[244:252])
+(Path("/output") / os.environ["OUTPUT"]).write_text(
+    "onset\\tduration\\teventType\\tconfidence\\tchannels\\tdateTime\\trecordingDuration\\n"
+    f"100.0\\t30.0\\tsz\\tn/a\\tn/a\\t2020-01-01 00:00:00\\t{d:.1f}\\n")
+"""
+FAULTS = ("worker-kill", "child-kill", "redis-empty", "postgres-stop", "broker-down-submit")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
+        return str(candidate)
+    raise SystemExit(f"{name} not found (install postgresql)")
+
+
+class Postgres:
+    """A scratch PostgreSQL cluster (run as the ``postgres`` user when this is root)."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / "pg"
+        self.port = free_port()
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            self._as = ["runuser", "-u", "postgres", "--"]
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self._as, *args], check=True, capture_output=True)
+
+    def init(self) -> None:
+        self.dir.mkdir()
+        if self._as:
+            shutil.chown(self.dir, "postgres", "postgres")
+            os.chmod(self.dir.parent, 0o755)  # noqa: S103 (postgres must reach its cluster)
+        self._run(_pg_bin("initdb"), "-D", str(self.dir), "-U", "postgres", "--auth=trust")
+        self.start()
+
+    def start(self) -> None:
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.dir), "-o", opts, "-w", "start")
+
+    def stop(self) -> None:
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.dir), "-m", "immediate", "-w", "stop")
+
+
+class Redis:
+    """A scratch ``redis-server`` without persistence: a restart starts it empty."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import redis
+
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "no", "--dir", str(self.dir)]
+        binary = shutil.which("redis-server") or "redis-server"
+        self.proc = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL)
+        for _ in range(100):
+            with contextlib.suppress(redis.ConnectionError):
+                if redis.Redis.from_url(self.url).ping():
+                    return
+            time.sleep(0.1)
+        raise SystemExit("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Worker:
+    """A ``celery worker`` process in its own session (so kill -9 can take its pool too)."""
+
+    def __init__(self, name: str, env: dict[str, str], log: Path, *args: str) -> None:
+        self.name, self.env, self.log, self.args = name, env, log, args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "celery", "-A", "szbench_worker.celery_app", "worker"]
+        cmd += ["-n", f"{self.name}@%h", "--without-mingle", "--without-gossip", *self.args]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        size = self.log.stat().st_size
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with open(self.log, "rb") as f:
+                f.seek(max(0, size - 200))
+                if b"ready." in f.read():
+                    return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise SystemExit(f"worker {self.name} did not start; see {self.log}")
+
+    def kill_all(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill_all()
+
+
+@dataclass
+class Outcome:
+    fault: str
+    recovered: bool
+    seconds: float
+    results_per_recording: set[int]
+    attempts_max: int
+    scores_equal: bool
+    status: str
+
+
+def build_image() -> str:
+    from szbench_worker.docker_runner import build_image as build
+    from szbench_worker.docker_runner import connect
+
+    with tempfile.TemporaryDirectory() as ctx:
+        (Path(ctx) / "run.py").write_text(RUN_PY)
+        (Path(ctx) / "Dockerfile").write_text(
+            f'FROM {BASE_IMAGE}\nCOPY run.py /run.py\nCMD ["python3", "/run.py"]\n'
+        )
+        return build(Path(ctx), IMAGE, connect()).digest
+
+
+def seed(prepared: Path, digest: str, timeout_s: int) -> tuple[int, int]:
+    from szbench.datasets.service import create_dataset, register_dataset_version
+    from szbench.db import session_scope
+    from szbench.models import Algorithm, AlgorithmVersion, User, VersionStatus
+
+    with session_scope() as session:
+        user = User(email="drill@example.org")
+        session.add(user)
+        session.flush()
+        algorithm = Algorithm(owner_id=user.id, name="slow-detector")
+        session.add(algorithm)
+        session.flush()
+        version = AlgorithmVersion(
+            algorithm_id=algorithm.id,
+            version="1",
+            image_digest=digest,
+            image_reference=IMAGE,
+            status=VersionStatus.ACTIVE,
+        )
+        session.add(version)
+        limits = {"timeout_s": timeout_s, "memory_bytes": 256 * 1024**2, "cpus": 1}
+        dataset = create_dataset(session, slug="drill", run_limits=limits)
+        dv = register_dataset_version(session, dataset, version="1", prepared_path=prepared)
+        session.flush()
+        return version.id, dv.id
+
+
+def submit(version_id: int, dv_id: int) -> int:
+    """A fresh evaluation (no reuse); its id even when its start task could not be sent."""
+    from szbench.db import session_scope
+    from szbench.evaluations.service import create_evaluation
+    from szbench.models import AlgorithmVersion, DatasetVersion, Evaluation
+
+    created: list[int] = []
+    try:
+        with session_scope() as session:
+            evaluation = create_evaluation(
+                session,
+                algorithm_version=session.get_one(AlgorithmVersion, version_id),
+                dataset_version=session.get_one(DatasetVersion, dv_id),
+                reuse=False,
+            )
+            created.append(evaluation.id)
+    except Exception as exc:  # the broker is down: committed, not sent
+        print(f"    submit: {type(exc).__name__}: {exc}")
+    if created:
+        return created[0]
+    with session_scope() as session:
+        from sqlalchemy import func, select
+
+        return int(session.scalar(select(func.max(Evaluation.id))) or 0)
+
+
+def _retrying(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or None while the database is away."""
+    import sqlalchemy.exc
+
+    from szbench import db
+
+    try:
+        return fn()
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError):
+        db.reset_engine()
+        return None
+
+
+def status(evaluation_id: int) -> str | None:
+    from szbench.db import session_scope
+    from szbench.models import Evaluation
+
+    def read() -> str:
+        with session_scope() as session:
+            return session.get_one(Evaluation, evaluation_id).status.value
+
+    return _retrying(read)
+
+
+def wait_finished(evaluation_id: int, timeout_s: float) -> tuple[bool, str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = status(evaluation_id)
+        if state in ("done", "failed", "cancelled"):
+            return state == "done", state
+        time.sleep(0.5)
+    return False, str(status(evaluation_id))
+
+
+def running_container(host: str, timeout_s: float = 120) -> Any:
+    from szbench_worker.docker_runner import LABEL_HOST, connect
+
+    client = connect()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for c in client.containers.list(filters={"label": f"{LABEL_HOST}={host}"}):
+            if c.status == "running":
+                return c
+        time.sleep(0.2)
+    raise SystemExit("no container started")
+
+
+def snapshot(
+    evaluation_id: int,
+) -> tuple[dict[int, tuple[Any, ...]], dict[str, Any], dict[int, int], int]:
+    """Per recording: counts; dataset metrics; results per recording; max attempts."""
+    from sqlalchemy import func, select
+
+    from szbench.db import session_scope
+    from szbench.models import DatasetResult, Evaluation, RecordingRun
+
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        counts = {
+            r.recording_id: (
+                r.outcome.value if r.outcome else None,
+                r.event_tp,
+                r.event_fp,
+                r.event_fn,
+                r.sample_tp,
+                r.sample_fp,
+                r.sample_fn,
+            )
+            for r in ev.runs
+        }
+        per_recording = dict(
+            session.execute(
+                select(RecordingRun.recording_id, func.count(RecordingRun.id))
+                .where(
+                    RecordingRun.evaluation_id == evaluation_id,
+                    RecordingRun.finished_at.is_not(None),
+                )
+                .group_by(RecordingRun.recording_id)
+            ).all()
+        )
+        results = session.scalar(
+            select(func.count(DatasetResult.id)).where(DatasetResult.evaluation_id == evaluation_id)
+        )
+        metrics = {}
+        if ev.result is not None:
+            metrics = {
+                k: getattr(ev.result, k)
+                for k in (
+                    "event_sensitivity",
+                    "event_precision",
+                    "event_f1",
+                    "event_fp_rate",
+                    "sample_sensitivity",
+                    "sample_precision",
+                    "sample_f1",
+                    "sample_fp_rate",
+                )
+            }
+        metrics["dataset_results"] = results
+        attempts = max((r.attempts for r in ev.runs), default=0)
+        return counts, metrics, per_recording, attempts
+
+
+@contextlib.contextmanager
+def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    root = Path(tempfile.mkdtemp(prefix="szbench-drill-"))
+    pg, broker = Postgres(root), Redis(root)
+    workers: list[Worker] = []
+    try:
+        pg.init()
+        broker.start()
+        host = f"drill-{uuid.uuid4().hex[:6]}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(["platform", "worker", "scoring"]),
+            "SZBENCH_DATA_DIR": str(root / "data"),
+            "SZBENCH_DATABASE_URL": pg.url,
+            "SZBENCH_BROKER_URL": broker.url,
+            "SZBENCH_RUNNER_BACKEND": "docker",
+            "SZBENCH_RUNNER_WORK_DIR": str(root / "runs"),
+            "SZBENCH_PIPELINE_WORK_DIR": str(root / "work"),
+            "SZBENCH_WORKER_HOST": host,
+            "SZBENCH_QUEUE_VISIBILITY_TIMEOUT_S": "7200",
+            "SZBENCH_TASK_RETRY_BACKOFF_MAX_S": str(args.backoff_max_s),
+            "SZBENCH_WORKER_HEARTBEAT_INTERVAL_S": str(args.heartbeat_s),
+            "SZBENCH_WORKER_HEARTBEAT_TIMEOUT_S": str(args.heartbeat_timeout_s),
+            "SZBENCH_RECONCILE_INTERVAL_S": str(args.reconcile_interval_s),
+            "SZBENCH_RECONCILE_STALE_S": str(args.stale_s),
+            "SZBENCH_RECONCILE_CLAIM_GRACE_S": str(args.claim_grace_s),
+            "SZBENCH_LOG_LEVEL": "INFO",
+        }
+        os.environ.update({k: v for k, v in env.items() if k.startswith("SZBENCH_")})
+        from szbench import db, migrate, queue
+        from szbench.config import get_settings
+
+        get_settings.cache_clear()
+        db.reset_engine()
+        queue.reset_celery()
+        migrate.upgrade(pg.url)
+        run = Worker(
+            "run",
+            env,
+            root / "worker.log",
+            "--pool",
+            "prefork",
+            "--concurrency",
+            "1",
+            "-Q",
+            "cpu",
+            "--loglevel",
+            "INFO",
+        )
+        scheduler = Worker(
+            "scheduler",
+            env,
+            root / "scheduler.log",
+            "--pool",
+            "solo",
+            "--beat",
+            "-Q",
+            "maintenance",
+            "--loglevel",
+            "INFO",
+        )
+        workers += [run, scheduler]
+        run.start()
+        scheduler.start()
+        yield {
+            "root": root,
+            "pg": pg,
+            "redis": broker,
+            "run": run,
+            "scheduler": scheduler,
+            "host": host,
+        }
+    finally:
+        for w in workers:
+            w.stop()
+        broker.kill()
+        with contextlib.suppress(Exception):
+            pg.stop()
+        if "host" in locals():
+            with contextlib.suppress(Exception):
+                from szbench_worker.docker_runner import cleanup_orphans
+
+                cleanup_orphans(host=host, everything=True)
+        if args.keep:
+            print(f"scratch folder kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def apply(
+    fault: str, s: dict[str, Any], args: argparse.Namespace, submit_it: Callable[[], int]
+) -> tuple[int, float]:
+    """Submit an evaluation, apply ``fault``; return its id and the moment of the fault."""
+    from szbench import queue
+
+    if fault == "broker-down-submit":
+        s["redis"].kill()
+        t = time.monotonic()
+        evaluation_id = submit_it()
+        time.sleep(5)
+        s["redis"].start()
+        queue.reset_celery()
+        return evaluation_id, t
+    evaluation_id = submit_it()
+    container = running_container(s["host"])
+    t = time.monotonic()
+    if fault == "worker-kill":
+        s["run"].kill_all()
+        s["run"].start()
+    elif fault == "child-kill":
+        os.kill(int(container.labels["org.szbench.owner"].split(".")[0]), signal.SIGKILL)
+    elif fault == "redis-empty":
+        s["redis"].kill()
+        s["redis"].start()
+        queue.reset_celery()
+    elif fault == "postgres-stop":
+        s["pg"].stop()
+        time.sleep(args.pg_outage_s)
+        s["pg"].start()
+    return evaluation_id, t
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--recordings", type=int, default=4)
+    p.add_argument("--faults", default=",".join(FAULTS))
+    p.add_argument("--pg-outage-s", type=float, default=60)
+    p.add_argument("--timeout-s", type=float, default=600)
+    p.add_argument("--heartbeat-s", type=float, default=1)
+    p.add_argument("--heartbeat-timeout-s", type=float, default=10)
+    p.add_argument("--reconcile-interval-s", type=float, default=5)
+    p.add_argument("--stale-s", type=float, default=10)
+    p.add_argument("--claim-grace-s", type=float, default=60)
+    p.add_argument("--backoff-max-s", type=float, default=10)
+    p.add_argument("--keep", action="store_true", help="keep the scratch folder (logs)")
+    args = p.parse_args()
+    faults = [f for f in args.faults.split(",") if f]
+    for f in faults:
+        if f not in FAULTS:
+            raise SystemExit(f"unknown fault {f!r}; one of {', '.join(FAULTS)}")
+    digest = build_image()
+    outcomes: list[Outcome] = []
+    with stack(args) as s:
+        recs = [
+            Rec(f"sub-{i:02d}", "run-00", 600, ((100, 20),) if i % 2 else ((400, 20),))
+            for i in range(1, args.recordings + 1)
+        ]
+        prepared = make_prepared_dataset(s["root"] / "prepared", recs)
+        version_id, dv_id = seed(prepared, digest, timeout_s=120)
+        t0 = time.monotonic()
+        reference = submit(version_id, dv_id)
+        ok, state = wait_finished(reference, args.timeout_s)
+        undisturbed_s = time.monotonic() - t0
+        if not ok:
+            raise SystemExit(f"the undisturbed evaluation ended {state}; see the worker logs")
+        ref_counts, ref_metrics, _, _ = snapshot(reference)
+        print(f"undisturbed: {args.recordings} recordings in {undisturbed_s:.1f} s")
+        for fault in faults:
+            print(f"== {fault}")
+            evaluation_id, t = apply(fault, s, args, lambda: submit(version_id, dv_id))
+            ok, state = wait_finished(evaluation_id, args.timeout_s)
+            seconds = time.monotonic() - t
+            counts, metrics, per_recording, attempts = _retrying(
+                lambda eid=evaluation_id: snapshot(eid)
+            ) or ({}, {}, {}, 0)
+            outcome = Outcome(
+                fault=fault,
+                recovered=ok,
+                seconds=seconds,
+                results_per_recording=set(per_recording.values()) or {0},
+                attempts_max=attempts,
+                scores_equal=ok
+                and metrics == ref_metrics
+                and (sorted(counts.values()) == sorted(ref_counts.values())),
+                status=state,
+            )
+            outcomes.append(outcome)
+            print(f"   {outcome}")
+    print()
+    print(
+        f"{'fault':20} {'recovered':9} {'to DONE (s)':>11} {'results/rec':>11} "
+        f"{'max attempts':>12} {'scores equal':>12}"
+    )
+    for o in outcomes:
+        per = ",".join(str(n) for n in sorted(o.results_per_recording))
+        print(
+            f"{o.fault:20} {'yes' if o.recovered else 'NO (' + o.status + ')':9} "
+            f"{o.seconds:11.1f} {per:>11} {o.attempts_max:12d} "
+            f"{'yes' if o.scores_equal else 'NO':>12}"
+        )
+    bad = [
+        o
+        for o in outcomes
+        if not (o.recovered and o.scores_equal and o.results_per_recording == {1})
+    ]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
