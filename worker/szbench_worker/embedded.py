@@ -6,22 +6,49 @@ The broker is kombu's SQLAlchemy transport on ``data_dir/broker.sqlite3``
 sent, persisted and consumed, by the same task code; only the transport and the pool (a
 ``solo`` pool, or threads for ``SZBENCH_EMBEDDED_CONCURRENCY`` > 1) differ. Messages left
 by an interrupted process are picked up by the next one: the tasks are idempotent.
+
+A process killed mid-run (kill -9, a closed terminal) leaves its container running and the
+message it was working on consumed but never acknowledged: kombu's SQLAlchemy transport has
+no visibility timeout, so that message never comes back. Each embedded worker therefore
+starts with :func:`recover_interrupted`: it removes the containers and staging folders of
+dead processes, and, when it is the only embedded worker on this data directory (an
+exclusive lock on ``data_dir/embedded-worker.lock``), sends again the task of every
+unfinished evaluation or run that has no message waiting in the queue.
 """
 
 from __future__ import annotations
 
+import base64
+import fcntl
+import json
 import logging
+import os
 import socket
+import sqlite3
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from celery.worker import WorkController
 from celery.worker import state as worker_state
+from sqlalchemy import select
 
 from szbench import migrate
-from szbench.config import get_settings
-from szbench.queue import QUEUES, reset_celery
+from szbench.config import Settings, get_settings
+from szbench.db import session_scope
+from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, RecordingRun
+from szbench.queue import (
+    QUEUE_CPU,
+    QUEUES,
+    TASK_FINALIZE,
+    TASK_RESCORE,
+    TASK_RUN_RECORDING,
+    TASK_START_EVALUATION,
+    reset_celery,
+    send_task,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +67,17 @@ class _Controller(WorkController):  # type: ignore[misc]
 class EmbeddedWorker:
     """A running embedded worker; :meth:`stop` finishes the current task, then returns."""
 
-    def __init__(self, controller: _Controller, thread: threading.Thread) -> None:
+    def __init__(
+        self,
+        controller: _Controller,
+        thread: threading.Thread,
+        lock_fd: int | None = None,
+        recovery: Recovery | None = None,
+    ) -> None:
         self.controller = controller
         self.thread = thread
+        self.lock_fd = lock_fd
+        self.recovery = recovery or Recovery()
 
     @property
     def alive(self) -> bool:
@@ -50,13 +85,156 @@ class EmbeddedWorker:
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Warm shutdown: the task in progress completes (or is re-delivered later)."""
-        if not self.thread.is_alive():
-            return
-        worker_state.should_stop = 0
-        self.thread.join(timeout_s)
-        worker_state.should_stop = None
         if self.thread.is_alive():
-            log.warning("the embedded worker did not stop within %.0f s", timeout_s)
+            worker_state.should_stop = 0
+            self.thread.join(timeout_s)
+            worker_state.should_stop = None
+            if self.thread.is_alive():
+                log.warning("the embedded worker did not stop within %.0f s", timeout_s)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # releases the data directory's lock
+            self.lock_fd = None
+
+
+# --- recovery after an interrupted process -----------------------------------------------
+
+
+@dataclass
+class Recovery:
+    """What :func:`recover_interrupted` did (for logs and tests)."""
+
+    containers_removed: int = 0
+    sole_worker: bool = False
+    resent: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _lock_data_dir(settings: Settings) -> int | None:
+    """An exclusive lock on this data directory's embedded queue, or None when another live
+    process holds it. The kernel releases it when its holder dies, however it dies."""
+    data_dir = Path(settings.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "embedded-worker.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _sweep_dead_owners(settings: Settings) -> int:
+    """Remove the run containers, tmpfs mounts and staging folders of dead processes."""
+    if settings.runner_backend == "local":
+        return 0
+    try:
+        from szbench_worker import docker_runner
+
+        if not docker_runner.engine_available():
+            return 0
+        work = settings.runner_work_dir or Path(settings.data_dir) / "runs"
+        return docker_runner.cleanup_orphans(work_dir=work)
+    except Exception:
+        log.exception("orphan cleanup failed")
+        return 0
+
+
+def _waiting_messages(settings: Settings) -> set[tuple[str, int]]:
+    """(task name, id) of every message waiting in the embedded queue.
+
+    Read from the transport's own tables: a consumed message stays there, invisible, so only
+    the visible ones are waiting. A message this cannot read counts as nothing waiting,
+    which at worst sends its task once more (every task is idempotent).
+    """
+    path = Path(settings.data_dir) / "broker.sqlite3"
+    if not path.is_file():
+        return set()
+    waiting: set[tuple[str, int]] = set()
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        rows = conn.execute("SELECT payload FROM kombu_message WHERE visible").fetchall()
+    except sqlite3.OperationalError:  # no table yet: nothing was ever sent
+        return set()
+    finally:
+        conn.close()
+    for (payload,) in rows:
+        try:
+            message = json.loads(payload)
+            body = message["body"]
+            if message.get("properties", {}).get("body_encoding") == "base64":
+                body = base64.b64decode(body)
+            _, kwargs, _ = json.loads(body)
+            task = message["headers"]["task"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        for key in ("evaluation_id", "run_id"):
+            if isinstance(kwargs.get(key), int):
+                waiting.add((task, kwargs[key]))
+    return waiting
+
+
+def _resend_unfinished(settings: Settings) -> list[tuple[str, int]]:
+    """Send again the task of each unfinished evaluation and run that has none waiting."""
+    waiting = _waiting_messages(settings)
+    due: list[tuple[str, str, int]] = []
+    with session_scope() as session:
+        evaluations = session.scalars(
+            select(Evaluation)
+            .where(
+                Evaluation.status.in_(
+                    (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING, EvaluationStatus.SCORING)
+                ),
+                # A smoke test runs inside its algorithm version's task, sent with the upload.
+                Evaluation.kind != EvaluationKind.SMOKE_TEST,
+            )
+            .order_by(Evaluation.id)
+        ).all()
+        for evaluation in evaluations:
+            if evaluation.kind == EvaluationKind.RESCORE:
+                due.append((TASK_RESCORE, QUEUE_CPU, evaluation.id))
+                continue
+            if evaluation.status == EvaluationStatus.QUEUED:
+                due.append((TASK_START_EVALUATION, evaluation.queue, evaluation.id))
+                continue
+            unfinished = session.scalars(
+                select(RecordingRun.id)
+                .where(
+                    RecordingRun.evaluation_id == evaluation.id,
+                    RecordingRun.finished_at.is_(None),
+                )
+                .order_by(RecordingRun.id)
+            ).all()
+            due.extend((TASK_RUN_RECORDING, evaluation.queue, run_id) for run_id in unfinished)
+            if not unfinished:
+                due.append((TASK_FINALIZE, evaluation.queue, evaluation.id))
+    sent: list[tuple[str, int]] = []
+    for task, queue, ident in due:
+        if (task, ident) in waiting:
+            continue
+        key = "run_id" if task == TASK_RUN_RECORDING else "evaluation_id"
+        send_task(task, queue=queue, **{key: ident})
+        sent.append((task, ident))
+    return sent
+
+
+def recover_interrupted(settings: Settings, *, sole_worker: bool) -> Recovery:
+    """Clean up after processes that died on this host; continue their unfinished work.
+
+    ``sole_worker``: this process holds the data directory's lock, so no other process is
+    working on the embedded queue and every unfinished evaluation without a waiting message
+    was interrupted. Without it only dead processes' containers are removed (what a live
+    process runs is its own business).
+    """
+    recovery = Recovery(sole_worker=sole_worker)
+    recovery.containers_removed = _sweep_dead_owners(settings)
+    if recovery.containers_removed:
+        log.warning(
+            "removed %d container(s) an interrupted process left", recovery.containers_removed
+        )
+    if sole_worker:
+        recovery.resent = _resend_unfinished(settings)
+        if recovery.resent:
+            log.warning("continuing interrupted work: sent again %s", recovery.resent)
+    return recovery
 
 
 def start_embedded_worker(
@@ -86,6 +264,13 @@ def start_embedded_worker(
     from szbench_worker.celery_app import app
 
     reset_celery()
+    lock_fd = _lock_data_dir(settings)
+    try:
+        recovery = recover_interrupted(settings, sole_worker=lock_fd is not None)
+    except Exception:
+        if lock_fd is not None:
+            os.close(lock_fd)
+        raise
     n = concurrency or settings.embedded_concurrency
     controller = _Controller(
         app=app,
@@ -115,4 +300,4 @@ def start_embedded_worker(
     if not controller.ready.wait(ready_timeout_s):
         raise RuntimeError("the embedded worker did not start (see the log)")
     log.info("embedded worker consuming %s with %d slot(s)", ", ".join(queues), n)
-    return EmbeddedWorker(controller, thread)
+    return EmbeddedWorker(controller, thread, lock_fd, recovery)

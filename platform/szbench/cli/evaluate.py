@@ -184,6 +184,24 @@ def _dataset_version(session: Any, prepared: Path, slug: str | None, public: boo
         raise typer.Exit(2) from exc
 
 
+def _interrupted_evaluation(session: Any, version: Any, dataset_version: Any) -> Any:
+    """The unfinished evaluation of this image on this dataset version, if any."""
+    from sqlalchemy import select
+
+    from szbench.models import Evaluation, EvaluationKind
+
+    evaluations = session.scalars(
+        select(Evaluation)
+        .where(
+            Evaluation.algorithm_version_id == version.id,
+            Evaluation.dataset_version_id == dataset_version.id,
+            Evaluation.kind == EvaluationKind.FULL,
+        )
+        .order_by(Evaluation.id.desc())
+    ).all()
+    return next((ev for ev in evaluations if not ev.status.finished), None)
+
+
 def _wait(evaluation_id: int, poll_s: float = 0.3) -> Any:
     from szbench.db import session_scope
     from szbench.models import Evaluation
@@ -304,15 +322,21 @@ def evaluate(
         with session_scope() as session:
             user, version = _algorithm_version(session, digest, reference, name)
             dv = _dataset_version(session, prepared, dataset_name, public_sample)
-            evaluation = create_evaluation(
-                session,
-                algorithm_version=version,
-                dataset_version=dv,
-                created_by=user,
-                reuse=reuse,
-                # The operator's own machine and data: no platform quota applies.
-                charge=False,
-            )
+            evaluation = _interrupted_evaluation(session, version, dv)
+            if evaluation is not None:
+                # An earlier invocation was killed mid-run; the worker's start-up recovery has
+                # already sent its unfinished work again: wait for that one, run nothing twice.
+                console.print(f"Continuing evaluation {evaluation.id}, interrupted earlier.")
+            else:
+                evaluation = create_evaluation(
+                    session,
+                    algorithm_version=version,
+                    dataset_version=dv,
+                    created_by=user,
+                    reuse=reuse,
+                    # The operator's own machine and data: no platform quota applies.
+                    charge=False,
+                )
             evaluation_id = evaluation.id
         console.print(
             f"Evaluation {evaluation_id}: {escape(reference)} ({digest[:19]}...) via {sandbox}, "
