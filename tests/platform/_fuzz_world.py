@@ -487,6 +487,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
         ev = f.evaluation(session, av, held_dv, **kw)
         if private_to_owner:
             facts.private_evaluations[ev.id] = owner.id
+        total_wall_time_s = 0.0
         for rec in held_recs:
             i = next(counter)
             values = {
@@ -524,6 +525,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 wall_time_s=values["wall_time_s"],
             )
             runs.append((ev.id, run.id, owner.id if private_to_owner else None))
+            total_wall_time_s += values["wall_time_s"]
             # Per-subject figures: one recording per subject, so its counts are the run's.
             figure = 0.1234567 + i / 1e6
             facts.held_floats.add(figure)
@@ -537,6 +539,8 @@ def _seed(conn: Connection, tmp: Path) -> World:
                     event_sensitivity=figure,
                 )
             )
+        # The provenance's sum is as much the container's choice as each run's time.
+        held_values["wall_time_s"].add(total_wall_time_s)
         return ev
 
     e1 = held_evaluation(vp1, victim, private_to_owner=True)
