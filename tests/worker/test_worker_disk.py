@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -201,3 +202,36 @@ def test_a_non_root_worker_leaves_nothing_behind(
         all=True, filters={"label": f"{LABEL_OWNER}={result['owner']}"}
     )
     assert left == []
+
+
+# --- a root worker with the capped tmpfs -----------------------------------------------------
+
+
+@pytest.mark.docker
+def test_the_tmpfs_refuses_past_either_cap(
+    docker_client: object, test_images: dict[str, str], recording: Path, tmp_path: Path
+) -> None:
+    """The hard caps: the kernel refuses the reservation and the inode past the limits (the
+    images then wait, so these runs end by their short time limit)."""
+    runner = DockerRunner(
+        docker_client,  # type: ignore[arg-type]
+        work_dir=tmp_path / "work",
+        host="test-host",
+        output_tmpfs=True,
+    )
+    short = Limits(**{**LIMITS.__dict__, "timeout_s": 5.0})
+    reserved = runner.run(
+        image=test_images["fallocater"], recording=recording, output_dir=tmp_path, limits=short
+    )
+    assert "fallocate failed: No space left on device" in reserved.admin_log
+    many = runner.run(
+        image=test_images["manyfiles"], recording=recording, output_dir=tmp_path, limits=short
+    )
+    found = re.search(r"making files stopped after (\d+): No space left", many.admin_log)
+    assert found is not None, many.admin_log[-2000:]
+    assert int(found.group(1)) <= LIMITS.output_files
+    for result in (reserved, many):
+        assert result.outcome is Outcome.TIMEOUT
+        assert result.output_tsv is None
+    assert list(runner.work_dir.iterdir()) == []
+    assert str(runner.work_dir) not in Path("/proc/mounts").read_text()
