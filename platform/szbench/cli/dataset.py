@@ -16,6 +16,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from szbench.cli.console import make_console
+
 app = typer.Typer(
     help="Check and prepare EEG datasets (BIDS, SzCORE layout).", no_args_is_help=True
 )
@@ -23,7 +25,7 @@ app = typer.Typer(
 
 def _consoles() -> tuple[Console, Console]:
     # Built per command (not at import) so that the terminal width is read when it runs.
-    return Console(), Console(stderr=True)
+    return make_console(), make_console(stderr=True)
 
 
 @contextmanager

@@ -7,6 +7,8 @@ from typing import Any
 
 import typer
 
+from szbench.cli.console import make_console
+
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
@@ -59,7 +61,6 @@ def leaderboard(
     if as_json:
         typer.echo(json.dumps(board, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -81,6 +82,6 @@ def leaderboard(
             _fmt(e["event_fp_rate"], 2),
             str(e["subjects"]),
         )
-    Console().print(table)
+    make_console().print(table)
     if not board["items"]:
         typer.echo("no ranked results yet")

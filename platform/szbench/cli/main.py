@@ -7,11 +7,63 @@ command, so that the API image, which has no docker SDK or MNE, can still run th
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+import typer.core
 
 from szbench import __version__
 
-app = typer.Typer(
+#: Optional dependencies, by top-level module, and the extra of pyproject.toml that installs
+#: them. A command that needs one of them, run where it is missing, names the extra.
+OPTIONAL_MODULES = {
+    "docker": "worker",
+    "mne": "worker",
+    "edfio": "worker",
+    "scipy": "worker",
+    "flower": "ops",
+}
+
+
+def _command_path(group: Any, argv: list[str]) -> str:
+    """``szbench dataset prepare`` for ``argv`` = ``["dataset", "prepare", "DIR", ...]``."""
+    words = ["szbench"]
+    command = group
+    for arg in argv:
+        # Typer's groups have ``commands`` (its vendored Click's, not the click package's).
+        sub = getattr(command, "commands", {}).get(arg) if not arg.startswith("-") else None
+        if sub is None:
+            break
+        words.append(arg)
+        command = sub
+    return " ".join(words)
+
+
+class _Szbench(typer.Typer):
+    """The command line's boundary: a missing optional dependency becomes one clear line."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Typer's Rich error panels are wrapped at 80 columns when stderr is not a terminal;
+        # Click's plain "Error: ..." line keeps a long path whole for grep and CI logs.
+        if not sys.stderr.isatty():
+            typer.core.HAS_RICH = False
+        try:
+            return super().__call__(*args, **kwargs)
+        except ModuleNotFoundError as exc:
+            extra = OPTIONAL_MODULES.get((exc.name or "").partition(".")[0])
+            if extra is None:
+                raise
+            command = _command_path(typer.main.get_command(self), sys.argv[1:])
+            print(
+                f"{command} needs the '{extra}' extra: pip install 'szbench[{extra}]' "
+                f"(module {exc.name} is not installed)",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
+
+
+app = _Szbench(
     name="szbench",
     help="Open benchmarking of EEG seizure-detection algorithms with SzCORE scoring.",
     no_args_is_help=True,

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from szbench.cli.console import make_console
 from szbench_scoring import (
     AnnotationError,
     DatasetLayoutError,
@@ -17,7 +17,7 @@ from szbench_scoring import (
     score_dataset,
 )
 
-console = Console()
+console = make_console()
 
 
 def _fail(reason: str) -> typer.Exit:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from szbench.cli.console import make_console
 
 
 def synth(
@@ -25,14 +26,14 @@ def synth(
     """Generate synthetic EEG (19 ch, 256 Hz, seizures with their _events.tsv)."""
     from szbench_worker.synth import generate_dataset
 
-    console = Console()
+    console = make_console()
     try:
         with Progress(
             TextColumn("[bold]generating"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            console=make_console(stderr=True),
             transient=True,
         ) as bar:
             task = bar.add_task("synth", total=None)
