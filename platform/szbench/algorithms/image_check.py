@@ -438,14 +438,17 @@ def _image_passwd(
     writes or deletes it wins); ``None`` when no layer leaves one. One streaming pass."""
     order = {_resolve(_clean(layer), members): i for i, layer in enumerate(layers)}
     found: dict[int, tuple[str, bytes | None]] = {}
-    with tarfile.open(path, mode="r|gz" if gzip else "r|") as tar:
-        for member in tar:
-            index = order.get(_clean(member.name))
-            if index is None or not member.isfile():
-                continue
-            fh = tar.extractfile(member)
-            if fh is not None:
-                found[index] = _layer_passwd(fh)
+    try:
+        with tarfile.open(path, mode="r|gz" if gzip else "r|") as tar:
+            for member in tar:
+                index = order.get(_clean(member.name))
+                if index is None or not member.isfile():
+                    continue
+                fh = tar.extractfile(member)
+                if fh is not None:
+                    found[index] = _layer_passwd(fh)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise _Unprovable(f"the archive cannot be read again ({exc})") from None
     # A layer listed twice (docker save links repeated layers) says the same at each place.
     for i, layer in enumerate(layers):
         j = order[_resolve(_clean(layer), members)]
