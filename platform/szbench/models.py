@@ -145,6 +145,8 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # When the password was last set: tokens (and so web sessions) made before then are void.
     password_changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Set when the user followed an e-mailed verification link (only with SMTP configured).
+    email_verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
     algorithms: Mapped[list[Algorithm]] = relationship(back_populates="owner")
@@ -201,6 +203,10 @@ class Phase(Base):
     is_open: Mapped[bool] = mapped_column(Boolean, default=True)
     # Overrides the datasets' disclosure for evaluations of this phase's versions.
     disclosure: Mapped[Disclosure | None] = mapped_column(_enum(Disclosure))
+    # Submissions are accepted from opens_at (inclusive) to closes_at (exclusive); None: no
+    # bound on that side. is_open still closes a phase at once, whatever its dates.
+    opens_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    closes_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -216,6 +222,12 @@ class Algorithm(Base):
     licence: Mapped[str] = mapped_column(String(100), default="")
     description: Mapped[str] = mapped_column(Text, default="")
     visibility: Mapped[Visibility] = mapped_column(_enum(Visibility), default=Visibility.PUBLIC)
+    # http(s) links only (checked by the service), rendered as links on the pages.
+    code_url: Mapped[str] = mapped_column(String(500), default="", server_default="")
+    paper_url: Mapped[str] = mapped_column(String(500), default="", server_default="")
+    # Withdrawn by its owner or an admin: off every leaderboard, its results kept and shown
+    # on its own page.
+    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     owner: Mapped[User] = relationship(back_populates="algorithms")
