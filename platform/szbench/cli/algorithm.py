@@ -3,13 +3,22 @@
 Two modes, the same checks:
 
 - remote (``--server URL --token T``): the archive goes through the API's resumable upload
-  (8 MiB chunks, a progress bar, a dropped chunk is retried from the server's offset);
+  (8 MiB chunks, a progress bar). While the server is away (restarting, 502/503/504) every
+  request is retried with backoff (``--retries``, ``--retry-wait-max``) and the upload goes
+  on from the server's offset; an upload that still fails is resumed by running the same
+  command again (the session id is kept under ``$XDG_CACHE_HOME/szbench/uploads``, keyed
+  by the server and the archive's sha256, until the version is created);
 - local (no ``--server``): straight into the configured database as ``--email``'s user.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +27,9 @@ import typer
 app = typer.Typer(help="Algorithms and their versions.", no_args_is_help=True)
 
 CHUNK_BYTES = 8 * 1024**2
-RETRIES = 5
+#: Statuses of a server that is restarting or briefly away (a proxy's, or the API's own 503
+#: during a database outage): the request did nothing, try again.
+_UNAVAILABLE = (502, 503, 504)
 
 
 def _check(response: Any) -> Any:
@@ -33,63 +44,221 @@ def _check(response: Any) -> Any:
     return response.json() if response.content else None
 
 
-def _upload(client: Any, image: Path) -> str:
+@dataclass
+class Retry:
+    """How long the CLI waits for a server that is restarting: ``retries`` attempts in a
+    row, ``0.5 * 2**n`` seconds apart, at most ``wait_max_s`` apart."""
+
+    retries: int = 10
+    wait_max_s: float = 30.0
+    failures: int = 0
+
+    def wait(self, what: str, exc: object) -> None:
+        """Count a failure; sleep before the next attempt, or give up (exit 1)."""
+        self.failures += 1
+        if self.failures > self.retries:
+            typer.echo(
+                f"error: {what} failed {self.failures} times in a row ({exc}); run the same "
+                "command again to resume",
+                err=True,
+            )
+            raise typer.Exit(1)
+        delay = min(self.wait_max_s, 0.5 * 2 ** (self.failures - 1))
+        typer.echo(f"{what}: {exc}; retrying in {delay:.1f} s", err=True)
+        time.sleep(delay)
+
+    def ok(self) -> None:
+        self.failures = 0
+
+
+def _send(client: Any, retry: Retry, method: str, url: str, *, safe: bool, **kwargs: Any) -> Any:
+    """A request, sent again while the server is away.
+
+    ``safe``: sending it twice does no harm (reads, chunks at an offset). Anything else is
+    sent again only when it surely did not arrive (the connection was refused) or the
+    server said it did nothing (502/503/504).
+    """
+    import httpx
+
+    while True:
+        try:
+            response = client.request(method, url, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            retry.wait(f"{method} {url}", exc)
+            continue
+        except httpx.TransportError:
+            if not safe:
+                raise
+            retry.wait(f"{method} {url}", "connection lost")
+            continue
+        if response.status_code in _UNAVAILABLE:
+            retry.wait(f"{method} {url}", f"server answered {response.status_code}")
+            continue
+        retry.ok()
+        return response
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _state_file(server: str, checksum: str) -> Path:
+    """Where an unfinished upload of this archive to this server is remembered."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "szbench"
+    key = hashlib.sha256(f"{server.rstrip('/')}\n{checksum}".encode()).hexdigest()[:32]
+    return base / "uploads" / f"{key}.json"
+
+
+def _open_session(client: Any, retry: Retry, image: Path, state: Path) -> dict[str, Any]:
+    """The upload session to (re)use: the remembered one while it can still take the bytes."""
+    size = image.stat().st_size
+    if state.is_file():
+        try:
+            saved = json.loads(state.read_text())["upload_id"]
+        except (ValueError, KeyError, TypeError):
+            saved = None
+        if saved:
+            response = _send(client, retry, "GET", f"/api/v1/uploads/{saved}", safe=True)
+            if response.status_code == 200:
+                session = dict(response.json())
+                if session["size_bytes"] == size and session["state"] != "refused":
+                    typer.echo(
+                        f"resuming upload {saved} at byte {session['offset']} of {size}", err=True
+                    )
+                    return session
+            elif response.status_code not in (403, 404):
+                _check(response)
+        state.unlink(missing_ok=True)
+    body = {"filename": image.name, "size_bytes": size}
+    session = dict(_check(_send(client, retry, "POST", "/api/v1/uploads", safe=False, json=body)))
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps({"upload_id": session["id"], "file": str(image)}) + "\n")
+    return session
+
+
+def _paced(data: bytes, rate_bps: int) -> Iterator[bytes]:
+    """``data`` in small pieces at no more than ``rate_bps`` bytes per second."""
+    piece = max(1, min(64 * 1024, rate_bps // 10))
+    started = time.monotonic()
+    for i in range(0, len(data), piece):
+        ahead = (i / rate_bps) - (time.monotonic() - started)
+        if ahead > 0:
+            time.sleep(ahead)
+        yield data[i : i + piece]
+
+
+def _upload(client: Any, image: Path, state: Path, retry: Retry, rate_bps: int = 0) -> str:
+    """Send the archive in chunks; after any interruption go on from the server's offset."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
     size = image.stat().st_size
-    upload = _check(
-        client.post("/api/v1/uploads", json={"filename": image.name, "size_bytes": size})
-    )
-    offset = 0
+    upload = _open_session(client, retry, image, state)
+    url = f"/api/v1/uploads/{upload['id']}"
+    offset = int(upload["offset"])
     with (
         image.open("rb") as fh,
         Progress("[bold]uploading", BarColumn(), DownloadColumn(), TransferSpeedColumn()) as bar,
     ):
-        task = bar.add_task("upload", total=size)
-        attempts = 0
+        task = bar.add_task("upload", total=size, completed=offset)
         while offset < size:
             fh.seek(offset)
             chunk = fh.read(CHUNK_BYTES)
-            try:
-                response = client.put(
-                    f"/api/v1/uploads/{upload['id']}",
-                    params={"offset": offset},
-                    content=chunk,
-                    headers={"Content-Type": "application/octet-stream"},
-                )
-            except Exception as exc:  # a dropped connection: ask where to resume
-                attempts += 1
-                if attempts > RETRIES:
-                    typer.echo(f"error: upload failed after {RETRIES} retries ({exc})", err=True)
-                    raise typer.Exit(1) from exc
-                time.sleep(min(2**attempts, 30))
-                offset = _check(client.get(f"/api/v1/uploads/{upload['id']}"))["offset"]
-                bar.update(task, completed=offset)
-                continue
-            offset = _check(response)["offset"]
-            attempts = 0
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Content-Range": f"bytes {offset}-{offset + len(chunk) - 1}/{size}",
+            }
+            content: Any = _paced(chunk, rate_bps) if rate_bps > 0 else chunk
+            response = _send(
+                client,
+                retry,
+                "PUT",
+                url,
+                safe=True,
+                params={"offset": offset},
+                content=content,
+                headers=headers,
+            )
+            if response.status_code == 409:
+                # The server has another offset than we thought (a chunk landed, or was cut
+                # back, while the connection dropped): it says where to go on from.
+                retry.wait("upload", "offset out of step with the server")
+                offset = int(_check(_send(client, retry, "GET", url, safe=True))["offset"])
+            else:
+                offset = int(_check(response)["offset"])
             bar.update(task, completed=offset)
     return str(upload["id"])
 
 
+def _find_version(client: Any, retry: Retry, algorithm_id: int, label: str) -> Any:
+    page = _check(
+        _send(
+            client,
+            retry,
+            "GET",
+            f"/api/v1/algorithms/{algorithm_id}/versions",
+            safe=True,
+            params={"limit": 500},
+        )
+    )
+    return next((v for v in page["items"] if v["version"] == label), None)
+
+
 def _submit_remote(server: str, token: str, name: str, body: dict[str, Any], image: Path | None,
-                   meta: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+                   meta: dict[str, Any], retry: Retry,
+                   rate_bps: int = 0) -> dict[str, Any]:  # fmt: skip
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"}
+    state = _state_file(server, _sha256(image)) if image is not None else None
     with httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=300) as client:
-        mine = _check(client.get("/api/v1/algorithms", params={"mine": True, "limit": 500}))
+        mine = _check(
+            _send(
+                client,
+                retry,
+                "GET",
+                "/api/v1/algorithms",
+                safe=True,
+                params={"mine": True, "limit": 500},
+            )
+        )
         found = [a for a in mine["items"] if a["name"] == name]
         algorithm = (
             found[0]
             if found
-            else _check(client.post("/api/v1/algorithms", json={"name": name, **meta}))
+            else _check(
+                _send(
+                    client,
+                    retry,
+                    "POST",
+                    "/api/v1/algorithms",
+                    safe=False,
+                    json={"name": name, **meta},
+                )
+            )
         )
-        if image is not None:
-            body["upload_id"] = _upload(client, image)
-        return dict(
-            _check(client.post(f"/api/v1/algorithms/{algorithm['id']}/versions", json=body))
-        )
+        if image is not None and state is not None:
+            body["upload_id"] = _upload(client, image, state, retry, rate_bps)
+        url = f"/api/v1/algorithms/{algorithm['id']}/versions"
+        while True:
+            try:
+                response = _send(client, retry, "POST", url, safe=False, json=body)
+            except httpx.TransportError as exc:
+                # Sent, but the answer was lost: the version may exist now. Never make two.
+                retry.wait(f"POST {url}", exc)
+                existing = _find_version(client, retry, algorithm["id"], body["version"])
+                if existing is not None:
+                    out = dict(existing)
+                    break
+                continue
+            out = dict(_check(response))
+            break
+        if state is not None:
+            state.unlink(missing_ok=True)
+        return out
 
 
 def _submit_local(email: str, name: str, body: dict[str, Any], image: Path | None,
@@ -135,6 +304,15 @@ def submit(
     server: str | None = typer.Option(None, help="Remote server URL (else the local database)."),
     token: str | None = typer.Option(None, envvar="SZBENCH_TOKEN", help="API token (remote)."),
     email: str | None = typer.Option(None, help="Submit as this user (local mode)."),
+    retries: int = typer.Option(
+        10, min=0, help="Remote: attempts in a row while the server is away, then give up."
+    ),
+    retry_wait_max: float = typer.Option(
+        30.0, min=0.0, help="Remote: longest wait between two attempts, in seconds."
+    ),
+    limit_rate: int = typer.Option(
+        0, min=0, help="Remote: upload at most this many bytes per second (0: no limit)."
+    ),
 ) -> None:
     """Submit a new version; its smoke test starts once it is accepted."""
     if (image is None) == (reference is None):
@@ -148,7 +326,8 @@ def submit(
         if not token:
             typer.echo("error: --token (or SZBENCH_TOKEN) is needed with --server", err=True)
             raise typer.Exit(2)
-        out = _submit_remote(server, token, name, body, image, meta)
+        retry = Retry(retries=retries, wait_max_s=retry_wait_max)
+        out = _submit_remote(server, token, name, body, image, meta, retry, limit_rate)
     else:
         if not email:
             typer.echo("error: --email is needed without --server", err=True)
