@@ -20,11 +20,14 @@ from szbench_scoring.report import SubjectResult
 __all__ = [
     "METRICS",
     "ConfidenceInterval",
+    "PairedComparison",
     "RankStability",
     "align_subjects",
     "bootstrap_ci",
     "bootstrap_metrics",
     "bootstrap_ranks",
+    "paired_comparison",
+    "paired_permutation_test",
     "per_subject_ranks",
     "subject_values",
 ]
@@ -360,3 +363,168 @@ def per_subject_ranks(
     informative = ~np.isnan(v).all(axis=0)
     ranks = _ranks(v[:, informative].T, None if t is None else t[:, informative].T)
     return _stability(ranks, v.shape[0], confidence_level)
+
+
+# --- paired comparison of two algorithms over the same subjects ------------------------------
+
+#: Up to this many subjects the sign-flip test enumerates all 2**n flips (exact p-value).
+EXACT_MAX_SUBJECTS = 16
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Algorithm A against algorithm B on the subjects both have a value for.
+
+    ``mean_difference`` is the mean of A - B over those subjects, ``low``/``high`` its
+    percentile bootstrap interval (subjects resampled as pairs), ``p_value`` the two-sided
+    paired permutation (sign-flip) test of "no difference"; ``exact`` tells whether every
+    flip was enumerated. All NaN when no subject has both values.
+    """
+
+    mean_difference: float
+    low: float
+    high: float
+    p_value: float
+    n_subjects: int
+    confidence_level: float
+    n_resamples: int
+    exact: bool
+
+
+def _paired(a: ArrayLike, b: ArrayLike) -> FloatArray:
+    x = np.asarray(a, dtype=np.float64).ravel()
+    y = np.asarray(b, dtype=np.float64).ravel()
+    if x.shape != y.shape:
+        raise ValueError(
+            f"a and b must hold one value per subject each, got {x.size} and {y.size} values"
+        )
+    both = np.isfinite(x) & np.isfinite(y)
+    out: FloatArray = x[both] - y[both]
+    return out
+
+
+def paired_permutation_test(
+    a: ArrayLike,
+    b: ArrayLike,
+    *,
+    n_resamples: int = 10000,
+    seed: int | np.random.Generator | None = 0,
+) -> tuple[float, bool]:
+    """Two-sided paired permutation test of the mean difference between ``a`` and ``b``.
+
+    Under "no difference" each subject's A and B are exchangeable, so the sign of each
+    difference is a coin flip. The p-value is the share of sign flips whose mean difference
+    is at least as far from zero as the observed one. Subjects where either value is NaN
+    are left out (the pair is incomplete).
+
+    Parameters
+    ----------
+    a, b : array_like, shape (n_subjects,)
+        The two algorithms' values, aligned by subject.
+    n_resamples : int
+        Random flips drawn when there are more than ``EXACT_MAX_SUBJECTS`` complete pairs
+        (the p-value is then ``(1 + hits) / (1 + n_resamples)``, never 0).
+    seed : int or Generator or None
+        The same seed gives the same p-value.
+
+    Returns
+    -------
+    (p_value, exact) : (float, bool)
+        NaN when no pair is complete; ``exact`` when every flip was enumerated.
+
+    Examples
+    --------
+    Four subjects all better under A: only the all-positive and all-negative flips are as
+    extreme, 2 of 16.
+
+    >>> paired_permutation_test([0.5, 0.6, 0.7, 0.8], [0.1, 0.2, 0.3, 0.4])
+    (0.125, True)
+    >>> paired_permutation_test([0.5, 0.5], [0.5, 0.5])
+    (1.0, True)
+    """
+    d = _paired(a, b)
+    n = d.size
+    if n == 0:
+        return math.nan, True
+    observed = abs(float(d.mean()))
+    # Flips whose mean equals the observed one up to rounding count as "as extreme".
+    tolerance = 1e-12 * max(1.0, float(np.abs(d).max()))
+    if n <= EXACT_MAX_SUBJECTS:
+        codes = np.arange(2**n, dtype=np.int64)[:, None]
+        signs = 1.0 - 2.0 * ((codes >> np.arange(n)) & 1)
+        means = np.abs(signs @ d) / n
+        return float(np.mean(means >= observed - tolerance)), True
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    rng = np.random.default_rng(seed)
+    hits = 0
+    # In blocks, so memory stays bounded however many subjects and resamples there are.
+    block = max(1, 2_000_000 // n)
+    done = 0
+    while done < n_resamples:
+        size = min(block, n_resamples - done)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, n))
+        hits += int(np.count_nonzero(np.abs(signs @ d) / n >= observed - tolerance))
+        done += size
+    return (1 + hits) / (1 + n_resamples), False
+
+
+def paired_comparison(
+    a: ArrayLike,
+    b: ArrayLike,
+    *,
+    n_resamples: int = 2000,
+    n_permutations: int = 10000,
+    confidence_level: float = 0.95,
+    seed: int | np.random.Generator | None = 0,
+) -> PairedComparison:
+    """The mean per-subject difference A - B, its bootstrap interval and a permutation p-value.
+
+    Parameters
+    ----------
+    a, b : array_like, shape (n_subjects,)
+        The two algorithms' values of one metric, aligned by subject (see
+        :func:`align_subjects`); NaN where undefined, and such subjects are left out.
+    n_resamples : int
+        Bootstrap resamples of the subjects (as pairs).
+    n_permutations : int
+        Random sign flips when the exact test would be too large
+        (see :func:`paired_permutation_test`).
+    confidence_level : float
+        For example 0.95.
+    seed : int or Generator or None
+        The same seed gives the same result.
+
+    Returns
+    -------
+    PairedComparison
+
+    Examples
+    --------
+    >>> c = paired_comparison([0.5, 0.6, 0.7, 0.8, float("nan")], [0.1, 0.2, 0.3, 0.4, 0.9])
+    >>> round(c.mean_difference, 6), c.n_subjects, c.p_value, c.exact
+    (0.4, 4, 0.125, True)
+    >>> c.low <= c.mean_difference <= c.high
+    True
+    """
+    _check_level(confidence_level)
+    d = _paired(a, b)
+    if d.size == 0:
+        nan = math.nan
+        return PairedComparison(nan, nan, nan, nan, 0, confidence_level, n_resamples, True)
+    rng = np.random.default_rng(seed)
+    idx = _resample_index(d.size, n_resamples, rng)
+    ci = _interval(float(d.mean()), d[idx].mean(axis=1), confidence_level, d.size, n_resamples)
+    p_value, exact = paired_permutation_test(
+        d, np.zeros_like(d), n_resamples=n_permutations, seed=rng
+    )
+    return PairedComparison(
+        mean_difference=ci.estimate,
+        low=ci.low,
+        high=ci.high,
+        p_value=p_value,
+        n_subjects=d.size,
+        confidence_level=confidence_level,
+        n_resamples=n_resamples,
+        exact=exact,
+    )
