@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from szbench.config import Settings
+from szbench.datasets.service import RUN_LIMIT_KEYS
+from szbench.models import Dataset
 from szbench_worker.docker_runner import (
     LABEL_OWNER,
     DockerRunner,
@@ -27,6 +30,7 @@ from szbench_worker.docker_runner import (
     connect,
     output_usage,
 )
+from szbench_worker.pipeline import run_limits
 from szbench_worker.runner import Limits, Outcome
 from tests.worker.conftest import BASE_IMAGE, write_edf
 
@@ -235,3 +239,13 @@ def test_the_tmpfs_refuses_past_either_cap(
         assert result.output_tsv is None
     assert list(runner.work_dir.iterdir()) == []
     assert str(runner.work_dir) not in Path("/proc/mounts").read_text()
+
+
+def test_a_dataset_may_set_its_own_file_cap() -> None:
+    dataset = Dataset(slug="x", run_limits={"output_files": "7", "output_bytes": 4096})
+    limits = run_limits(Settings(runner_output_files=1000), dataset)
+    assert (limits.output_files, limits.output_bytes) == (7, 4096)
+    assert Limits.from_settings(Settings(runner_output_files=12)).output_files == 12
+    assert "output_files" in RUN_LIMIT_KEYS
+    with pytest.raises(ValueError, match=r"Limits\.output_files must be a positive integer"):
+        Limits(output_files=0)

@@ -210,7 +210,8 @@ def run_limits(settings: Settings, dataset: Dataset) -> Limits:
     base = Limits.from_settings(settings)
     fields = {f.name for f in dataclasses.fields(Limits)}
     overrides = {k: v for k, v in (dataset.run_limits or {}).items() if k in fields}
-    for key in ("memory_bytes", "pids", "tmpfs_bytes", "output_bytes", "log_bytes"):
+    integers = ("memory_bytes", "pids", "tmpfs_bytes", "output_bytes", "output_files", "log_bytes")
+    for key in integers:
         if key in overrides:
             overrides[key] = int(overrides[key])
     return dataclasses.replace(base, **overrides)

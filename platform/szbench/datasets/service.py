@@ -31,6 +31,7 @@ RUN_LIMIT_KEYS = frozenset(
         "pids",
         "tmpfs_bytes",
         "output_bytes",
+        "output_files",
         "log_bytes",
         "queue",
     }
