@@ -2,8 +2,8 @@
 
 Baseline (the floor), measured in the same run: ``mne.io.read_raw_edf(path, preload=True)``,
 which reads every sample of the file once and does nothing else. Contender:
-:func:`szbench_worker.eeg.standardise_recording` on the same file (pick the 19 electrodes,
-common average, resample, write the EDF, checksum source and output).
+:func:`~szbench_worker.eeg.standardise.standardise_recording` on the same file (pick the 19
+electrodes, common average, resample, write the EDF, checksum source and output).
 
 Cases (issue 3's Speed section):
 
@@ -38,7 +38,8 @@ for part in ("platform", "worker", "scoring"):
 import numpy as np  # noqa: E402
 
 from szbench_worker import synth  # noqa: E402
-from szbench_worker.eeg import CHANNELS, EdfStreamWriter  # noqa: E402
+from szbench_worker.eeg.edf_write import EdfStreamWriter  # noqa: E402
+from szbench_worker.eeg.labels import CHANNELS  # noqa: E402
 
 EXTRA = ("ECG", "EMG", "A1", "A2", "Photic")
 
@@ -74,7 +75,7 @@ def child(mode: str, path: str, out: str) -> None:
     """Run one measurement in this (fresh) process and print JSON with time and peak RSS."""
     import mne
 
-    from szbench_worker.eeg import standardise_recording
+    from szbench_worker.eeg.standardise import standardise_recording
 
     mne.set_log_level("ERROR")
     start = time.perf_counter()
@@ -136,7 +137,7 @@ def main() -> None:
 
     import mne
 
-    from szbench_worker.eeg import standardise_recording
+    from szbench_worker.eeg.standardise import standardise_recording
 
     mne.set_log_level("ERROR")
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="ingest-bench-") as tmp:

@@ -13,7 +13,8 @@ import pytest
 
 from szbench_scoring import read_annotations, score_events
 from szbench_worker import synth
-from szbench_worker.eeg import OUTPUT_LABELS, EdfStreamWriter
+from szbench_worker.eeg.edf_write import EdfStreamWriter
+from szbench_worker.eeg.labels import OUTPUT_LABELS
 
 DETECT = Path(__file__).resolve().parents[1] / "examples" / "baseline" / "detect.py"
 HEADER = "onset\tduration\teventType\tconfidence\tchannels\tdateTime\trecordingDuration"

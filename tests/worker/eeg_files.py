@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyedflib
 
-from szbench_worker.eeg import CHANNELS
+from szbench_worker.eeg.labels import CHANNELS
 
 PYEDFLIB_DATA = Path(pyedflib.__file__).parent / "tests" / "data"
 """Real EDF/BDF files shipped inside the pyedflib wheel."""

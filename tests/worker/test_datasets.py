@@ -14,7 +14,8 @@ import pytest
 from szbench_scoring import read_annotations
 from szbench_worker import datasets, synth
 from szbench_worker.datasets import DatasetError, check_dataset, load_manifest, prepare_dataset
-from szbench_worker.eeg import CHANNELS, OUTPUT_LABELS, file_checksum
+from szbench_worker.eeg.labels import CHANNELS, OUTPUT_LABELS
+from szbench_worker.eeg.standardise import file_checksum
 from tests.worker.eeg_files import bids_recording
 
 mne.set_log_level("ERROR")

@@ -10,7 +10,8 @@ import pytest
 
 from szbench_scoring import read_annotations
 from szbench_worker import synth
-from szbench_worker.eeg import CHANNELS, OUTPUT_LABELS, file_checksum
+from szbench_worker.eeg.labels import CHANNELS, OUTPUT_LABELS
+from szbench_worker.eeg.standardise import file_checksum
 
 mne.set_log_level("ERROR")
 FS = 256

@@ -28,11 +28,10 @@ from typing import Any
 import numpy as np
 
 from szbench_scoring import AnnotationError, read_annotations, write_annotations
-from szbench_worker.eeg import (
+from szbench_worker.eeg.errors import EEGError
+from szbench_worker.eeg.labels import OUTPUT_LABELS, TARGET_SFREQ_HZ
+from szbench_worker.eeg.standardise import (
     EEG_EXTENSIONS,
-    OUTPUT_LABELS,
-    TARGET_SFREQ_HZ,
-    EEGError,
     SourceInfo,
     file_checksum,
     inspect_recording,
@@ -368,11 +367,11 @@ def prepare_dataset(
 
     Each recording is checked (header, annotations with the scorer's parser, recording length
     against the annotations' ``recordingDuration``), standardised with
-    :func:`szbench_worker.eeg.standardise_recording`, and its annotations written again with
-    ``recordingDuration`` equal to the standardised length (events clipped to it). A recording
-    that fails is skipped and reported; the manifest is saved after every recording, so nothing
-    imported is lost. Recordings already in ``out`` whose source checksum is unchanged are
-    reused, not redone.
+    :func:`~szbench_worker.eeg.standardise.standardise_recording`, and its annotations written
+    again with ``recordingDuration`` equal to the standardised length (events clipped to it). A
+    recording that fails is skipped and reported; the manifest is saved after every recording,
+    so nothing imported is lost. Recordings already in ``out`` whose source checksum is
+    unchanged are reused, not redone.
     """
     src, out = Path(src).resolve(), Path(out).resolve()
     if out == src or out.is_relative_to(src) or src.is_relative_to(out):

@@ -13,7 +13,7 @@ Each recording is 19 channels at 256 Hz, common-average referenced, and holds:
 
 Everything is generated in chunks of one minute, vectorised over channels, so an hour takes well
 under a second and memory does not grow with the length. The same seed gives the same bytes.
-EDF files are written through :mod:`szbench_worker.eeg`.
+EDF files are written through :mod:`szbench_worker.eeg.edf_write`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 from scipy import signal
 
-from szbench_worker.eeg import CHANNELS, OUTPUT_LABELS, TARGET_SFREQ_HZ, EdfStreamWriter
+from szbench_worker.eeg.edf_write import EdfStreamWriter
+from szbench_worker.eeg.labels import CHANNELS, OUTPUT_LABELS, TARGET_SFREQ_HZ
 
 FS = TARGET_SFREQ_HZ
 TASK = "szMonitoring"
