@@ -21,6 +21,7 @@ from szbench.api.headers import SzbenchFastAPI
 from szbench.auth.csrf import refuse_cross_site_writes
 from szbench.auth.dependencies import viewer_from_memory
 from szbench.auth.router import router as auth_router
+from szbench.compare.router import router as compare_router
 from szbench.config import get_settings
 from szbench.datasets.router import router as datasets_router
 from szbench.evaluations.router import router as evaluations_router
@@ -51,6 +52,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     evaluations_router,
     results_router,
     leaderboards_router,
+    compare_router,
 )
 
 # Callables that add more routes (the web UI's pages) to a fresh app; appended by those

@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0
     confidence_level: float = 0.95
+    # Random sign flips of the paired permutation test on the comparison page, used past 16
+    # subjects (up to 16 every flip is enumerated and the p-value is exact).
+    compare_permutations: int = 10000
 
     # --- Evaluation pipeline (docs/pipeline.md) -------------------------------------------
     # Redis re-delivers a task whose worker vanished without acknowledging it after this

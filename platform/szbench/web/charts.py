@@ -275,3 +275,58 @@ def timeline(
         tick += step
     parts.append(tail)
     return "".join(parts)
+
+
+def grouped_bars(
+    labels: Sequence[str],
+    series: Sequence[tuple[str, Sequence[float | None]]],
+    *,
+    title: str,
+    maximum: float | None = None,
+    digits: int = 2,
+    width: int = 420,
+) -> str:
+    """Per label (e.g. subject) one bar per series (e.g. algorithm), side by side.
+
+    ``series`` is ``[(name, values aligned with labels), ...]``; the series are told apart by
+    the classes ``s0``, ``s1``, ... (colours in app.css, a legend on the page) and each bar's
+    tooltip names its series. Missing values show "n/a" and no bar.
+    """
+    bar_h, gap, left, right, top = 12, 8, 90, 60, 24
+    k = max(1, len(series))
+    group_h = bar_h * k + gap
+    height = top + group_h * max(1, len(labels)) + 4
+    present = [v for _, values in series for v in values if v is not None and not is_missing(v)]
+    axis_max = maximum if maximum is not None else nice_max(max(present, default=0.0))
+    scale = LinearScale(0.0, axis_max, left, width - right)
+    described = "; ".join(
+        f"{lab}: " + ", ".join(f"{name} {fmt(values[i], digits)}" for name, values in series)
+        for i, lab in enumerate(labels)
+    )
+    head, tail = _open(width, height, title, described or "no values", "bars grouped")
+    parts = [head]
+    for tick in ticks(axis_max):
+        x = scale(tick)
+        parts.append(
+            f'<line class="grid" x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 4}"/>'
+        )
+        parts.append(_text(x, top - 8, fmt(tick, 2 if axis_max <= 2.5 else 0), "tick", "middle"))
+    for i, label in enumerate(labels):
+        y0 = top + i * group_h
+        parts.append(_text(left - 6, y0 + (bar_h * k) / 2 + 4, label, "label", "end"))
+        for j, (name, values) in enumerate(series):
+            value = values[i]
+            y = y0 + j * bar_h
+            if is_missing(value):
+                parts.append(_text(left + 4, y + bar_h - 2, "n/a", "na"))
+                continue
+            assert value is not None
+            x_end = scale(value)
+            parts.append(
+                f'<rect class="bar s{j % 8}" x="{left}" y="{y + 1}" '
+                f'width="{max(0.0, x_end - left):.1f}" height="{bar_h - 2}">'
+                f"<title>{escape(label)}, {escape(name)}: {fmt(value, digits)}</title></rect>"
+            )
+            parts.append(_text(x_end + 4, y + bar_h - 2, fmt(value, digits), "value"))
+    parts.append(tail)
+    return "".join(parts)

@@ -1,0 +1,148 @@
+"""Two or more algorithms on one dataset version: per-subject values side by side and a
+paired test over subjects (:func:`szbench_scoring.stats.paired_comparison`).
+
+Per-subject values are disclosed facts (:mod:`szbench.results.disclosure`): a non-admin
+compares only evaluations whose level is "subject" or "recording"; each evaluation must
+also be visible to the viewer (:func:`szbench.auth.policy.can_view_evaluation`).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from szbench.compare.schemas import ComparedEvaluation, Comparison, PairedTest, SubjectRow
+from szbench.config import get_settings
+from szbench.errors import BadRequest
+from szbench.evaluations import queries as evaluations
+from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, SubjectResult, User
+from szbench.results import disclosure
+from szbench.results.queries import METRICS
+from szbench_scoring.stats import paired_comparison
+
+#: The ranking metric: the paired test defaults to it.
+RANKING_METRIC = "event_f1"
+MAX_COMPARED = 8
+
+
+def _clean(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def load(session: Session, evaluation_ids: list[int], *, viewer: User | None) -> list[Evaluation]:
+    """The evaluations to compare, checked: visible, finished, one dataset version."""
+    ids = list(dict.fromkeys(evaluation_ids))
+    if not 2 <= len(ids) <= MAX_COMPARED:
+        raise BadRequest(
+            f"evaluation: give between 2 and {MAX_COMPARED} different evaluation ids "
+            f"(got {len(ids)})"
+        )
+    rows = [evaluations.get_evaluation(session, i, viewer=viewer) for i in ids]
+    for row in rows:
+        if row.status != EvaluationStatus.DONE or row.kind == EvaluationKind.SMOKE_TEST:
+            raise BadRequest(
+                f"evaluation: {row.id} has no results to compare (status {row.status.value}, "
+                f"kind {row.kind.value})"
+            )
+    first = rows[0].dataset_version
+    for row in rows[1:]:
+        if row.dataset_version_id != first.id:
+            dv = row.dataset_version
+            raise BadRequest(
+                f"evaluation: {row.id} is on {dv.dataset.slug} {dv.version}, {rows[0].id} on "
+                f"{first.dataset.slug} {first.version}; compare evaluations of one dataset version"
+            )
+    return rows
+
+
+def hidden_reason(rows: list[Evaluation], *, viewer: User | None) -> str | None:
+    """Why this viewer may not compare these evaluations' subjects, or None when they may."""
+    for row in rows:
+        view = disclosure.view_of(viewer, row)
+        if not view.subjects:
+            return (
+                f"Per-subject results of evaluation {row.id} are not disclosed: its held-out "
+                f"dataset discloses {view.level.value} figures only, so no per-subject "
+                "comparison or paired test is shown."
+            )
+    return None
+
+
+def compare(
+    session: Session,
+    evaluation_ids: list[int],
+    *,
+    viewer: User | None,
+    metric: str = RANKING_METRIC,
+) -> Comparison:
+    """Per-subject ``metric`` side by side and a paired test for each pair of evaluations."""
+    if metric not in METRICS:
+        raise BadRequest(f"metric: unknown metric {metric!r} (known: {', '.join(METRICS)})")
+    rows = load(session, evaluation_ids, viewer=viewer)
+    for row in rows:
+        disclosure.view_of(viewer, row).require_subjects(row.id)
+    column = getattr(SubjectResult, metric)
+    per_eval: dict[int, dict[str, float | None]] = {row.id: {} for row in rows}
+    for evaluation_id, subject, value in session.execute(
+        select(SubjectResult.evaluation_id, SubjectResult.subject, column).where(
+            SubjectResult.evaluation_id.in_(list(per_eval))
+        )
+    ):
+        per_eval[evaluation_id][subject] = _clean(value)
+    subjects = sorted({s for values in per_eval.values() for s in values})
+    table = [
+        SubjectRow(subject=s, values=[per_eval[row.id].get(s) for row in rows]) for s in subjects
+    ]
+    settings = get_settings()
+    tests = []
+    for a, b in combinations(rows, 2):
+        xa = [math.nan if (v := per_eval[a.id].get(s)) is None else v for s in subjects]
+        xb = [math.nan if (v := per_eval[b.id].get(s)) is None else v for s in subjects]
+        c = paired_comparison(
+            xa,
+            xb,
+            n_resamples=settings.bootstrap_resamples,
+            n_permutations=settings.compare_permutations,
+            confidence_level=settings.confidence_level,
+            seed=settings.bootstrap_seed,
+        )
+        tests.append(
+            PairedTest(
+                a=a.id,
+                b=b.id,
+                mean_difference=_clean(c.mean_difference),
+                low=_clean(c.low),
+                high=_clean(c.high),
+                p_value=_clean(c.p_value),
+                exact=c.exact,
+                n_subjects=c.n_subjects,
+            )
+        )
+    dv = rows[0].dataset_version
+    compared = []
+    for row in rows:
+        algorithm = row.algorithm_version.algorithm
+        compared.append(
+            ComparedEvaluation(
+                evaluation_id=row.id,
+                algorithm_id=algorithm.id,
+                algorithm=algorithm.name,
+                algorithm_version=row.algorithm_version.version,
+                title=algorithm.title,
+                owner=algorithm.owner.name or f"user {algorithm.owner_id}",
+                value=_clean(getattr(row.result, metric)) if row.result else None,
+            )
+        )
+    return Comparison(
+        dataset=dv.dataset.slug,
+        dataset_version=dv.version,
+        metric=metric,
+        confidence_level=settings.confidence_level,
+        n_resamples=settings.bootstrap_resamples,
+        evaluations=compared,
+        subjects=table,
+        tests=tests,
+    )

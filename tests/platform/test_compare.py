@@ -1,0 +1,151 @@
+"""``GET /api/v1/comparisons``: per-subject values side by side and paired tests, within
+the disclosure rules of held-out data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from szbench.models import DatasetKind, Disclosure, EvaluationKind, Role, Visibility
+from tests.platform import factories as f
+
+SUBJECTS_A = {"01": 0.9, "02": 0.8, "03": 0.7, "04": 0.6, "05": None}
+SUBJECTS_B = {"01": 0.5, "02": 0.6, "03": 0.3, "04": 0.2, "05": 0.4}
+
+
+def _entry(session: Session, dv: Any, values: dict[str, float | None], **kw: Any) -> Any:
+    owner = kw.pop("owner", None) or f.user(session)
+    version = f.version(session, f.algorithm(session, owner, **kw))
+    ev = f.evaluation(session, version, dv)
+    f.result(session, ev, {s: {"event_f1": v} for s, v in values.items()})
+    return ev
+
+
+@pytest.fixture
+def world(db_session: Session) -> dict[str, Any]:
+    dv = f.dataset_version(
+        db_session, f.dataset(db_session, DatasetKind.HELD_OUT, disclosure=Disclosure.SUBJECT)
+    )
+    a = _entry(db_session, dv, SUBJECTS_A)
+    b = _entry(db_session, dv, SUBJECTS_B)
+    return {"dv": dv, "a": a, "b": b}
+
+
+def test_two_algorithms_side_by_side_with_a_paired_test(
+    client: TestClient, db_session: Session, world: dict[str, Any]
+) -> None:
+    viewer = f.user(db_session)
+    a, b = world["a"], world["b"]
+    r = client.get(
+        f"/api/v1/comparisons?evaluation={a.id}&evaluation={b.id}",
+        headers=f.headers(db_session, viewer),
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["metric"] == "event_f1"
+    assert [e["evaluation_id"] for e in body["evaluations"]] == [a.id, b.id]
+    rows = {row["subject"]: row["values"] for row in body["subjects"]}
+    assert rows["01"] == [0.9, 0.5]
+    assert rows["05"] == [None, 0.4]
+    (test,) = body["tests"]
+    # Subject 05 has no value under A: four pairs, every one better under A.
+    assert test["n_subjects"] == 4
+    assert test["mean_difference"] == pytest.approx((0.4 + 0.2 + 0.4 + 0.4) / 4)
+    assert test["p_value"] == pytest.approx(2 / 16)
+    assert test["exact"] is True
+    assert test["low"] <= test["mean_difference"] <= test["high"]
+
+
+def test_three_algorithms_give_every_pair(
+    client: TestClient, db_session: Session, world: dict[str, Any]
+) -> None:
+    c = _entry(db_session, world["dv"], {"01": 0.1, "02": 0.2})
+    ids = [world["a"].id, world["b"].id, c.id]
+    query = "&".join(f"evaluation={i}" for i in ids)
+    r = client.get(
+        f"/api/v1/comparisons?{query}", headers=f.headers(db_session, f.user(db_session))
+    )
+    assert r.status_code == 200, r.text
+    pairs = [(t["a"], t["b"]) for t in r.json()["tests"]]
+    assert pairs == [(ids[0], ids[1]), (ids[0], ids[2]), (ids[1], ids[2])]
+
+
+def test_aggregate_disclosure_refuses_non_admins_and_admins_see_it(
+    client: TestClient, db_session: Session
+) -> None:
+    dv = f.dataset_version(
+        db_session, f.dataset(db_session, DatasetKind.HELD_OUT, disclosure=Disclosure.AGGREGATE)
+    )
+    a = _entry(db_session, dv, SUBJECTS_A)
+    b = _entry(db_session, dv, SUBJECTS_B)
+    url = f"/api/v1/comparisons?evaluation={a.id}&evaluation={b.id}"
+    r = client.get(url, headers=f.headers(db_session, f.user(db_session)))
+    assert r.status_code == 403
+    assert r.json()["detail"] == (
+        f"per-subject results of evaluation {a.id} are not disclosed: its held-out dataset "
+        "discloses aggregate figures only"
+    )
+    # Even the owner of one of them: per-subject values of held-out data are disclosed facts.
+    owner = a.algorithm_version.algorithm.owner
+    assert client.get(url, headers=f.headers(db_session, owner)).status_code == 403
+    assert client.get(url).status_code == 401
+    admin = f.user(db_session, role=Role.ADMIN)
+    assert client.get(url, headers=f.headers(db_session, admin)).status_code == 200
+
+
+def test_a_phase_override_opens_the_comparison(client: TestClient, db_session: Session) -> None:
+    dv = f.dataset_version(db_session, f.dataset(db_session, DatasetKind.HELD_OUT))
+    phase = f.phase(db_session, disclosure=Disclosure.RECORDING)
+    evs = []
+    for values in (SUBJECTS_A, SUBJECTS_B):
+        version = f.version(
+            db_session, f.algorithm(db_session, f.user(db_session)), phase_id=phase.id
+        )
+        ev = f.evaluation(db_session, version, dv)
+        f.result(db_session, ev, {s: {"event_f1": v} for s, v in values.items()})
+        evs.append(ev)
+    url = f"/api/v1/comparisons?evaluation={evs[0].id}&evaluation={evs[1].id}"
+    assert client.get(url, headers=f.headers(db_session, f.user(db_session))).status_code == 200
+
+
+def test_bad_requests_name_the_field(
+    client: TestClient, db_session: Session, world: dict[str, Any]
+) -> None:
+    h = f.headers(db_session, f.user(db_session))
+    a, b = world["a"], world["b"]
+    one = client.get(f"/api/v1/comparisons?evaluation={a.id}&evaluation={a.id}", headers=h)
+    assert one.status_code == 400
+    assert one.json()["detail"].startswith("evaluation: give between 2 and 8")
+    metric = client.get(
+        f"/api/v1/comparisons?evaluation={a.id}&evaluation={b.id}&metric=accuracy", headers=h
+    )
+    assert metric.status_code == 400
+    assert "metric: unknown metric 'accuracy'" in metric.json()["detail"]
+    other_dv = f.dataset_version(db_session, f.dataset(db_session, DatasetKind.HELD_OUT))
+    c = _entry(db_session, other_dv, SUBJECTS_B)
+    mixed = client.get(f"/api/v1/comparisons?evaluation={a.id}&evaluation={c.id}", headers=h)
+    assert mixed.status_code == 400
+    assert "compare evaluations of one dataset version" in mixed.json()["detail"]
+    smoke_version = f.version(db_session, f.algorithm(db_session, f.user(db_session)))
+    smoke = f.evaluation(db_session, smoke_version, world["dv"], kind=EvaluationKind.SMOKE_TEST)
+    r = client.get(
+        f"/api/v1/comparisons?evaluation={a.id}&evaluation={smoke.id}",
+        headers=f.headers(db_session, smoke_version.algorithm.owner),
+    )
+    assert r.status_code == 400
+    assert f"evaluation: {smoke.id} has no results to compare" in r.json()["detail"]
+
+
+def test_a_private_algorithm_is_not_found_for_others(
+    client: TestClient, db_session: Session, world: dict[str, Any]
+) -> None:
+    hidden = _entry(db_session, world["dv"], SUBJECTS_B, visibility=Visibility.PRIVATE)
+    r = client.get(
+        f"/api/v1/comparisons?evaluation={world['a'].id}&evaluation={hidden.id}",
+        headers=f.headers(db_session, f.user(db_session)),
+    )
+    assert r.status_code == 404
+    assert r.json()["detail"] == f"evaluation {hidden.id} does not exist"
