@@ -153,6 +153,7 @@ def _paced(data: bytes, rate_bps: int) -> Iterator[bytes]:
 
 def _upload(client: Any, image: Path, state: Path, retry: Retry, rate_bps: int = 0) -> str:
     """Send the archive in chunks; after any interruption go on from the server's offset."""
+    import httpx
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
     size = image.stat().st_size
@@ -172,20 +173,27 @@ def _upload(client: Any, image: Path, state: Path, retry: Retry, rate_bps: int =
                 "Content-Range": f"bytes {offset}-{offset + len(chunk) - 1}/{size}",
             }
             content: Any = _paced(chunk, rate_bps) if rate_bps > 0 else chunk
-            response = _send(
-                client,
-                retry,
-                "PUT",
-                url,
-                safe=True,
-                params={"offset": offset},
-                content=content,
-                headers=headers,
-            )
-            if response.status_code == 409:
-                # The server has another offset than we thought (a chunk landed, or was cut
-                # back, while the connection dropped): it says where to go on from.
-                retry.wait("upload", "offset out of step with the server")
+            try:
+                # Not resent as it is: part of the body may have landed, and a paced body is
+                # spent. After a dropped connection the server says where to go on from.
+                response = _send(
+                    client,
+                    retry,
+                    "PUT",
+                    url,
+                    safe=False,
+                    params={"offset": offset},
+                    content=content,
+                    headers=headers,
+                )
+            except httpx.TransportError as exc:
+                retry.wait("upload", exc)
+                response = None
+            if response is None or response.status_code == 409:
+                # 409: the server is at another offset than we thought (a chunk landed, or
+                # was cut back, while the connection dropped).
+                if response is not None:
+                    retry.wait("upload", "offset out of step with the server")
                 offset = int(_check(_send(client, retry, "GET", url, safe=True))["offset"])
             else:
                 offset = int(_check(response)["offset"])
