@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from szbench_scoring.annotations import AnnotationError, _parse_arrays, _Parsed
+from szbench_scoring._batch_parse import ParsedBatch, parse_batch
+from szbench_scoring.annotations import AnnotationError
 from szbench_scoring.report import DatasetReport, RecordingResult, aggregate
-from szbench_scoring.scoring import ScoringParams, _score_batch
+from szbench_scoring.scoring import ScoringParams, score_batch
 
 __all__ = ["DatasetLayoutError", "find_recordings", "score_dataset"]
 
@@ -238,7 +239,7 @@ class _Batch:
 
     def score(self, params: ScoringParams, strict: bool) -> list[RecordingResult]:
         n = len(self.files)
-        parsed = _parse_arrays(self.texts + self.hyp_texts)
+        parsed = parse_batch(self.texts + self.hyp_texts)
         fs = params.mask_fs_hz
         hyp_file = np.asarray(self.hyp_of, dtype=np.int64)
         has_hyp = hyp_file >= 0
@@ -280,7 +281,7 @@ class _Batch:
             keep_ref, keep_hyp = ref_rec >= 0, hyp_rec >= 0
             ref_ev, ref_rec = ref_ev[keep_ref], ref_rec[keep_ref]
             hyp_ev, hyp_rec = hyp_ev[keep_hyp], hyp_rec[keep_hyp]
-        scores = _score_batch(ref_ev, ref_rec, hyp_ev, hyp_rec, n_ref[idx], params)
+        scores = score_batch(ref_ev, ref_rec, hyp_ev, hyp_rec, n_ref[idx], params)
         for i, score in zip(scored, scores, strict=True):
             rec = self.files[i]
             out[i] = RecordingResult(rec.subject, rec.recording, score, None, not has_hyp[i])
@@ -293,7 +294,7 @@ class _Batch:
 
 
 def _duration_error(
-    parsed: _Parsed, ref: int, hyp: int, n_ref: int, n_hyp: int, fs: int
+    parsed: ParsedBatch, ref: int, hyp: int, n_ref: int, n_hyp: int, fs: int
 ) -> AnnotationError | None:
     """The same checks as :func:`score_many`, on parsed arrays."""
     ref_dur = float(parsed.durations[ref])

@@ -217,13 +217,13 @@ def test_error_pickles_with_its_fields():
 
 
 def _parse_fields(texts: list[str]):
-    from szbench_scoring.annotations import _BACK_PAD, _FRONT_PAD, _Fields
+    from szbench_scoring._batch_parse import BACK_PAD, FRONT_PAD, Fields
 
     joined = ("\n".join(texts) + "\n").encode()
     ends = np.cumsum([len(t) + 1 for t in texts]) - 1
     starts = ends - np.array([len(t) for t in texts])
-    padded = _FRONT_PAD + joined + _BACK_PAD
-    return _Fields(padded).numbers(starts.astype(np.int64), ends.astype(np.int64))
+    padded = FRONT_PAD + joined + BACK_PAD
+    return Fields(padded).numbers(starts.astype(np.int64), ends.astype(np.int64))
 
 
 def test_number_parsing_equals_python_float():
@@ -284,12 +284,12 @@ def test_trailing_blank_lines_are_skipped():
 
 def test_usual_numbers_take_the_word_path(monkeypatch):
     """Writers' usual layouts never reach the general (slower) conversion."""
-    import szbench_scoring.annotations as ann_module
+    from szbench_scoring import _batch_parse
 
     def forbidden(fields):
         raise AssertionError(f"general conversion used for {fields[:3]}")
 
-    monkeypatch.setattr(ann_module, "_to_float", forbidden)
+    monkeypatch.setattr(_batch_parse, "to_float", forbidden)
     texts = [f"{x:.2f}" for x in np.linspace(0, 99999, 500)] + ["3600", "12", "0.5", "7.125"]
     values, bad = _parse_fields(texts)
     assert not bad.any()

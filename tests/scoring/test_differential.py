@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from szbench_scoring import parse_annotations, score_many, score_recording
-from szbench_scoring.annotations import _parse_many
+from szbench_scoring.annotations import parse_many
 from tests.scoring.reference import (
     RefCounts,
     rows_to_e2b,
@@ -153,7 +153,7 @@ def test_random_pairs_match_reference_counts() -> None:
         texts.append((ref_text.encode(), f"ref-{i}"))
         texts.append((hyp_text.encode(), f"hyp-{i}"))
         expected.append(score_reference(rows_to_e2b(ref_rows), rows_to_e2b(hyp_rows)))
-    parsed = _parse_many(texts)
+    parsed = parse_many(texts)
     pairs = [(parsed[2 * i], parsed[2 * i + 1]) for i in range(N_PAIRS)]
     results = score_many(pairs)  # one batch: also checks that recordings never interact
     mismatches = [
