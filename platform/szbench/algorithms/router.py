@@ -66,7 +66,7 @@ def get_algorithm(algorithm_id: IdPath, session: SessionDep, caller: Anyone) -> 
 def update_algorithm(
     algorithm_id: IdPath, body: AlgorithmUpdate, session: SessionDep, caller: SignedIn
 ) -> AlgorithmOut:
-    """Change an algorithm's description or visibility (owner or admin)."""
+    """Change an algorithm's fields, links or visibility, or withdraw it (owner or admin)."""
     assert caller.user is not None
     algorithm = service.get_managed_algorithm(session, algorithm_id, user=caller.user)
     return AlgorithmOut.model_validate(

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from szbench.models import VersionStatus, Visibility
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,99}$"
+_LINK = "An http(s) link (e.g. the code repository or the paper); empty for none."
 
 
 class AlgorithmCreate(BaseModel):
@@ -18,6 +19,8 @@ class AlgorithmCreate(BaseModel):
     licence: str = Field(default="", max_length=100)
     description: str = Field(default="", max_length=20000)
     visibility: Visibility = Visibility.PUBLIC
+    code_url: str = Field(default="", max_length=500, description=_LINK)
+    paper_url: str = Field(default="", max_length=500, description=_LINK)
 
 
 class AlgorithmUpdate(BaseModel):
@@ -26,6 +29,13 @@ class AlgorithmUpdate(BaseModel):
     licence: str | None = Field(default=None, max_length=100)
     description: str | None = Field(default=None, max_length=20000)
     visibility: Visibility | None = None
+    code_url: str | None = Field(default=None, max_length=500, description=_LINK)
+    paper_url: str | None = Field(default=None, max_length=500, description=_LINK)
+    withdrawn: bool | None = Field(
+        default=None,
+        description="true: off every leaderboard (results kept, shown on the algorithm's "
+        "page); false: back on them.",
+    )
 
 
 class VersionCreate(BaseModel):
@@ -69,6 +79,11 @@ class AlgorithmOut(BaseModel):
     licence: str
     description: str
     visibility: Visibility
+    code_url: str
+    paper_url: str
+    withdrawn_at: datetime | None = Field(
+        description="When it was withdrawn from the leaderboards; null when on them."
+    )
     created_at: datetime
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
@@ -63,7 +65,11 @@ def create_algorithm(
     licence: str = "",
     description: str = "",
     visibility: Visibility = Visibility.PUBLIC,
+    code_url: str = "",
+    paper_url: str = "",
 ) -> Algorithm:
+    code_url = check_link("code_url", code_url)
+    paper_url = check_link("paper_url", paper_url)
     exists = session.scalar(
         select(Algorithm.id).where(Algorithm.owner_id == owner.id, Algorithm.name == name)
     )
@@ -77,6 +83,8 @@ def create_algorithm(
         licence=licence,
         description=description,
         visibility=visibility,
+        code_url=code_url,
+        paper_url=paper_url,
     )
     session.add(algorithm)
     session.flush()
@@ -113,10 +121,40 @@ def list_algorithms(
     return list(rows), total
 
 
-def update_algorithm(session: Session, algorithm: Algorithm, **changes: object) -> Algorithm:
+def check_link(field: str, url: str) -> str:
+    """``url`` stripped, when it is an absolute http(s) link (or empty), else BadRequest.
+
+    The links are rendered as ``href``: any other scheme (``javascript:``, ``data:``) could
+    run code on the site's pages, so only these two are accepted.
+    """
+    url = url.strip()
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if (
+        parts.scheme.lower() not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() or ord(c) < 32 for c in url)
+    ):
+        raise BadRequest(f"{field}: {url[:100]!r} is not an http(s) link (https://...)")
+    return url
+
+
+def update_algorithm(
+    session: Session, algorithm: Algorithm, *, withdrawn: bool | None = None, **changes: object
+) -> Algorithm:
+    """Change the fields given (None: unchanged); ``withdrawn`` takes the algorithm off every
+    leaderboard (True) or puts it back (False)."""
+    for key in ("code_url", "paper_url"):
+        if isinstance(changes.get(key), str):
+            changes[key] = check_link(key, str(changes[key]))
     for key, value in changes.items():
         if value is not None:
             setattr(algorithm, key, value)
+    if withdrawn is True and algorithm.withdrawn_at is None:
+        algorithm.withdrawn_at = datetime.now(UTC)
+    elif withdrawn is False:
+        algorithm.withdrawn_at = None
     session.flush()
     return algorithm
 

@@ -104,6 +104,8 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
             Evaluation.status == EvaluationStatus.DONE,
             Evaluation.official.is_(True),
             Evaluation.kind != EvaluationKind.SMOKE_TEST,
+            # Withdrawn by its owner or an admin: off the leaderboard, for everyone.
+            Algorithm.withdrawn_at.is_(None),
             policy.visible_evaluations(viewer),
         )
         .order_by(Evaluation.id.desc())
@@ -337,8 +339,10 @@ def _facts(session: Session, subjects: list[tuple[str, str | None]]) -> dict[Any
             meant[(slug, version)] = ids[-1]
     if not meant:
         return {}
-    shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC)
-    done = Evaluation.status == EvaluationStatus.DONE
+    # A withdrawal (or its undoing) changes both sums, so every viewer's answer is rebuilt.
+    listed = Algorithm.withdrawn_at.is_(None)
+    shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC, listed)
+    done = and_(Evaluation.status == EvaluationStatus.DONE, listed)
     stamps = {
         row[0]: tuple(row[1:])
         for row in session.execute(
@@ -397,6 +401,7 @@ def index(session: Session, *, viewer: User | None) -> list[LeaderboardIndexRow]
             Evaluation.status == EvaluationStatus.DONE,
             Evaluation.official.is_(True),
             Evaluation.kind != EvaluationKind.SMOKE_TEST,
+            Algorithm.withdrawn_at.is_(None),
             policy.visible_evaluations(viewer),
         )
         .group_by(

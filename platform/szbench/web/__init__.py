@@ -25,10 +25,11 @@ def compressed(files: StaticFiles) -> GZipMiddleware:
 
 def install(app: FastAPI) -> None:
     """Mount the web UI on ``app``."""
-    from szbench.web import account, admin, compare, pages
+    from szbench.web import account, admin, algorithms, compare, pages
 
     app.include_router(pages.router)
     app.include_router(compare.router)
+    app.include_router(algorithms.router)
     app.include_router(account.router)
     app.include_router(admin.router)
     app.mount("/static", compressed(StaticFiles(directory=HERE / "static")), name="static")

@@ -6,6 +6,9 @@ The numbers come from :mod:`szbench.compare.service` (the same as ``GET
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+from html import escape
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -23,6 +26,78 @@ from szbench.web.common import render
 from szbench.web.pages import METRIC_LABELS
 
 router = APIRouter(include_in_schema=False)
+_ids = itertools.count(1)
+
+
+def _text(x: float, y: float, text: str, css: str, anchor: str = "start") -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" class="{css}">{escape(text)}</text>'
+    )
+
+
+def grouped_bars(
+    labels: Sequence[str],
+    series: Sequence[tuple[str, Sequence[float | None]]],
+    *,
+    title: str,
+    maximum: float | None = None,
+    digits: int = 2,
+    width: int = 420,
+) -> str:
+    """Per label (subject) one bar per series (algorithm), side by side, as an SVG string.
+
+    Drawn as the charts of :mod:`szbench.web.charts` are (role img, title and desc, CSS
+    classes for colours). The series are told apart by the classes ``s0``, ``s1``, ... (a
+    legend on the page) and each bar's tooltip names its series. Missing values show "n/a"
+    and no bar, never a zero.
+    """
+    bar_h, gap, left, right, top = 12, 8, 90, 60, 24
+    k = max(1, len(series))
+    group_h = bar_h * k + gap
+    height = top + group_h * max(1, len(labels)) + 4
+    present = [
+        v for _, values in series for v in values if v is not None and not charts.is_missing(v)
+    ]
+    axis_max = maximum if maximum is not None else charts.nice_max(max(present, default=0.0))
+    scale = charts.LinearScale(0.0, axis_max, left, width - right)
+    described = "; ".join(
+        f"{lab}: " + ", ".join(f"{name} {charts.fmt(values[i], digits)}" for name, values in series)
+        for i, lab in enumerate(labels)
+    )
+    n = next(_ids)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart bars grouped" role="img" '
+        f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'aria-labelledby="cmp-t{n} cmp-d{n}"><title id="cmp-t{n}">{escape(title)}</title>'
+        f'<desc id="cmp-d{n}">{escape(described or "no values")}</desc>'
+    ]
+    for tick in charts.ticks(axis_max):
+        x = scale(tick)
+        parts.append(
+            f'<line class="grid" x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 4}"/>'
+        )
+        parts.append(
+            _text(x, top - 8, charts.fmt(tick, 2 if axis_max <= 2.5 else 0), "tick", "middle")
+        )
+    for i, label in enumerate(labels):
+        y0 = top + i * group_h
+        parts.append(_text(left - 6, y0 + (bar_h * k) / 2 + 4, label, "label", "end"))
+        for j, (name, values) in enumerate(series):
+            value = values[i]
+            y = y0 + j * bar_h
+            if value is None or charts.is_missing(value):
+                parts.append(_text(left + 4, y + bar_h - 2, "n/a", "na"))
+                continue
+            x_end = scale(value)
+            parts.append(
+                f'<rect class="bar s{j % 8}" x="{left}" y="{y + 1}" '
+                f'width="{max(0.0, x_end - left):.1f}" height="{bar_h - 2}">'
+                f"<title>{escape(label)}, {escape(name)}: {charts.fmt(value, digits)}</title>"
+                "</rect>"
+            )
+            parts.append(_text(x_end + 4, y + bar_h - 2, charts.fmt(value, digits), "value"))
+    parts.append("</svg>")
+    return "".join(parts)
 
 
 @router.get("/compare", response_class=HTMLResponse)
@@ -74,7 +149,7 @@ def compare_page(
             context["names"] = dict(
                 zip([e.evaluation_id for e in comparison.evaluations], names, strict=True)
             )
-            context["chart"] = charts.grouped_bars(
+            context["chart"] = grouped_bars(
                 [s.subject for s in comparison.subjects],
                 [
                     (name, [s.values[i] for s in comparison.subjects])
