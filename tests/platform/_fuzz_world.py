@@ -84,6 +84,8 @@ class Pools:
     # Path parameters that must agree (a run of that evaluation): whole tuples to draw.
     joint: dict[tuple[str, ...], list[tuple[Any, ...]]] = field(default_factory=dict)
     missing: dict[str, Any] = field(default_factory=dict)
+    # Every seeded object with an owner, private or not: parameter name -> value -> owner.
+    owner_of: dict[str, dict[Any, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -259,6 +261,14 @@ class World:
             and status < 300
         ):
             fail("write_scope", f"a write without the write scope got {status}")
+        if case.method in UNSAFE and status < 300:
+            for container in _containers(case).values():
+                for key, value in (container or {}).items():
+                    if not isinstance(value, int | str):
+                        continue  # a generated list or object names no seeded object
+                    owner = self.pools.owner_of.get(key, {}).get(value)
+                    if owner is not None and owner != user_id:
+                        fail("foreign_write", f"{key}={value} of user {owner}: {status}")
         others = [p for p in self.steered(case).private if p[3] != user_id]
         if others:
             self._oracle(case, headers, response, others, fail)
@@ -482,6 +492,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
     counter = iter(range(1, 1000))
     held_values: dict[str, set[float]] = {}
     runs: list[tuple[int, int, Owner]] = []  # (evaluation, run, owner when private)
+    run_owner: dict[int, int] = {}
 
     def held_evaluation(av: Any, owner: User, *, private_to_owner: bool, **kw: Any) -> Any:
         ev = f.evaluation(session, av, held_dv, **kw)
@@ -525,6 +536,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 wall_time_s=values["wall_time_s"],
             )
             runs.append((ev.id, run.id, owner.id if private_to_owner else None))
+            run_owner[run.id] = owner.id
             total_wall_time_s += values["wall_time_s"]
             # Per-subject figures: one recording per subject, so its counts are the run's.
             figure = 0.1234567 + i / 1e6
@@ -556,6 +568,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
     facts.private_evaluations[smoke.id] = victim.id
     smoke_run = f.run(session, smoke, sample_dv.recordings[0], exit_code=0)
     runs.append((smoke.id, smoke_run.id, victim.id))
+    run_owner[smoke_run.id] = victim.id
     session.flush()
 
     facts.held_values = held_values
@@ -654,6 +667,24 @@ def _seed(conn: Connection, tmp: Path) -> World:
         },
     )
     pools.by_name["algorithm_version_id"] = pools.by_name["version_id"]
+    versions = {v.id: v.algorithm.owner_id for v in (vp1, vp2, vpub, vhid, rp1)}
+    pools.owner_of = {
+        "algorithm_id": {a.id: a.owner_id for a in (victim_private, victim_public, mine)},
+        "version_id": versions,
+        "algorithm_version_id": versions,
+        "evaluation_id": {
+            **{ev.id: victim.id for ev in (e1, e2, e3, smoke)},
+            er.id: researcher.id,
+        },
+        "run_id": run_owner,
+        "token_id": {
+            victim_token.id: victim.id,
+            read_token.id: researcher.id,
+            cookie_token.id: researcher.id,
+            admin_token.id: admin.id,
+        },
+        "upload_id": {victim_upload.id: victim.id, my_upload.id: researcher.id},
+    }
 
     cookie = StarletteResponse()
     set_session_cookie(cookie, cookie_secret)
