@@ -430,3 +430,20 @@ def test_fast_decimation_equals_resample_poly(up: int, down: int, n: int) -> Non
     got = resample(x, up, down)
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+
+
+def test_eeg_modules_share_only_public_names() -> None:
+    """One idea per module: what one module takes from another is public there."""
+    import ast
+
+    import szbench_worker.eeg
+
+    package = Path(szbench_worker.eeg.__file__).parent
+    found = []
+    for path in sorted(package.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("szbench_"):
+                found += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert not found, found
+    assert len(list(package.glob("*.py"))) >= 8
