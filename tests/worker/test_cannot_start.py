@@ -30,7 +30,6 @@ from szbench.models import (
     RunOutcome,
     VersionStatus,
 )
-from szbench_worker import docker_runner
 from szbench_worker.docker_runner import (
     CANNOT_START_MESSAGES,
     LABEL_OWNER,
@@ -38,6 +37,7 @@ from szbench_worker.docker_runner import (
     cannot_start_cause,
     config_refusal,
 )
+from szbench_worker.docker_runner import run as docker_run
 from szbench_worker.runner import Limits, Outcome, RunnerError
 
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world
@@ -211,7 +211,7 @@ def test_a_taken_container_name_is_an_infrastructure_fault(
         test_images["good"], name=name, labels={LABEL_OWNER: runner.owner}, network_mode="none"
     )
     try:
-        monkeypatch.setattr(docker_runner, "container_name", lambda run_dir: name)
+        monkeypatch.setattr(docker_run, "container_name", lambda run_dir: name)
         with pytest.raises(RunnerError, match="creating the container failed"):
             runner.run(
                 image=test_images["good"],
@@ -238,7 +238,7 @@ def test_a_bind_source_gone_is_an_infrastructure_fault(
         shutil.rmtree(data_dir)
         return data_dir / recording.name
 
-    monkeypatch.setattr(docker_runner, "_stage_recording", vanish)
+    monkeypatch.setattr(docker_run, "stage_recording", vanish)
     with pytest.raises(RunnerError):
         runner.run(
             image=test_images["good"],

@@ -572,9 +572,9 @@ def test_a_volume_that_slips_through_goes_with_its_container(
 ) -> None:
     """Should an image's VOLUME ever get past the tmpfs mounts, the engine makes an anonymous
     volume for it, and the container's removal takes that volume too."""
-    from szbench_worker import docker_runner
+    from szbench_worker.docker_runner import run as docker_run
 
-    monkeypatch.setattr(docker_runner, "scratch_paths", lambda _: ())
+    monkeypatch.setattr(docker_run, "scratch_paths", lambda _: ())
     before = volume_names(docker_client)
     result = runner.run(
         image=test_images["volumes"], recording=recording, output_dir=tmp_path, limits=LIMITS

@@ -13,15 +13,15 @@ import pytest
 from szbench.config import Settings
 from szbench_worker.docker_runner import (
     VolumeRefused,
-    _numeric_uid,
-    _output_ok,
-    _owner_alive,
     container_config,
     device_requests,
     output_usage,
     owner_token,
     scratch_paths,
 )
+from szbench_worker.docker_runner.output import output_ok
+from szbench_worker.docker_runner.ownership import owner_alive
+from szbench_worker.docker_runner.staging import numeric_uid
 from szbench_worker.local_runner import LocalProcessRunner
 from szbench_worker.runner import (
     MAX_SUBMITTER_DETAIL,
@@ -257,12 +257,12 @@ def test_gpu_device_request_is_exactly_the_assigned_devices() -> None:
 
 
 def test_numeric_uid_for_output_ownership() -> None:
-    assert _numeric_uid(None) == (0, 0)
-    assert _numeric_uid("") == (0, 0)
-    assert _numeric_uid("1000") == (1000, None)
-    assert _numeric_uid("1000:2000") == (1000, 2000)
-    assert _numeric_uid("app") is None
-    assert _numeric_uid("1000:staff") is None
+    assert numeric_uid(None) == (0, 0)
+    assert numeric_uid("") == (0, 0)
+    assert numeric_uid("1000") == (1000, None)
+    assert numeric_uid("1000:2000") == (1000, 2000)
+    assert numeric_uid("app") is None
+    assert numeric_uid("1000:staff") is None
 
 
 def test_output_size_counts_an_unlistable_folder_as_a_violation(
@@ -275,9 +275,9 @@ def test_output_size_counts_an_unlistable_folder_as_a_violation(
     (out / "rec_events.tsv").write_bytes(b"y" * 100)
     assert output_usage(out) is not None
     # Allocated blocks count: a 5000-byte file and two folders are more than 10 kB here.
-    assert _output_ok(out, Limits(output_bytes=100_000))
-    assert not _output_ok(out, Limits(output_bytes=1_000))
-    assert not _output_ok(out, Limits(output_bytes=100_000, output_files=2))
+    assert output_ok(out, Limits(output_bytes=100_000))
+    assert not output_ok(out, Limits(output_bytes=1_000))
+    assert not output_ok(out, Limits(output_bytes=100_000, output_files=2))
 
     # Root lists any folder, so the test plays the unprivileged worker: listing "private"
     # fails as it would for a 0700 folder of another uid.
@@ -290,16 +290,16 @@ def test_output_size_counts_an_unlistable_folder_as_a_violation(
 
     monkeypatch.setattr(os, "scandir", scandir)
     assert output_usage(out) is None
-    assert not _output_ok(out, Limits(output_bytes=100_000))
+    assert not output_ok(out, Limits(output_bytes=100_000))
 
 
 def test_owner_token_names_a_live_process_only() -> None:
     token = owner_token()
-    assert _owner_alive(token)
+    assert owner_alive(token)
     pid, _, ticks = token.partition(".")
-    assert not _owner_alive(f"{pid}.{int(ticks) + 1}")  # same pid, another process (reuse)
-    assert not _owner_alive("999999999.1")
-    assert not _owner_alive("garbage")
+    assert not owner_alive(f"{pid}.{int(ticks) + 1}")  # same pid, another process (reuse)
+    assert not owner_alive("999999999.1")
+    assert not owner_alive("garbage")
 
 
 # --- contract helpers and output validation ----------------------------------------------

@@ -127,12 +127,13 @@ def _sweep_dead_owners(settings: Settings) -> int:
     if settings.runner_backend == "local":
         return 0
     try:
-        from szbench_worker import docker_runner
+        from szbench_worker.docker_runner.client import engine_available
+        from szbench_worker.docker_runner.sweep import cleanup_orphans
 
-        if not docker_runner.engine_available():
+        if not engine_available():
             return 0
         work = settings.runner_work_dir or Path(settings.data_dir) / "runs"
-        return docker_runner.cleanup_orphans(work_dir=work)
+        return cleanup_orphans(work_dir=work)
     except Exception:
         log.exception("orphan cleanup failed")
         return 0

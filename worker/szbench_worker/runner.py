@@ -481,10 +481,11 @@ def make_runner(settings: Settings) -> Runner:
     if backend not in ("auto", "docker", "local"):
         raise ValueError(f"SZBENCH_RUNNER_BACKEND must be auto, docker or local, not {backend!r}")
     if backend != "local":
-        from szbench_worker import docker_runner
+        from szbench_worker.docker_runner.client import engine_available
+        from szbench_worker.docker_runner.run import DockerRunner
 
-        if backend == "docker" or docker_runner.engine_available():
-            return docker_runner.DockerRunner.from_settings(settings)
+        if backend == "docker" or engine_available():
+            return DockerRunner.from_settings(settings)
     from szbench_worker.local_runner import LocalProcessRunner
 
     return LocalProcessRunner(settings.runner_local_command)

@@ -1,0 +1,138 @@
+"""Images on the engine: loading a ``docker save`` tarball, pulling by digest, inspecting,
+building (tests and examples)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound
+
+from szbench.algorithms.image_check import ArchiveLimits, check_image_archive
+from szbench.errors import SzbenchError
+from szbench_worker.docker_runner.client import connect
+from szbench_worker.runner import (
+    ImageError,
+    ImageRefused,
+    RunnerError,
+)
+
+log = logging.getLogger(__name__)
+
+_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+
+
+# --- images ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """A loaded image. ``digest`` is the image id (``sha256:`` of its config), the same on
+    every engine whether it was loaded from a tarball or pulled; ``repo_digests`` are the
+    registry manifest digests, when it came from a registry."""
+
+    digest: str
+    tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+
+
+def _info(image: Any) -> ImageInfo:
+    return ImageInfo(
+        digest=image.id,
+        tags=tuple(image.tags),
+        repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
+    )
+
+
+def load_image_tarball(
+    path: Path, client: docker.DockerClient | None = None, *, limits: ArchiveLimits | None = None
+) -> ImageInfo:
+    """Load a ``docker save`` tarball (``.tar``, ``.tar.gz``; streamed from disk).
+
+    With ``limits``, the archive is read and counted first and nothing reaches the engine
+    when it is over one (the engine would expand it all to disk before anyone could look).
+
+    Raises
+    ------
+    ImageRefused
+        If the archive is over one of ``limits`` or malformed (the submitter's fault).
+    ImageError
+        If the file is not an image archive or holds other than exactly one image. The
+        message names the file by its base name only.
+    """
+    client = client or connect()
+    if not path.is_file():
+        raise ImageError(f"{path.name}: no such image tarball")
+    if limits is not None:
+        try:
+            # Root or not is the platform's decision at upload, not a loading matter.
+            check_image_archive(path, allow_root=True, limits=limits)
+        except SzbenchError as exc:
+            raise ImageRefused(f"{path.name}: {exc.detail}") from exc
+    try:
+        with open(path, "rb") as f:
+            # A file object makes requests stream the body: a multi-GB image never sits in RAM.
+            images = client.images.load(f)
+    except (APIError, DockerException) as exc:
+        log.warning("loading %s failed: %s", path, exc)
+        raise ImageError(
+            f"{path.name}: not a loadable image archive (expected `docker save` output, "
+            ".tar or .tar.gz)"
+        ) from exc
+    unique = {img.id: img for img in images}
+    if len(unique) != 1:
+        raise ImageError(f"{path.name}: holds {len(unique)} images; upload exactly one")
+    return _info(next(iter(unique.values())))
+
+
+def pull_image(reference: str, client: docker.DockerClient | None = None) -> ImageInfo:
+    """Pull ``repo@sha256:...`` (a digest reference only: tags can change under a result).
+
+    Raises
+    ------
+    ImageError
+        If the reference is not pinned by digest, or the pull fails.
+    """
+    if not _DIGEST_REF.match(reference):
+        raise ImageError(f"{reference!r}: pull images by digest (name@sha256:<64 hex>)")
+    client = client or connect()
+    try:
+        image = client.images.pull(reference)
+    except (APIError, DockerException) as exc:
+        log.warning("pulling %s failed: %s", reference, exc)
+        raise ImageError(
+            f"{reference}: the pull failed ({getattr(exc, 'explanation', '') or exc})"
+        ) from exc
+    info = _info(image)
+    wanted = reference.rsplit("@", 1)[1]
+    if not any(d.endswith("@" + wanted) for d in info.repo_digests):
+        raise ImageError(f"{reference}: the registry served another manifest")
+    return info
+
+
+def inspect_image(reference: str, client: docker.DockerClient | None = None) -> ImageInfo:
+    """The image already on this engine under ``reference`` (tag, id or digest reference)."""
+    client = client or connect()
+    try:
+        return _info(client.images.get(reference))
+    except ImageNotFound:
+        raise ImageError(f"{reference}: image not present on this worker") from None
+    except (APIError, requests.RequestException) as exc:
+        raise RunnerError(f"inspecting {reference} failed: {exc}") from exc
+
+
+def build_image(
+    context_dir: Path, tag: str, client: docker.DockerClient | None = None
+) -> ImageInfo:
+    """Build ``context_dir``'s Dockerfile offline (no pull: its base must be local)."""
+    client = client or connect()
+    try:
+        image, _ = client.images.build(path=str(context_dir), tag=tag, rm=True, pull=False)
+    except (APIError, DockerException) as exc:
+        raise ImageError(f"building {context_dir.name} failed: {exc}") from exc
+    return _info(image)

@@ -1,0 +1,161 @@
+"""The container's configuration: the whole sandbox as arguments to ``containers.create``,
+and where it mounts scratch space for the image's ``VOLUME`` paths. Pure; unit-tested."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
+
+from szbench_worker.runner import (
+    CONTAINER_DATA_DIR,
+    CONTAINER_OUTPUT_DIR,
+    Limits,
+)
+
+# --- building the container's configuration (pure; unit-tested) --------------------------
+
+
+def device_requests(gpus: tuple[str, ...]) -> list[DeviceRequest]:
+    """Exactly the worker's assigned GPUs (``--gpus device=ID,...``); none for a CPU run."""
+    if not gpus:
+        return []
+    return [DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+
+
+#: Paths the kernel and the engine mount in every container: no image volume may go there.
+_RUNTIME_PATHS = ("/proc", "/sys", "/dev", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
+TMP_DIR = "/tmp"  # noqa: S108 (the container's /tmp)
+
+
+class VolumeRefused(ValueError):
+    """An image ``VOLUME`` the sandbox cannot mount. The message is submitter-safe."""
+
+
+def is_inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + "/")
+
+
+def _refusal(path: str) -> str | None:
+    """Why a cleaned absolute ``VOLUME`` path cannot be mounted; ``None`` when it can."""
+    if path == "/":
+        return "the root of the file system"
+    if path != CONTAINER_DATA_DIR and is_inside(path, CONTAINER_DATA_DIR):
+        return f"inside {CONTAINER_DATA_DIR}, where the platform mounts the recording read-only"
+    if path != CONTAINER_OUTPUT_DIR and is_inside(path, CONTAINER_OUTPUT_DIR):
+        return f"inside {CONTAINER_OUTPUT_DIR}, where the platform collects the output"
+    if any(is_inside(path, top) for top in _RUNTIME_PATHS):
+        return "where the container runtime mounts its own files"
+    return None
+
+
+def scratch_paths(declared: Iterable[str]) -> tuple[str, ...]:
+    """Where the sandbox mounts a scratch tmpfs for an image's ``VOLUME`` paths.
+
+    ``declared`` is the image's ``Config.Volumes``. The engine gives every such path that has
+    no mount of its own a writable anonymous volume on the host's disk, outside every size
+    limit and left behind unless the container is removed with it; a tmpfs at the path (as
+    bounded as ``/tmp``) is such a mount. Paths are cleaned as the engine cleans them
+    (``/scratch/`` is ``/scratch``). ``/data``, ``/output`` and ``/tmp`` themselves need
+    nothing: the platform mounts them already.
+
+    Raises
+    ------
+    VolumeRefused
+        For a path the contract or the runtime owns (inside ``/data`` or ``/output``, under
+        ``/proc``, ``/sys`` or ``/dev``, ``/``, Docker's ``/etc/hosts`` files) and for a
+        relative one (the engine refuses a relative mount point).
+
+    Examples
+    --------
+    >>> scratch_paths(["/scratch/", "/data", "/tmp", "/home/app/.cache"])
+    ('/home/app/.cache', '/scratch')
+    >>> scratch_paths(["/data/cache"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    szbench_worker.docker_runner.sandbox.VolumeRefused: The image declares VOLUME '/data/cache', ...
+    """
+    paths: set[str] = set()
+    for raw in declared:
+        if raw.startswith("/"):
+            # The engine's filepath.Clean: a leading "//" is "/" there, unlike in posixpath.
+            path = "/" + posixpath.normpath(raw).lstrip("/")
+            reason = _refusal(path)
+        else:
+            path, reason = raw, "which is not an absolute path"
+        if reason is not None:
+            shown = repr(raw if len(raw) <= 100 else raw[:97] + "...")
+            raise VolumeRefused(
+                f"The image declares VOLUME {shown}, {reason}. Remove it from the image."
+            )
+        if path not in (CONTAINER_DATA_DIR, CONTAINER_OUTPUT_DIR, TMP_DIR):
+            paths.add(path)
+    return tuple(sorted(paths))
+
+
+def container_config(
+    *,
+    image_id: str,
+    data_dir: Path,
+    output_dir: Path,
+    input_name: str,
+    output_name: str,
+    limits: Limits,
+    gpus: tuple[str, ...] = (),
+    labels: dict[str, str] | None = None,
+    name: str | None = None,
+    scratch: tuple[str, ...] = (),
+    scratch_owner: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments for ``client.containers.create``: the whole sandbox in one place.
+
+    ``scratch``: the image's ``VOLUME`` paths (:func:`scratch_paths`), each a tmpfs like
+    ``/tmp``, owned by ``scratch_owner`` (the container's ``uid, gid``) when it is known.
+    """
+    # Each tmpfs is capped on its own, and all of them count against the memory limit (the
+    # kernel charges tmpfs pages to the container that writes them): however many volumes an
+    # image declares, it gets no more of the host than its memory limit.
+    tmpfs = f"rw,nosuid,nodev,size={limits.tmpfs_bytes},mode=1777"
+    # runc gives a tmpfs the mode of the folder it covers in the image, and root as owner: a
+    # folder the image made for its own user would otherwise become unwritable to it.
+    owned = tmpfs
+    if scratch_owner is not None:
+        owned += f",uid={scratch_owner[0]},gid={scratch_owner[1]}"
+    return {
+        "image": image_id,
+        "name": name,
+        "environment": {"INPUT": input_name, "OUTPUT": output_name},
+        "mounts": [
+            Mount(target=CONTAINER_DATA_DIR, source=str(data_dir), type="bind", read_only=True),
+            Mount(
+                target=CONTAINER_OUTPUT_DIR, source=str(output_dir), type="bind", read_only=False
+            ),
+        ],
+        "network_mode": "bridge" if limits.network else "none",
+        "read_only": True,
+        "tmpfs": {TMP_DIR: tmpfs, **dict.fromkeys(scratch, owned)},
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": limits.pids,
+        "mem_limit": limits.memory_bytes,
+        # Equal to mem_limit: no swap, so the limit is real and an OOM kill is visible.
+        "memswap_limit": limits.memory_bytes,
+        "nano_cpus": int(limits.cpus * 1e9),
+        "user": limits.user or "",
+        "ulimits": [
+            Ulimit(name="core", soft=0, hard=0),
+            Ulimit(name="nofile", soft=4096, hard=4096),
+        ],
+        "log_config": LogConfig(
+            type=LogConfig.types.JSON,
+            # One file capped at log_bytes: docker itself bounds what a chatty container
+            # costs on disk; we keep the tail, where the error usually is.
+            config={"max-size": str(limits.log_bytes), "max-file": "1", "compress": "false"},
+        ),
+        "device_requests": device_requests(gpus),
+        "labels": labels or {},
+        "detach": True,
+    }

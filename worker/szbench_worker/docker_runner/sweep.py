@@ -1,0 +1,108 @@
+"""The orphan sweep: containers and staging directories of worker processes that are gone."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import docker
+from docker.errors import APIError, NotFound
+
+from szbench_worker.docker_runner.client import connect, userns_base
+from szbench_worker.docker_runner.mounts import umount
+from szbench_worker.docker_runner.ownership import (
+    LABEL_HOST,
+    LABEL_OWNER,
+    LABEL_RUNNER,
+    container_name,
+    host_tag,
+    owner_alive,
+    owner_token,
+)
+from szbench_worker.docker_runner.staging import purge_output
+from szbench_worker.runner import (
+    worker_host,
+)
+
+log = logging.getLogger(__name__)
+
+# --- orphans of a killed worker ----------------------------------------------------------
+
+
+def cleanup_orphans(
+    client: docker.DockerClient | None = None,
+    *,
+    work_dir: Path | None = None,
+    host: str | None = None,
+    everything: bool = False,
+    owner: str | None = None,
+    helper_image: str | None = None,
+) -> int:
+    """Remove run containers (and staging dirs) whose worker process is gone.
+
+    Call it when a worker starts. Only containers labelled for this ``host`` are considered;
+    with ``everything`` the live ones go too (for an operator's cleanup); with ``owner`` (an
+    :func:`owner_token`) exactly that process's, alive or not (a worker's own leftovers,
+    :meth:`DockerRunner.remove_leftovers`). What this process may not delete in a staging
+    directory is purged with ``helper_image`` (:func:`purge_output`; default
+    ``SZBENCH_RUNNER_HELPER_IMAGE``, none when that is empty). Returns the number of
+    containers removed.
+    """
+    client = client or connect()
+    host = host or worker_host()
+    removed = 0
+    if helper_image is None:
+        from szbench.config import get_settings
+
+        helper_image = get_settings().runner_helper_image
+    helper = helper_image or None
+
+    def ours(token: str) -> bool:
+        if owner is not None:
+            return token == owner
+        return everything or not owner_alive(token)
+
+    # ignore_removed: a live worker may remove its container between the listing and the
+    # inspection the SDK does for each one.
+    listed = client.containers.list(
+        all=True, filters={"label": f"{LABEL_HOST}={host}"}, ignore_removed=True
+    )
+    for container in listed:
+        labels = container.labels or {}
+        if LABEL_RUNNER not in labels:
+            continue
+        if ours(labels.get(LABEL_OWNER, "")):
+            try:
+                container.remove(force=True, v=True)  # and its anonymous volumes
+                removed += 1
+            except NotFound:
+                pass
+            except APIError as exc:
+                log.warning("could not remove the run container %s: %s", container.name, exc)
+    if work_dir is not None and Path(work_dir).is_dir():
+        for entry in Path(work_dir).iterdir():
+            # Workers on other hosts (or in other containers) may share this directory: only
+            # this host's staging directories are ours to judge.
+            m = re.fullmatch(r"run-(.+)-(\d+\.\d+)-[a-z0-9_]+", entry.name)
+            if not (m and m.group(1) == host_tag(host) and entry.is_dir()):
+                continue
+            if ours(m.group(2)):
+                with contextlib.suppress(OSError):
+                    umount(entry / "output")
+                shutil.rmtree(entry, ignore_errors=True)
+                if entry.exists() and helper and (entry / "output").is_dir():
+                    purge_output(
+                        client,
+                        entry / "output",
+                        image=helper,
+                        userns=userns_base(client),
+                        name=container_name(entry),
+                        labels={LABEL_RUNNER: "1", LABEL_HOST: host, LABEL_OWNER: owner_token()},
+                    )
+                    shutil.rmtree(entry, ignore_errors=True)
+    if removed:
+        log.warning("removed %d orphaned run container(s)", removed)
+    return removed
