@@ -194,3 +194,59 @@ def test_a_later_submit_resumes_an_interrupted_upload(world: World) -> None:
     _one_version_with_the_same_bytes(w)
     # The resumed session was the only one: nothing of a second upload is left behind.
     assert list(w.sessions.glob("*.part")) == []
+
+
+def test_a_lost_answer_to_the_version_post_never_creates_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from szbench.cli import algorithm as algorithm_cli
+
+    versions: list[dict[str, Any]] = []
+
+    def api(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/api/v1/algorithms" and request.method == "GET":
+            return httpx.Response(200, json={"items": [{"id": 7, "name": "a"}]})
+        if path == "/api/v1/algorithms/7/versions" and request.method == "POST":
+            versions.append({"id": 1, "version": "1", "status": "pending"})
+            # Created, then the connection dropped before the answer.
+            raise httpx.ReadError("server closed the connection", request=request)
+        if path == "/api/v1/algorithms/7/versions" and request.method == "GET":
+            return httpx.Response(200, json={"items": versions})
+        return httpx.Response(404, json={"error": "NotFound", "detail": path})
+
+    real_client = httpx.Client
+    monkeypatch.setattr(
+        httpx, "Client", lambda **kw: real_client(transport=httpx.MockTransport(api), **kw)
+    )
+    out = algorithm_cli._submit_remote(
+        "http://api.invalid", "t", "a", {"version": "1", "image_reference": "x"}, None, {},
+        algorithm_cli.Retry(retries=3, wait_max_s=0),
+    )  # fmt: skip
+    assert out["id"] == 1
+    assert len(versions) == 1
+
+
+def test_the_retries_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+
+    calls: list[str] = []
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        raise httpx.ConnectError("connection refused", request=request)
+
+    real_client = httpx.Client
+    monkeypatch.setattr(
+        httpx, "Client", lambda **kw: real_client(transport=httpx.MockTransport(refused), **kw)
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            "algorithm", "submit", "a", "-v", "1", "--reference", "x@sha256:" + "1" * 64,
+            "--server", "http://api.invalid", "--token", "t", "--retries", "3",
+            "--retry-wait-max", "0",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert len(calls) == 4  # the first attempt and three retries
+    assert "run the same command again to resume" in result.output
