@@ -109,7 +109,7 @@ class Steered:
 
 
 class CheckFailed(AssertionError):
-    pass
+    """A check failed on one answer; the message holds the request to repeat it."""
 
 
 @dataclass
@@ -131,9 +131,7 @@ class World:
         path_params = case.path_parameters if case.path_parameters is not None else {}
         joint_drawn: set[str] = set()
         for names, tuples in self.pools.joint.items():
-            if all(n in path_params for n in names) and not _has_other_path_params(
-                path_params, names
-            ):
+            if set(path_params) == set(names):
                 choice = draw(st.sampled_from([*tuples, None]))
                 if choice is not None:
                     path_params.update(zip(names, choice, strict=True))
@@ -162,10 +160,10 @@ class World:
         if key == "slug" or (key == "phase" and where != "path"):
             family = "phase" if path.startswith("/api/v1/phases") or key == "phase" else "dataset"
             return self.pools.by_name[f"{family}_slug"]
-        if key in ("dataset",):
+        if key == "dataset":
             return self.pools.by_name["dataset_slug"]
-        if key in ("version", "dataset_version") and (
-            path.startswith("/api/v1/datasets") or path.startswith("/api/v1/leaderboards")
+        if key == "dataset_version" or (
+            key == "version" and path.startswith(("/api/v1/datasets", "/api/v1/leaderboards"))
         ):
             return self.pools.by_name["dataset_version"]
         return self.pools.by_name.get(key, [])
@@ -301,6 +299,7 @@ class World:
     # -- what must not reach a caller -----------------------------------------------------
 
     def leaks(self, user_id: int | None, response: Response) -> list[str]:
+        """What ``response`` tells user ``user_id`` (None: anonymous) that it must not."""
         facts = self.facts
         body = response.content or b""
         found = [f"held-out fact {m!r}" for m in facts.held_out_markers if m in body]
@@ -342,10 +341,6 @@ def _containers(case: Any) -> dict[str, dict[str, Any] | None]:
         "query": case.query,
         "body": case.body if isinstance(case.body, dict) else None,
     }
-
-
-def _has_other_path_params(path_params: dict[str, Any], names: tuple[str, ...]) -> bool:
-    return bool(set(path_params) - set(names) - {"slug", "version", "key"})
 
 
 def _answer(response: Response) -> tuple[int, str]:
