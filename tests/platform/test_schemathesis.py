@@ -26,14 +26,17 @@ lands).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from schemathesis.core.transport import Response
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
@@ -44,6 +47,8 @@ from sqlalchemy.engine import Engine
 
 from szbench.app import create_app
 from tests.platform._fuzz_world import CALLERS, World, open_world
+
+JSON, CSV = "application/json", "text/csv"
 
 # Each example is sent five times (once per caller), plus replays for the oracle and
 # CSRF checks: 10 examples keep the module within one to three minutes on two shared cores.
@@ -183,3 +188,42 @@ def test_known_leak(leak: KnownLeak, world: World) -> None:
         )
 
     fuzz()
+
+
+def _answer(body: bytes, media_type: str) -> Response:
+    request = requests.Request("GET", "http://testserver/api/v1/x").prepare()
+    return Response(200, {"content-type": [media_type]}, body, request, 0.0, True)
+
+
+def test_the_checks_see_each_kind_of_leak(world: World) -> None:
+    """The leak checks can fail: each kind of fact, planted in an answer, is reported to
+    whoever may not see it, and only to them."""
+    facts = world.facts
+    researcher, admin = world.users["researcher"], world.users["admin"]
+    victim = next(u for u in facts.private_markers if u not in (researcher, admin))
+    exit_code = int(min(facts.held_values["exit_code"]))
+    ref_true = int(min(facts.held_values["event_ref_true"]))
+    evaluation = next(e for e, owner in facts.private_evaluations.items() if owner == victim)
+    planted = {
+        "held-out marker": _answer(b"x" + facts.held_out_markers[0] + b"x", "text/plain"),
+        "exit code": _answer(json.dumps({"items": [{"exit_code": exit_code}]}).encode(), JSON),
+        "reference count (CSV)": _answer(f"id,event_ref_true\n1,{ref_true}\n".encode(), CSV),
+        "per-subject figure": _answer(
+            json.dumps({"event_f1": min(facts.held_floats)}).encode(), JSON
+        ),
+    }
+    for kind, response in planted.items():
+        assert world.leaks(researcher, response), kind
+        assert world.leaks(victim, response), f"{kind}: held-out facts reach no owner either"
+    private = {
+        "name": _answer(facts.private_markers[victim][0], "text/plain"),
+        "evaluation": _answer(json.dumps({"evaluation_id": evaluation}).encode(), JSON),
+        "unpublished figure": _answer(
+            json.dumps({"event_f1": min(facts.private_floats[victim])}).encode(), JSON
+        ),
+    }
+    for kind, response in private.items():
+        assert world.leaks(researcher, response), kind
+        assert world.leaks(None, response), kind
+        assert not world.leaks(victim, response), f"{kind}: its owner may see it"
+    assert not world.leaks(None, _answer(b'{"items": [], "total": 0}', JSON))
