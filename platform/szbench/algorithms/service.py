@@ -30,6 +30,7 @@ from szbench.models import (
     User,
     Visibility,
 )
+from szbench.phases import service as phases
 from szbench.quotas import service as quotas
 from szbench.uploads import service as uploads
 from szbench.uploads.service import UploadSession
@@ -175,8 +176,9 @@ def _phase(session: Session, slug: str | None) -> Phase | None:
     phase = session.scalar(select(Phase).where(Phase.slug == slug))
     if phase is None:
         raise NotFound(f"phase: no phase called {slug!r}")
-    if not phase.is_open:
-        raise Conflict(f"phase: {slug!r} is closed for submissions")
+    refused = phases.refusal(phase)
+    if refused is not None:
+        raise Conflict(refused)
     return phase
 
 

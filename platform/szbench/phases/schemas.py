@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from szbench.models import Disclosure
 
+_OPENS = "Submissions are accepted from then on (ISO 8601; without an offset: UTC)."
+_CLOSES = "The deadline: submissions are refused from then on (ISO 8601; without an offset: UTC)."
 _DISCLOSURE = (
     "Overrides the datasets' disclosure for evaluations of this phase's versions (e.g. "
     "recording once the phase is over); null: each dataset's own level."
@@ -23,6 +25,8 @@ class PhaseCreate(BaseModel):
     submission_quota: int | None = Field(default=None, ge=0, le=10**6)
     is_open: bool = True
     disclosure: Disclosure | None = Field(default=None, description=_DISCLOSURE)
+    opens_at: datetime | None = Field(default=None, description=_OPENS)
+    closes_at: datetime | None = Field(default=None, description=_CLOSES)
 
 
 class PhaseUpdate(BaseModel):
@@ -32,6 +36,12 @@ class PhaseUpdate(BaseModel):
     is_open: bool | None = None
     disclosure: Disclosure | None = Field(
         default=None, description=_DISCLOSURE + " Send null explicitly to remove the override."
+    )
+    opens_at: datetime | None = Field(
+        default=None, description=_OPENS + " Send null explicitly to remove it."
+    )
+    closes_at: datetime | None = Field(
+        default=None, description=_CLOSES + " Send null explicitly to remove it."
     )
 
 
@@ -45,6 +55,11 @@ class PhaseOut(BaseModel):
     submission_quota: int | None
     is_open: bool
     disclosure: Disclosure | None
+    opens_at: datetime | None
+    closes_at: datetime | None
+    accepting: bool = Field(
+        description="Takes submissions now: open, and now within [opens_at, closes_at)."
+    )
     created_at: datetime
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from szbench.errors import Conflict, NotFound
+from szbench.errors import BadRequest, Conflict, NotFound
 from szbench.models import AlgorithmVersion, Evaluation, Phase
 
 
@@ -22,19 +25,70 @@ def get_phase(session: Session, slug: str) -> Phase:
     return phase
 
 
-def create_phase(session: Session, *, slug: str, **fields: object) -> Phase:
+def _aware(moment: datetime | None) -> datetime | None:
+    # SQLite hands back naive datetimes; every stored moment is UTC.
+    return moment.replace(tzinfo=UTC) if moment and moment.tzinfo is None else moment
+
+
+def _check_dates(opens_at: datetime | None, closes_at: datetime | None) -> None:
+    opens, closes = _aware(opens_at), _aware(closes_at)
+    if opens is not None and closes is not None and closes <= opens:
+        raise BadRequest(
+            f"closes_at: {closes:%Y-%m-%d %H:%M} UTC is not after opens_at "
+            f"{opens:%Y-%m-%d %H:%M} UTC"
+        )
+
+
+def refusal(phase: Phase, now: datetime | None = None) -> str | None:
+    """Why ``phase`` takes no submission at ``now`` (closed, not open yet, past its
+    deadline), or None when it takes them."""
+    now = now or datetime.now(UTC)
+    opens, closes = _aware(phase.opens_at), _aware(phase.closes_at)
+    if not phase.is_open:
+        return f"phase: {phase.slug!r} is closed for submissions"
+    if opens is not None and now < opens:
+        return f"phase: {phase.slug!r} opens for submissions at {opens:%Y-%m-%d %H:%M} UTC"
+    if closes is not None and now >= closes:
+        return f"phase: {phase.slug!r} closed for submissions at {closes:%Y-%m-%d %H:%M} UTC"
+    return None
+
+
+def accepting(session: Session, now: datetime | None = None) -> list[Phase]:
+    """Phases that take submissions at ``now``, oldest first."""
+    rows = session.scalars(select(Phase).where(Phase.is_open.is_(True)).order_by(Phase.id))
+    return [p for p in rows if refusal(p, now) is None]
+
+
+def create_phase(
+    session: Session,
+    *,
+    slug: str,
+    opens_at: datetime | None = None,
+    closes_at: datetime | None = None,
+    **fields: object,
+) -> Phase:
     if session.scalar(select(Phase.id).where(Phase.slug == slug)) is not None:
         raise Conflict(f"slug: phase {slug!r} already exists")
-    phase = Phase(slug=slug, **fields)
+    opens_at, closes_at = _aware(opens_at), _aware(closes_at)
+    _check_dates(opens_at, closes_at)
+    phase = Phase(slug=slug, opens_at=opens_at, closes_at=closes_at, **fields)
     session.add(phase)
     session.flush()
     return phase
 
 
-def update_phase(session: Session, phase: Phase, **changes: object) -> Phase:
+#: Fields where None is a value (removes the override or the date), not "unchanged".
+NULLABLE = ("disclosure", "opens_at", "closes_at")
+
+
+def update_phase(session: Session, phase: Phase, **changes: Any) -> Phase:
+    for key in ("opens_at", "closes_at"):
+        if key in changes:
+            changes[key] = _aware(changes[key])
+    _check_dates(changes.get("opens_at", phase.opens_at), changes.get("closes_at", phase.closes_at))
     for key, value in changes.items():
-        # None means "unchanged", except for the disclosure override, where it removes it.
-        if value is not None or key == "disclosure":
+        # None means "unchanged", except where it is a value (NULLABLE).
+        if value is not None or key in NULLABLE:
             setattr(phase, key, value)
     session.flush()
     return phase

@@ -7,7 +7,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from sqlalchemy import select
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
@@ -20,7 +19,8 @@ from szbench.errors import Forbidden, SzbenchError, TooManyAttempts, Unauthorize
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
 from szbench.evaluations.schemas import EvaluationCreate
-from szbench.models import AlgorithmVersion, Phase
+from szbench.models import AlgorithmVersion
+from szbench.phases import service as phases
 from szbench.quotas import service as quotas
 from szbench.results import queries as results
 from szbench.web import queries as web_queries
@@ -167,15 +167,18 @@ def submit_page(request: Request, session: SessionDep, caller: Submitter) -> Res
     mine, _ = algorithms.list_algorithms(
         session, viewer=caller.user, mine=True, limit=500, offset=0
     )
-    phases = session.scalars(select(Phase).where(Phase.is_open.is_(True)).order_by(Phase.id)).all()
+    # Only phases that take a submission now: a closed or not yet opened one would refuse it.
+    open_phases = phases.accepting(session)
     settings = get_settings()
+    quota = quotas.quotas_of(session, caller.user)
     context = {
         "title": "Submit an algorithm",
         "algorithms": mine,
-        "phases": phases,
+        "phases": open_phases,
+        "phase_usage": {phase.id: usage for phase, usage in quota.phases},
         "max_upload_bytes": settings.max_upload_bytes,
         "chunk_bytes": settings.web_upload_chunk_bytes,
-        "quota": quotas.quotas_of(session, caller.user),
+        "quota": quota,
     }
     return render(request, "submit.html", caller, context)
 

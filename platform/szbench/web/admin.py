@@ -1,14 +1,17 @@
 """Admin pages: datasets and versions, continuous benchmarking, users and roles,
-publishing hidden results, the queue. Every route requires the admin role."""
+phases, publishing hidden results, the queue. Every route requires the admin role."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import ValidationError
 
 from szbench.api.deps import SessionDep
+from szbench.api.errors import describe_validation_errors
 from szbench.auth import service as auth
 from szbench.auth.dependencies import AdminOnly
 from szbench.datasets import queries as datasets
@@ -19,6 +22,7 @@ from szbench.errors import BadRequest, SzbenchError
 from szbench.evaluations import queries as evaluations
 from szbench.models import DatasetKind, Disclosure, Role
 from szbench.phases import service as phases
+from szbench.phases.schemas import PhaseCreate
 from szbench.web import queries as web_queries
 from szbench.web.common import CsrfChecked, redirect, render
 
@@ -284,11 +288,167 @@ def publish_evaluation(
 
 @router.post("/phases/{slug}/publish")
 def publish_phase(
-    slug: str, session: SessionDep, caller: AdminOnly, _csrf: CsrfChecked
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    back: Annotated[str, Form(max_length=20)] = "",
 ) -> Response:
     """Publish every result of a phase."""
     count = phases.publish_phase(session, phases.get_phase(session, slug))
-    return redirect("/admin/publishing", f"Phase {slug}: {count} evaluations published.")
+    page = "/admin/phases" if back == "phases" else "/admin/publishing"
+    return redirect(page, f"Phase {slug}: {count} evaluations published.")
+
+
+# --- phases ----------------------------------------------------------------------------------
+
+
+def _moment(field: str, text: str) -> datetime | None:
+    """A date and time typed in a form (``datetime-local``: no offset, read as UTC)."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRequest(
+            f"{field}: {text[:40]!r} is not a date and time (YYYY-MM-DD HH:MM, UTC)"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _quota(text: str) -> int | None:
+    text = text.strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) > 10**6:
+        raise BadRequest(f"submission_quota: {text[:20]!r} is not a whole number up to 1000000")
+    return int(text)
+
+
+def _level(text: str) -> Disclosure | None:
+    if not text:
+        return None
+    try:
+        return Disclosure(text)
+    except ValueError:
+        raise BadRequest(
+            f"disclosure: unknown level {text[:30]!r} (aggregate, subject or recording)"
+        ) from None
+
+
+def _phases_page(
+    request: Request,
+    session: SessionDep,
+    caller: AdminOnly,
+    *,
+    error: str | None = None,
+    form: dict[str, str] | None = None,
+    status_code: int = 200,
+) -> Response:
+    rows = web_queries.all_phases(session)
+    context = {
+        "title": "Phases",
+        "phases": rows,
+        "refusals": {p.id: phases.refusal(p) for p in rows},
+        "levels": list(Disclosure),
+        "error": error,
+        "form": form or {},
+    }
+    return render(request, "admin/phases.html", caller, context, status_code=status_code)
+
+
+@router.get("/phases", response_class=HTMLResponse)
+def phases_page(request: Request, session: SessionDep, caller: AdminOnly) -> Response:
+    """Phases: dates, quota, disclosure; create, edit, close, reopen, publish."""
+    return _phases_page(request, session, caller)
+
+
+PhaseText = Annotated[str, Form(max_length=40)]
+
+
+@router.post("/phases", response_class=HTMLResponse)
+def create_phase(
+    request: Request,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    slug: Annotated[str, Form(max_length=100)] = "",
+    title: Annotated[str, Form(max_length=200)] = "",
+    opens_at: PhaseText = "",
+    closes_at: PhaseText = "",
+    submission_quota: PhaseText = "",
+    disclosure: PhaseText = "",
+    hidden: PhaseText = "",
+) -> Response:
+    """Create a phase."""
+    form = {
+        "slug": slug, "title": title, "opens_at": opens_at, "closes_at": closes_at,
+        "submission_quota": submission_quota, "disclosure": disclosure, "hidden": hidden,
+    }  # fmt: skip
+    try:
+        body = PhaseCreate(
+            slug=slug.strip(),
+            title=title.strip(),
+            hidden=hidden == "true",
+            submission_quota=_quota(submission_quota),
+            disclosure=_level(disclosure),
+            opens_at=_moment("opens_at", opens_at),
+            closes_at=_moment("closes_at", closes_at),
+        )
+        phases.create_phase(session, **body.model_dump())
+    except ValidationError as exc:
+        detail = describe_validation_errors([dict(e) for e in exc.errors()])
+        return _phases_page(request, session, caller, error=detail, form=form, status_code=400)
+    except SzbenchError as exc:
+        session.rollback()
+        return _phases_page(
+            request, session, caller, error=exc.detail, form=form, status_code=exc.status_code
+        )
+    return redirect("/admin/phases", f"Phase {slug.strip()} created.")
+
+
+@router.post("/phases/{slug}/edit", response_class=HTMLResponse)
+def edit_phase(
+    request: Request,
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    opens_at: PhaseText = "",
+    closes_at: PhaseText = "",
+    submission_quota: PhaseText = "",
+) -> Response:
+    """Change a phase's dates and quota (empty: no bound, no quota)."""
+    phase = phases.get_phase(session, slug)
+    try:
+        quota = _quota(submission_quota)
+        phases.update_phase(
+            session,
+            phase,
+            opens_at=_moment("opens_at", opens_at),
+            closes_at=_moment("closes_at", closes_at),
+        )
+        phase.submission_quota = quota
+        session.flush()
+    except SzbenchError as exc:
+        session.rollback()
+        return _phases_page(request, session, caller, error=exc.detail, status_code=exc.status_code)
+    return redirect("/admin/phases", f"Phase {slug} updated.")
+
+
+@router.post("/phases/{slug}/close")
+def close_phase(slug: str, session: SessionDep, caller: AdminOnly, _csrf: CsrfChecked) -> Response:
+    """Close a phase for submissions now, whatever its dates."""
+    phases.update_phase(session, phases.get_phase(session, slug), is_open=False)
+    return redirect("/admin/phases", f"Phase {slug} is closed for submissions.")
+
+
+@router.post("/phases/{slug}/reopen")
+def reopen_phase(slug: str, session: SessionDep, caller: AdminOnly, _csrf: CsrfChecked) -> Response:
+    """Open a closed phase again (its dates still apply)."""
+    phases.update_phase(session, phases.get_phase(session, slug), is_open=True)
+    return redirect("/admin/phases", f"Phase {slug} is open again (within its dates).")
 
 
 @router.post("/phases/{slug}/disclosure")
