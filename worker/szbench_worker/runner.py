@@ -34,6 +34,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from szbench_worker.eeg.edf_header import read_edf_header
+
 if TYPE_CHECKING:
     from szbench.config import Settings
     from szbench_scoring import Annotations
@@ -205,36 +207,18 @@ def output_name_for(recording: Path) -> str:
 
 
 def edf_duration_s(path: Path) -> float:
-    """Duration of an EDF/EDF+ file from its header (records x record duration).
+    """Duration of an EDF/EDF+/BDF file from its header (records x record duration).
 
-    Read here with the standard library, so the runner does not need MNE.
+    Read with the project's one header reader (standard library only, so the runner does not
+    need MNE or numpy), with the same checks as dataset import.
 
     Raises
     ------
-    ValueError
-        If the header is not a readable EDF header; the message names the file.
+    EEGError
+        A ValueError naming the file and the field, when the header is not a valid EDF/BDF
+        header or the file is shorter than the header announces.
     """
-    with open(path, "rb") as f:
-        header = f.read(256)
-    if len(header) < 256:
-        raise ValueError(f"{path.name}: not an EDF file (header shorter than 256 bytes)")
-    try:
-        n_records = int(header[236:244].decode("ascii").strip())
-        record_s = float(header[244:252].decode("ascii").strip())
-    except ValueError:
-        raise ValueError(f"{path.name}: unreadable EDF header (record count/duration)") from None
-    if n_records < 0:
-        # -1 means "unknown" (still recording); count from the file size instead.
-        n_signals = int(header[252:256].decode("ascii").strip())
-        with open(path, "rb") as f:
-            full = f.read(256 + 256 * n_signals)
-        samples = [
-            int(full[256 + 216 * n_signals + 8 * i : 256 + 216 * n_signals + 8 * (i + 1)])
-            for i in range(n_signals)
-        ]
-        record_bytes = 2 * sum(samples)
-        n_records = (path.stat().st_size - 256 * (1 + n_signals)) // max(record_bytes, 1)
-    return n_records * record_s
+    return read_edf_header(path).duration_s
 
 
 # --- output validation (shared by every runner) ------------------------------------------
