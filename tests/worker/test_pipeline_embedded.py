@@ -9,6 +9,7 @@ test_pipeline_docker.py.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -29,9 +30,10 @@ from szbench.evaluations import service as evaluations
 from szbench.models import DatasetKind, Evaluation, EvaluationStatus, RunOutcome
 from szbench_worker import pipeline
 from szbench_worker.embedded import start_embedded_worker
-from szbench_worker.runner import FakeRun, FakeRunner, Outcome, RunnerError
+from szbench_worker.runner import RunnerError
 
 from ._pipeline_factories import Rec, events_tsv, make_prepared_dataset, seed_world
+from .fakes import FakeRun, FakeRunner
 
 RECS = [
     Rec("sub-01", "run-00", 600, ((100, 40),)),
@@ -85,7 +87,7 @@ def test_embedded_worker_runs_the_tasks_through_the_sqlite_queue(
 ) -> None:
     runner = FakeRunner(
         script=lambda rec: (
-            FakeRun(outcome=Outcome.TIMEOUT)
+            FakeRun(outcome=RunOutcome.TIMEOUT)
             if "sub-02_ses-01_task-szMonitoring_run-00" in rec.name
             else FakeRun(tsv=events_tsv(600, [(100, 10)]))
         )
@@ -262,3 +264,47 @@ def test_embedded_retry_goes_through_the_sqlite_queue(
     assert connections
     assert {main for main, _ in connections} == {"szbench"}
     assert all(uri.startswith("sqla+sqlite:") for _, uri in connections), connections
+
+
+def test_embedded_worker_resends_lost_work_only_as_the_sole_worker(
+    embedded: Path, tmp_path: Path
+) -> None:
+    # A start message lost with the process that had taken it (the SQLite transport never
+    # gives a taken message back): the next embedded worker sends it again, unless another
+    # live embedded process works on this data directory.
+    from szbench_worker.embedded import _lock_data_dir
+
+    runner = FakeRunner()
+    pipeline.set_dependencies(
+        pipeline.Dependencies(runner=runner, resolve_image=lambda v: v.image_digest)
+    )
+    recs = RECS[:2]
+    prepared = make_prepared_dataset(tmp_path / "prepared", recs)
+    queue.set_sender(lambda *_: None)  # the message is lost
+    try:
+        with session_scope() as session:
+            world = seed_world(session, prepared, recs)
+            evaluation_id = evaluations.create_evaluation(
+                session, algorithm_version=world.version, dataset_version=world.dataset_version
+            ).id
+    finally:
+        queue.set_sender(None)
+    settings = get_settings()
+    other = _lock_data_dir(settings)  # another live process holds the data directory
+    assert other is not None
+    try:
+        worker = start_embedded_worker(upgrade_database=False)
+        worker.stop()
+    finally:
+        os.close(other)
+    assert (worker.recovery.sole_worker, worker.recovery.resent) == (False, [])
+    assert runner.calls == []
+    worker = start_embedded_worker(upgrade_database=False)
+    try:
+        ev = wait_finished(evaluation_id)
+    finally:
+        worker.stop()
+    assert worker.recovery.sole_worker
+    assert worker.recovery.resent == [("szbench.evaluation.start", evaluation_id)]
+    assert ev.status == EvaluationStatus.DONE
+    assert len(runner.calls) == 2  # each recording once
