@@ -242,6 +242,10 @@ class World:
                 body = None
             if not (isinstance(body, dict) and set(body) == {"error", "detail"}):
                 fail("envelope", f"{status} without the error envelope: {text}")
+        sniff = response.headers.get("x-content-type-options") or [""]
+        if sniff[0].lower() != "nosniff":
+            # A download a browser sniffed as HTML would run in the platform's origin.
+            fail("nosniff", f"{status} without X-Content-Type-Options: nosniff")
         if schema_checks:
             try:
                 case.validate_response(response, checks=schema_checks, headers=headers)
