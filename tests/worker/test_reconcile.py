@@ -20,9 +20,9 @@ from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import Evaluation, EvaluationStatus, RecordingRun, RunOutcome
 from szbench_worker import pipeline, reconcile
-from szbench_worker.runner import FakeRunner
 
 from ._pipeline_factories import make_prepared_dataset, truncate_all
+from .fakes import FakeRunner
 from .test_pipeline import DIGEST, RECS, Env, deliver, new_evaluation, script
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -164,6 +164,22 @@ def test_a_run_a_live_worker_gave_up_on_is_sent_again_after_the_grace(env: Env) 
     late = T0 + timedelta(seconds=grace + 1)
     beat("h1:1.1", seen=late)
     assert reconcile.reconcile(now=late).resent_runs == [runs[0]]
+
+
+def test_a_claim_its_live_worker_dropped_is_sent_again_once_the_queue_is_proven_empty(
+    env: Env,
+) -> None:
+    # Redis restarted empty while the run was in a container: the worker lives on, holds
+    # nothing, and receives nothing. No need to wait for the (long) claim grace.
+    _evaluation_id, runs = _running_with_claims(env, dict.fromkeys(range(len(RECS)), "h1:1.1"))
+    stale = get_settings().reconcile_stale_s
+    now = T0 + timedelta(seconds=stale + 1)
+    # Holding them (running, or waiting for a retry's countdown): never sent again.
+    beat("h1:1.1", seen=now, free_since=T0, run_ids=tuple(runs))
+    assert reconcile.reconcile(now=now).resent_runs == []
+    beat("h1:1.1", seen=now, free_since=T0)
+    assert reconcile.reconcile(now=now).resent_runs == runs
+    assert stale + 1 < get_settings().reconcile_claim_grace_s
 
 
 def test_an_evaluation_that_never_progresses_ends_failed_with_a_reason(env: Env) -> None:

@@ -226,9 +226,11 @@ class _Heartbeat(threading.Thread):
         from szbench.queue import TASK_RUN_RECORDING
 
         held = [r for r in worker_state.reserved_requests if r.name != TASK_RECONCILE]
+        # Runs waiting here for their next retry (a countdown) are held too, without a slot.
+        waiting = list(worker_state.scheduled_requests)
         run_ids = [
             int(r.kwargs["run_id"])
-            for r in held
+            for r in held + waiting
             if r.name == TASK_RUN_RECORDING and isinstance(r.kwargs, dict) and "run_id" in r.kwargs
         ]
         now = datetime.now(UTC)

@@ -298,7 +298,9 @@ def _reconcile_one(
             return
         timeout = timedelta(seconds=settings.worker_heartbeat_timeout_s)
         stuck = [
-            run.id for run in unfinished if _is_stuck(run, beats, live, idle, now, grace, timeout)
+            run.id
+            for run in unfinished
+            if _is_stuck(run, beats, live, idle, now, grace, timeout, stale)
         ]
         if not stuck:
             return
@@ -317,6 +319,7 @@ def _is_stuck(
     now: datetime,
     grace: timedelta,
     timeout: timedelta,
+    stale: timedelta,
 ) -> bool:
     if run.started_at is None:
         return idle  # never claimed: lost when the queue is proven empty
@@ -332,6 +335,11 @@ def _is_stuck(
         return _aware(run.started_at) <= now - grace
     if run.id in (holder.run_ids or ()):
         return False
+    if idle and _aware(run.started_at) <= now - stale:
+        # Its queue is proven empty, so no retry of it waits there either (an idle worker
+        # would have fetched it and would hold it): the claim was abandoned (the broker
+        # lost the task while it ran, or its retries gave up).
+        return True
     return _aware(run.started_at) <= now - grace
 
 
