@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -441,24 +442,45 @@ def volume_names(client: object) -> set[str]:
 
 
 @pytest.fixture
-def created(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
-    """What the engine made of each container created during the test (its inspect data)."""
+def created(
+    monkeypatch: pytest.MonkeyPatch, docker_client: object
+) -> Iterator[list[dict[str, object]]]:
+    """What the engine made of each container created during the test (its inspect data).
+
+    Each creation also makes a volume of a bystander, as any other user of a shared engine
+    may at any moment: the checks below must look only at what the run made.
+    """
     from docker.models.containers import ContainerCollection
 
     seen: list[dict[str, object]] = []
+    bystanders: list[object] = []
     create = ContainerCollection.create
 
     def recording_create(self: object, *args: object, **kwargs: object) -> object:
         container = create(self, *args, **kwargs)  # type: ignore[arg-type]
         seen.append(container.attrs)
+        bystanders.append(docker_client.volumes.create(labels={"org.szbench.test": "bystander"}))  # type: ignore[attr-defined]
         return container
 
     monkeypatch.setattr(ContainerCollection, "create", recording_create)
-    return seen
+    yield seen
+    for volume in bystanders:
+        volume.remove(force=True)  # type: ignore[attr-defined]
 
 
 def volumes_of(attrs: dict[str, object]) -> list[str]:
     return [m["Name"] for m in attrs["Mounts"] if m["Type"] == "volume"]  # type: ignore[attr-defined, index]
+
+
+def volumes_left(client: object, created: list[dict[str, object]]) -> set[str]:
+    """The volumes of the runner's containers (known by its labels) still on the engine."""
+    ours = {
+        name
+        for attrs in created
+        if LABEL_RUNNER in (attrs["Config"]["Labels"] or {})  # type: ignore[index, operator]
+        for name in volumes_of(attrs)
+    }
+    return ours & volume_names(client)
 
 
 def test_image_volume_is_a_capped_tmpfs_and_leaves_no_volume(
@@ -472,7 +494,6 @@ def test_image_volume_is_a_capped_tmpfs_and_leaves_no_volume(
     """VOLUME /scratch, filled with far more than the cap: the write stops at the cap inside
     a tmpfs (memory the container's limit counts), nothing reaches the host's disk, and no
     volume is left. The algorithm dies of the full disk like any program: a crash."""
-    before = volume_names(docker_client)
     result = runner.run(
         image=test_images["volumefiller"],
         recording=recording,
@@ -493,7 +514,7 @@ def test_image_volume_is_a_capped_tmpfs_and_leaves_no_volume(
     assert attrs["HostConfig"]["Tmpfs"]["/scratch"] == (  # type: ignore[index]
         f"rw,nosuid,nodev,size={LIMITS.tmpfs_bytes},mode=1777,uid=0,gid=0"
     )
-    assert volume_names(docker_client) - before == set()
+    assert volumes_left(docker_client, created) == set()
     assert_clean(docker_client, runner)
 
 
@@ -509,7 +530,6 @@ def test_image_with_volumes_runs_ok(
 ) -> None:
     """VOLUME /data /output /tmp /scratch ~/.cache: the contract's folders stay the platform's
     mounts, each scratch folder is a writable tmpfs (for any user), and it starts empty."""
-    before = volume_names(docker_client)
     limits = Limits(**{**LIMITS.__dict__, "user": user})
     out = tmp_path / "o"
     result = runner.run(
@@ -528,7 +548,7 @@ def test_image_with_volumes_runs_ok(
     (attrs,) = created
     assert volumes_of(attrs) == []
     assert set(attrs["HostConfig"]["Tmpfs"]) == {"/tmp", "/scratch", "/home/algo/.cache"}  # type: ignore[index]
-    assert volume_names(docker_client) - before == set()
+    assert volumes_left(docker_client, created) == set()
     assert_clean(docker_client, runner)
 
 
@@ -575,7 +595,6 @@ def test_a_volume_that_slips_through_goes_with_its_container(
     from szbench_worker.docker_runner import run as docker_run
 
     monkeypatch.setattr(docker_run, "scratch_paths", lambda _: ())
-    before = volume_names(docker_client)
     result = runner.run(
         image=test_images["volumes"], recording=recording, output_dir=tmp_path, limits=LIMITS
     )
@@ -585,15 +604,17 @@ def test_a_volume_that_slips_through_goes_with_its_container(
     made = volumes_of(attrs)
     assert len(made) == 2
     assert not set(made) & volume_names(docker_client)
-    assert volume_names(docker_client) - before == set()
+    assert volumes_left(docker_client, created) == set()
     assert_clean(docker_client, runner)
 
 
 def test_the_sweeps_remove_anonymous_volumes(
-    docker_client: object, test_images: dict[str, str], runner: DockerRunner
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    created: list[dict[str, object]],
 ) -> None:
     """Containers left behind (this process's, a dead worker's) go with their volumes."""
-    before = volume_names(docker_client)
     left = [
         docker_client.containers.create(  # type: ignore[attr-defined]
             test_images["volumes"],  # created, never started: its volumes exist from now on
@@ -609,7 +630,7 @@ def test_the_sweeps_remove_anonymous_volumes(
         assert cleanup_orphans(docker_client, host="test-host") >= 1  # type: ignore[arg-type]
         assert not any(_exists(c) for c in left)
         assert not made & volume_names(docker_client)
-        assert volume_names(docker_client) - before == set()
+        assert volumes_left(docker_client, created) == set()
     finally:
         for container in left:
             if _exists(container):
