@@ -142,9 +142,27 @@ def test_timeline_lanes_and_positions() -> None:
     dets = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "det"]
     assert len(refs) == 1
     assert len(dets) == 2
-    span = 640 - 12 - 90
-    assert float(refs[0].get("x", "0")) == pytest.approx(90 + span * 0.1, abs=0.1)
-    assert float(refs[0].get("width", "0")) == pytest.approx(span * 0.1, abs=0.1)
+    # Positions in percent of the recording: the chart is as wide as the screen allows.
+    assert refs[0].get("x") == "10.000%"
+    assert refs[0].get("width") == "10.000%"
+    assert dets[1].get("x") == f"{500 / 6:.3f}%"
+
+
+def test_timeline_fills_its_container_and_shows_the_whole_recording() -> None:
+    # A seizure in the last minute of an hour is drawn inside the chart, and the axis
+    # labels run to the end of the recording (a phone once showed 0-28 min of 60).
+    root = parse(charts.timeline(3600.0, [(3540.0, 3600.0)], [(3590.0, 3591.0)], title="rec"))
+    assert root.get("width") == "100%"
+    assert root.get("viewBox") is None  # no scaling of the labels: positions are relative
+    ref = next(r for r in root.iter(f"{SVG}rect") if r.get("class") == "ref")
+    det = next(r for r in root.iter(f"{SVG}rect") if r.get("class") == "det")
+    end = float(ref.get("x", "").rstrip("%")) + float(ref.get("width", "").rstrip("%"))
+    assert end == pytest.approx(100.0)
+    assert float(det.get("width", "").rstrip("%")) >= 0.4  # a short event stays visible
+    assert float(det.get("x", "").rstrip("%")) + float(det.get("width", "").rstrip("%")) <= 100
+    labels = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "tick"]
+    assert labels[0] == "0 min"
+    assert labels[-1] == "60 min"
 
 
 def test_timeline_hidden_lane_says_so() -> None:

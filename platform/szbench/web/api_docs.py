@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import Scope
 
-from szbench.web.common import SECURITY_HEADERS, templates
+from szbench.web import compressed
+from szbench.web.common import Caller, render
 
 SWAGGER_UI_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
 #: The files of Swagger UI that the page loads; nothing else of the package is served.
@@ -38,14 +39,12 @@ def install(app: FastAPI, path: str) -> None:
     openapi_url = app.openapi_url
     if openapi_url is None:
         raise ValueError("the API docs page needs the OpenAPI document (openapi_url)")
-    app.mount(f"{path}/swagger-ui", _SwaggerUIFiles(directory=SWAGGER_UI_DIR), name="swagger-ui")
+    files = compressed(_SwaggerUIFiles(directory=SWAGGER_UI_DIR))
+    app.mount(f"{path}/swagger-ui", files, name="swagger-ui")
 
     @app.get(path, include_in_schema=False)
-    def api_docs(request: Request) -> HTMLResponse:
-        """Swagger UI on this API's OpenAPI document."""
+    def api_docs(request: Request, caller: Caller) -> HTMLResponse:
+        """Swagger UI on this API's OpenAPI document, inside the site's header and footer."""
         root_path = request.scope.get("root_path", "")
         context = {"title": f"{app.title} API", "openapi_url": root_path + openapi_url}
-        response = templates.TemplateResponse(request, "api_docs.html", context)
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers.update(SECURITY_HEADERS)
-        return response
+        return render(request, "api_docs.html", caller, context)

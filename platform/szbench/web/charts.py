@@ -212,24 +212,34 @@ def rank_histogram(histogram: Sequence[int], *, title: str, width: int = 320) ->
     return "".join(parts)
 
 
+def _pct(value: float) -> str:
+    return f"{value:.3f}%"
+
+
 def timeline(
     duration_s: float,
     reference: Sequence[tuple[float, float]] | None,
     detections: Sequence[tuple[float, float]] | None,
     *,
     title: str,
-    width: int = 640,
 ) -> str:
     """A recording's time axis with reference seizures and detections as two lanes.
 
     ``reference`` or ``detections`` may be None (not available to this viewer): the lane
     then says so instead of showing an empty, misleading track.
+
+    The chart is as wide as its container (``width="100%"``, positions in percent of the
+    recording) and keeps a fixed height: on a phone the whole recording stays in view and
+    the labels keep their size, where a fixed-width drawing would be cut or shrunk.
     """
-    height, left, right = 74, 90, 12
+    lane_h, height = 16, 92
     if is_missing(duration_s) or duration_s <= 0:
         duration_s = 1.0
-    scale = LinearScale(0.0, duration_s, left, width - right)
-    lanes = (("reference", reference, 8), ("detections", detections, 30))
+
+    def at(seconds: float) -> float:
+        return 100.0 * min(1.0, max(0.0, seconds / duration_s))
+
+    lanes = (("reference", reference, 16), ("detections", detections, 50))
 
     def spans(events: Sequence[tuple[float, float]] | None) -> str:
         if events is None:
@@ -242,91 +252,42 @@ def timeline(
         f"Recording of {duration_s:.0f} s. Reference seizures: {spans(reference)}. "
         f"Detections: {spans(detections)}."
     )
-    head, tail = _open(width, height, title, desc, "timeline")
-    parts = [head]
+    tid, did = _uid("t"), _uid("d")
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart timeline" role="img" '
+        f'width="100%" height="{height}" aria-labelledby="{tid} {did}">'
+        f'<title id="{tid}">{escape(title)}</title><desc id="{did}">{escape(desc)}</desc>'
+    ]
     for name, events, y in lanes:
-        parts.append(_text(left - 6, y + 13, name, "label", "end"))
-        parts.append(
-            f'<rect class="lane" x="{left}" y="{y}" width="{width - left - right}" height="18"/>'
-        )
+        parts.append(_text(0, y - 4, name, "label"))
+        parts.append(f'<rect class="lane" x="0" y="{y}" width="100%" height="{lane_h}"/>')
         if events is None:
-            parts.append(_text(left + 6, y + 13, "not available", "na"))
+            parts.append(_text(6, y + 12, "not available", "na"))
             continue
         for start, end in events:
-            x1, x2 = scale(start), scale(end)
+            # At least a sliver, so that a short event stays visible on a narrow screen.
+            width = max(0.4, at(end) - at(start))
+            x = min(at(start), 100.0 - width)
             parts.append(
-                f'<rect class="{"ref" if name == "reference" else "det"}" x="{x1:.1f}" y="{y}" '
-                f'width="{max(1.5, x2 - x1):.1f}" height="18"><title>{name} {start:.0f}-{end:.0f} s'
-                "</title></rect>"
+                f'<rect class="{"ref" if name == "reference" else "det"}" x="{_pct(x)}" '
+                f'y="{y}" width="{_pct(width)}" height="{lane_h}"><title>{name} '
+                f"{start:.0f}-{end:.0f} s</title></rect>"
             )
-    axis_y = 56
-    parts.append(
-        f'<line class="axis" x1="{left}" y1="{axis_y}" x2="{width - right}" y2="{axis_y}"/>'
-    )
+    axis_y = 72
+    parts.append(f'<line class="axis" x1="0" y1="{axis_y}" x2="100%" y2="{axis_y}"/>')
     minutes = duration_s / 60.0
-    step = nice_max(minutes / 5) if minutes > 0 else 1.0
-    tick = 0.0
-    while tick <= minutes + 1e-9:
-        x = scale(tick * 60.0)
+    step = nice_max(minutes / 4) if minutes > 0 else 1.0
+    marks = [i * step for i in range(int(minutes / step + 1e-9) + 1)]
+    for i, tick in enumerate(marks):
+        x = at(tick * 60.0)
+        # The first and last labels are aligned inwards so that they are not cut off.
+        anchor = "start" if i == 0 else "end" if x >= 99.5 else "middle"
         parts.append(
-            f'<line class="axis" x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}"/>'
+            f'<line class="axis" x1="{_pct(x)}" y1="{axis_y}" x2="{_pct(x)}" y2="{axis_y + 4}"/>'
         )
-        parts.append(_text(x, axis_y + 15, f"{tick:g} min", "tick", "middle"))
-        tick += step
-    parts.append(tail)
-    return "".join(parts)
-
-
-def grouped_bars(
-    labels: Sequence[str],
-    series: Sequence[tuple[str, Sequence[float | None]]],
-    *,
-    title: str,
-    maximum: float | None = None,
-    digits: int = 2,
-    width: int = 420,
-) -> str:
-    """Per label (e.g. subject) one bar per series (e.g. algorithm), side by side.
-
-    ``series`` is ``[(name, values aligned with labels), ...]``; the series are told apart by
-    the classes ``s0``, ``s1``, ... (colours in app.css, a legend on the page) and each bar's
-    tooltip names its series. Missing values show "n/a" and no bar.
-    """
-    bar_h, gap, left, right, top = 12, 8, 90, 60, 24
-    k = max(1, len(series))
-    group_h = bar_h * k + gap
-    height = top + group_h * max(1, len(labels)) + 4
-    present = [v for _, values in series for v in values if v is not None and not is_missing(v)]
-    axis_max = maximum if maximum is not None else nice_max(max(present, default=0.0))
-    scale = LinearScale(0.0, axis_max, left, width - right)
-    described = "; ".join(
-        f"{lab}: " + ", ".join(f"{name} {fmt(values[i], digits)}" for name, values in series)
-        for i, lab in enumerate(labels)
-    )
-    head, tail = _open(width, height, title, described or "no values", "bars grouped")
-    parts = [head]
-    for tick in ticks(axis_max):
-        x = scale(tick)
         parts.append(
-            f'<line class="grid" x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 4}"/>'
+            f'<text x="{_pct(x)}" y="{axis_y + 16}" text-anchor="{anchor}" class="tick">'
+            f"{tick:g} min</text>"
         )
-        parts.append(_text(x, top - 8, fmt(tick, 2 if axis_max <= 2.5 else 0), "tick", "middle"))
-    for i, label in enumerate(labels):
-        y0 = top + i * group_h
-        parts.append(_text(left - 6, y0 + (bar_h * k) / 2 + 4, label, "label", "end"))
-        for j, (name, values) in enumerate(series):
-            value = values[i]
-            y = y0 + j * bar_h
-            if is_missing(value):
-                parts.append(_text(left + 4, y + bar_h - 2, "n/a", "na"))
-                continue
-            assert value is not None
-            x_end = scale(value)
-            parts.append(
-                f'<rect class="bar s{j % 8}" x="{left}" y="{y + 1}" '
-                f'width="{max(0.0, x_end - left):.1f}" height="{bar_h - 2}">'
-                f"<title>{escape(label)}, {escape(name)}: {fmt(value, digits)}</title></rect>"
-            )
-            parts.append(_text(x_end + 4, y + bar_h - 2, fmt(value, digits), "value"))
-    parts.append(tail)
+    parts.append("</svg>")
     return "".join(parts)

@@ -9,7 +9,9 @@
     url: root.dataset.openapiUrl,
     domNode: root,
     layout: "BaseLayout",
-    deepLinking: true,
+    // Deep links put a link inside each operation's toggle button (a control inside a
+    // control, which screen readers cannot reach); the operations keep their ids.
+    deepLinking: false,
     showExtensions: true,
     showCommonExtensions: true,
     validatorUrl: null,

@@ -6,6 +6,7 @@
 (function () {
   const form = document.getElementById("submit-form");
   if (!form) return;
+  form.hidden = false; // hidden in the page itself, so that without JavaScript it never shows
   const chunkBytes = Number(form.dataset.chunkBytes) || 8 * 1024 * 1024;
   const maxBytes = Number(form.dataset.maxBytes) || Infinity;
   const algorithmSelect = document.getElementById("algorithm-id");
