@@ -353,7 +353,23 @@ def normalise_events(
 
 
 def type_codes(values: NDArray[np.bytes_]) -> IntArray:
-    """Code of each event type (index in EVENT_TYPES), -1 when unknown."""
+    """Code of each event type (its index in ``EVENT_TYPES``), -1 when unknown.
+
+    Parameters
+    ----------
+    values : ndarray of bytes
+        Event types as byte strings.
+
+    Returns
+    -------
+    ndarray of int64
+
+    Examples
+    --------
+    >>> codes = type_codes(np.array([b"sz", b"bckg", b"sz_gen", b"seizure"]))
+    >>> [EVENT_TYPES[c] if c >= 0 else None for c in codes.tolist()]
+    ['sz', 'bckg', 'sz_gen', None]
+    """
     codes = np.full(values.shape[0], -1, dtype=np.int64)
     is_sz = values == b"sz"
     codes[is_sz] = SZ_CODE
@@ -446,7 +462,9 @@ def parse_annotations(text: str | bytes, source: str = "<text>") -> Annotations:
     """
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     result = parse_many([(data, source)])[0]
-    if isinstance(result, AnnotationError):
+    # Asked the other way round, so that a second copy of this module (pytest's importlib mode
+    # on this file alone) still raises the parser's errors, whose class is the first copy's.
+    if not isinstance(result, Annotations):
         raise result
     return result
 
