@@ -36,7 +36,8 @@ _SIGNAL_FIELDS = (
     ("samples per data record", 8),
     ("reserved", 32),
 )
-# Written by EDF writers when the start is not known or not parseable: a fixed, harmless date.
+# The start given to a recording whose header start does not parse (EDF+ allows anonymised
+# dates; a wrong start changes nothing an algorithm is scored on).
 _UNKNOWN_START = dt.datetime(2000, 1, 1)
 
 
@@ -74,6 +75,7 @@ class EdfHeader:
 
 
 def _number(path: Path, name: str, where: str, raw: bytes, kind: type[int] | type[float]) -> float:
+    """A numeric header field; an error names the field, where it is and its text."""
     text = raw.decode("latin-1")
     try:
         value = kind(text.strip())
