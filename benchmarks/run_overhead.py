@@ -38,8 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 for part in ("platform", "worker", "scoring", "."):
     sys.path.insert(0, str(REPO / part))
 
+from szbench.models import RunOutcome  # noqa: E402
 from szbench_worker.docker_runner import DockerRunner, build_image, connect  # noqa: E402
-from szbench_worker.runner import Limits, Outcome  # noqa: E402
+from szbench_worker.runner import Limits  # noqa: E402
 from tests.worker.conftest import BASE_IMAGE, write_edf  # noqa: E402
 
 IMAGE = "szbench-bench/instant:latest"
@@ -103,7 +104,7 @@ def docker_runner(ctx: Context) -> float:
         image=ctx.image, recording=ctx.recording, output_dir=ctx.fresh_output(), limits=LIMITS
     )
     elapsed = time.perf_counter() - t
-    assert result.outcome is Outcome.OK, result.admin_log
+    assert result.outcome is RunOutcome.OK, result.admin_log
     return elapsed
 
 
@@ -114,7 +115,7 @@ def _parallel_worker(args: tuple[str, str, str, int]) -> float:
     for i in range(n):
         out = Path(work_dir) / f"out-{os.getpid()}-{i}"
         result = runner.run(image=image, recording=Path(recording), output_dir=out, limits=LIMITS)
-        assert result.outcome is Outcome.OK, result.admin_log
+        assert result.outcome is RunOutcome.OK, result.admin_log
     return time.perf_counter() - t
 
 

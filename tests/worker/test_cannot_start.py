@@ -38,7 +38,7 @@ from szbench_worker.docker_runner import (
     config_refusal,
 )
 from szbench_worker.docker_runner import run as docker_run
-from szbench_worker.runner import Limits, Outcome, RunnerError
+from szbench_worker.runner import Limits, RunnerError
 
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world
 from .test_pipeline_celery import LIMITS as PIPELINE_LIMITS
@@ -104,7 +104,7 @@ def test_image_that_cannot_start_is_crashed_with_a_fixed_message(
         image=test_images[name], recording=recording, output_dir=tmp_path / "out", limits=LIMITS
     )
 
-    assert result.outcome is Outcome.CRASHED, result.admin_log
+    assert result.outcome is RunOutcome.CRASHED, result.admin_log
     assert result.exit_code is None
     # Exactly the fixed text: not a byte of the engine's error reaches the submitter.
     assert result.submitter_message == CANNOT_START_MESSAGES[CANNOT_START[name]]

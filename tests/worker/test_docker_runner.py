@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from szbench.models import RunOutcome
 from szbench_scoring import read_annotations
 from szbench_worker.docker_runner import (
     LABEL_HOST,
@@ -38,7 +39,7 @@ from szbench_worker.docker_runner import (
     owner_token,
     pull_image,
 )
-from szbench_worker.runner import ImageError, Limits, Outcome, RunResult
+from szbench_worker.runner import ImageError, Limits, RunResult
 from tests.worker.conftest import IMAGES_DIR, REPO, write_edf
 
 pytestmark = pytest.mark.docker
@@ -99,20 +100,26 @@ def assert_submitter_safe(result: RunResult, *hidden: Path) -> None:
 
 CASES = [
     # image, outcome, exit code, text expected in the submitter message, in the admin log
-    ("good", Outcome.OK, 0, "ok", "wrote 1 detection"),
-    ("sleeper", Outcome.TIMEOUT, None, "time limit of 4 s", "sleeping"),
-    ("memhog", Outcome.OUT_OF_MEMORY, None, "memory limit of 96 MiB", "holding 16 MiB"),
-    ("crasher", Outcome.CRASHED, 3, "exited with code 3", "model weights not found"),
-    ("silent", Outcome.NO_OUTPUT, 0, "wrote no /output/sub-01_ses-01_task-szMonitoring", "nothing"),
-    ("malformed", Outcome.INVALID_OUTPUT, 0, "_events.tsv row 2: onset", "malformed"),
-    ("wrongduration", Outcome.INVALID_OUTPUT, 0, "does not match the recording's duration", ""),
-    ("bigoutput", Outcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
-    ("symlink", Outcome.INVALID_OUTPUT, 0, "_events.tsv must be a regular file", "linked"),
-    ("hideout", Outcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
-    ("network", Outcome.OK, 0, "ok", "no network"),
-    ("escape", Outcome.OK, 0, "ok", "Read-only file system"),
-    ("forkbomb", Outcome.TIMEOUT, None, "time limit", "fork refused"),
-    ("chatty", Outcome.TIMEOUT, None, "time limit", "xxxxxxxx"),
+    ("good", RunOutcome.OK, 0, "ok", "wrote 1 detection"),
+    ("sleeper", RunOutcome.TIMEOUT, None, "time limit of 4 s", "sleeping"),
+    ("memhog", RunOutcome.OUT_OF_MEMORY, None, "memory limit of 96 MiB", "holding 16 MiB"),
+    ("crasher", RunOutcome.CRASHED, 3, "exited with code 3", "model weights not found"),
+    (
+        "silent",
+        RunOutcome.NO_OUTPUT,
+        0,
+        "wrote no /output/sub-01_ses-01_task-szMonitoring",
+        "nothing",
+    ),
+    ("malformed", RunOutcome.INVALID_OUTPUT, 0, "_events.tsv row 2: onset", "malformed"),
+    ("wrongduration", RunOutcome.INVALID_OUTPUT, 0, "does not match the recording's duration", ""),
+    ("bigoutput", RunOutcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
+    ("symlink", RunOutcome.INVALID_OUTPUT, 0, "_events.tsv must be a regular file", "linked"),
+    ("hideout", RunOutcome.INVALID_OUTPUT, None, "more than 1 MiB to /output", ""),
+    ("network", RunOutcome.OK, 0, "ok", "no network"),
+    ("escape", RunOutcome.OK, 0, "ok", "Read-only file system"),
+    ("forkbomb", RunOutcome.TIMEOUT, None, "time limit", "fork refused"),
+    ("chatty", RunOutcome.TIMEOUT, None, "time limit", "xxxxxxxx"),
 ]
 
 
@@ -124,7 +131,7 @@ def test_hostile_image_ends_in_the_right_outcome(
     recording: Path,
     tmp_path: Path,
     name: str,
-    outcome: Outcome,
+    outcome: RunOutcome,
     exit_code: int | None,
     says: str,
     logged: str,
@@ -146,7 +153,7 @@ def test_hostile_image_ends_in_the_right_outcome(
     assert result.gpu is None
     assert len(result.admin_log) <= LIMITS.log_bytes + 8192
     assert_submitter_safe(result, tmp_path, runner.work_dir, recording.parent)
-    if outcome is Outcome.OK:
+    if outcome is RunOutcome.OK:
         assert result.output_tsv == out / "sub-01_ses-01_task-szMonitoring_run-00_events.tsv"
         assert result.annotations is not None
         assert read_annotations(result.output_tsv).recording_duration_s == 30.0
@@ -169,7 +176,7 @@ def test_good_image_sees_only_its_recording_and_scores(
     result = runner.run(
         image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
     )
-    assert result.outcome is Outcome.OK
+    assert result.outcome is RunOutcome.OK
     assert "data: ['sub-01_ses-01_task-szMonitoring_run-00_eeg.edf']" in result.admin_log
     assert result.annotations is not None
     assert result.annotations.events.tolist() == [[1.0, 3.0]]
@@ -185,7 +192,7 @@ def test_the_network_flag_is_what_closes_the_network(
     result = runner.run(
         image=test_images["network"], recording=recording, output_dir=tmp_path, limits=open_net
     )
-    assert result.outcome is Outcome.CRASHED
+    assert result.outcome is RunOutcome.CRASHED
     assert "NETWORK LEAK" in result.admin_log
 
 
@@ -197,7 +204,7 @@ def test_configured_user_can_write_its_output(
     result = runner.run(
         image=test_images["good"], recording=recording, output_dir=tmp_path, limits=limits
     )
-    assert result.outcome is Outcome.OK, result.admin_log
+    assert result.outcome is RunOutcome.OK, result.admin_log
 
 
 def test_without_output_tmpfs_the_watchdog_and_size_check_hold(
@@ -213,14 +220,14 @@ def test_without_output_tmpfs_the_watchdog_and_size_check_hold(
         big = plain.run(
             image=test_images[name], recording=recording, output_dir=tmp_path, limits=LIMITS
         )
-        assert big.outcome is Outcome.INVALID_OUTPUT
+        assert big.outcome is RunOutcome.INVALID_OUTPUT
         assert "more than 1 MiB" in big.submitter_message
     for user in (None, "65534"):
         limits = Limits(**{**LIMITS.__dict__, "user": user})
         good = plain.run(
             image=test_images["good"], recording=recording, output_dir=tmp_path, limits=limits
         )
-        assert good.outcome is Outcome.OK, good.admin_log
+        assert good.outcome is RunOutcome.OK, good.admin_log
     assert_clean(docker_client, plain)
 
 
@@ -251,12 +258,12 @@ def test_mixed_sequence_keeps_every_result(
         for name, rec in zip(plan, recordings, strict=True)
     ]
     expected = {
-        "good": Outcome.OK,
-        "memhog": Outcome.OUT_OF_MEMORY,
-        "crasher": Outcome.CRASHED,
-        "forkbomb": Outcome.TIMEOUT,
-        "malformed": Outcome.INVALID_OUTPUT,
-        "bigoutput": Outcome.INVALID_OUTPUT,
+        "good": RunOutcome.OK,
+        "memhog": RunOutcome.OUT_OF_MEMORY,
+        "crasher": RunOutcome.CRASHED,
+        "forkbomb": RunOutcome.TIMEOUT,
+        "malformed": RunOutcome.INVALID_OUTPUT,
+        "bigoutput": RunOutcome.INVALID_OUTPUT,
     }
     assert [r.outcome for r in results] == [expected[n] for n in plan]
     good = [(r, rec) for r, rec, n in zip(results, recordings, plan, strict=True) if n == "good"]
@@ -299,7 +306,7 @@ def test_worked_example_from_the_contract_docs(
         output_dir=tmp_path / "o",
         limits=limits,
     )
-    assert result.outcome is Outcome.OK, result.admin_log
+    assert result.outcome is RunOutcome.OK, result.admin_log
     assert result.annotations is not None
     assert result.annotations.events.tolist() == [[300.0, 330.0]]
     assert result.annotations.recording_duration_s == 600.0
@@ -330,7 +337,7 @@ def test_runner_built_before_a_fork_labels_runs_with_the_child(
         runner.run(
             image=test_images["good"], recording=recording, output_dir=tmp_path, limits=LIMITS
         ).outcome
-        is Outcome.OK
+        is RunOutcome.OK
     )
     assert runner.owner == parent_owner
 
@@ -501,7 +508,7 @@ def test_image_volume_is_a_capped_tmpfs_and_leaves_no_volume(
         limits=LIMITS,
     )
 
-    assert result.outcome is Outcome.CRASHED, result.admin_log[-2000:]
+    assert result.outcome is RunOutcome.CRASHED, result.admin_log[-2000:]
     assert result.exit_code == 1
     assert result.submitter_message == "The algorithm exited with code 1."
     assert_submitter_safe(result, tmp_path, runner.work_dir, recording.parent)
@@ -536,7 +543,7 @@ def test_image_with_volumes_runs_ok(
         image=test_images["volumes"], recording=recording, output_dir=out, limits=limits
     )
 
-    assert result.outcome is Outcome.OK, result.admin_log[-2000:]
+    assert result.outcome is RunOutcome.OK, result.admin_log[-2000:]
     assert result.output_tsv == out / "sub-01_ses-01_task-szMonitoring_run-00_events.tsv"
     for folder in ("/tmp", "/scratch", "/home/algo/.cache"):
         assert f"{folder} is tmpfs" in result.admin_log
@@ -568,7 +575,7 @@ def test_image_volume_inside_output_is_refused(
         output_dir=tmp_path / "o",
         limits=LIMITS,
     )
-    assert result.outcome is Outcome.CRASHED
+    assert result.outcome is RunOutcome.CRASHED
     assert result.exit_code is None
     assert result.submitter_message == (
         "The image declares VOLUME '/output/cache', inside /output, where the platform "
@@ -598,7 +605,7 @@ def test_a_volume_that_slips_through_goes_with_its_container(
     result = runner.run(
         image=test_images["volumes"], recording=recording, output_dir=tmp_path, limits=LIMITS
     )
-    assert result.outcome is Outcome.OK, result.admin_log[-2000:]
+    assert result.outcome is RunOutcome.OK, result.admin_log[-2000:]
     assert "cache holds: ['shipped.txt']" in result.admin_log  # a Docker volume, copied in
     (attrs,) = created
     made = volumes_of(attrs)
@@ -674,7 +681,7 @@ def test_load_image_from_docker_save_tarballs(
     result = runner.run(
         image=info.digest, recording=recording, output_dir=tmp_path / "o", limits=LIMITS
     )
-    assert result.outcome is Outcome.OK
+    assert result.outcome is RunOutcome.OK
     assert result.image_digest == uploaded.id
     client.images.remove(uploaded.id, force=True)  # type: ignore[attr-defined]
 
@@ -798,7 +805,7 @@ def test_pull_by_digest_from_a_registry(
     assert info.digest == good.id
     assert digest in info.repo_digests
     result = runner.run(image=digest, recording=recording, output_dir=tmp_path / "o", limits=LIMITS)
-    assert result.outcome is Outcome.OK
+    assert result.outcome is RunOutcome.OK
     assert result.image_digest == good.id
     client.images.remove(digest)  # type: ignore[attr-defined]
 

@@ -14,8 +14,9 @@ import pytest
 
 from szbench.algorithms.image_check import check_image_archive
 from szbench.errors import InvalidSubmission
+from szbench.models import RunOutcome
 from szbench_worker.docker_runner import DockerRunner, build_image
-from szbench_worker.runner import Limits, Outcome
+from szbench_worker.runner import Limits
 from tests.worker.conftest import BASE_IMAGE, TEST_IMAGE_PREFIX
 
 pytestmark = pytest.mark.docker
@@ -85,7 +86,7 @@ def test_an_accepted_user_runs_as_a_non_zero_uid(
     result = runner.run(
         image=image.digest, recording=recording, output_dir=tmp_path / "out", limits=LIMITS
     )
-    assert result.outcome is Outcome.OK, result.admin_log[-2000:]
+    assert result.outcome is RunOutcome.OK, result.admin_log[-2000:]
     found = re.search(r"uid=(\d+)", result.admin_log)
     assert found is not None, result.admin_log[-2000:]
     assert accepted is (int(found.group(1)) != 0), (user, found.group(1))

@@ -33,9 +33,10 @@ from szbench.models import (
 )
 from szbench_scoring import Annotations, ScoringParams, aggregate, score_recording
 from szbench_worker import pipeline
-from szbench_worker.runner import FakeRun, FakeRunner, Outcome, RunnerError
+from szbench_worker.runner import RunnerError
 
 from ._pipeline_factories import Rec, events_tsv, make_prepared_dataset, seed_world, truncate_all
+from .fakes import FakeRun, FakeRunner
 
 DIGEST = "sha256:" + "a" * 64
 
@@ -84,7 +85,7 @@ def script(recording: Path) -> FakeRun:
     if recording.name.startswith("sub-01_ses-01_task-szMonitoring_run-00"):
         return FakeRun(tsv=events_tsv(600, [(110, 30)]))
     if recording.name.startswith("sub-02_ses-01_task-szMonitoring_run-01"):
-        return FakeRun(outcome=Outcome.CRASHED, exit_code=3, log="Traceback: boom")
+        return FakeRun(outcome=RunOutcome.CRASHED, exit_code=3, log="Traceback: boom")
     if recording.name.startswith("sub-02_ses-01_task-szMonitoring_run-00"):
         return FakeRun(tsv=events_tsv(600, [(305, 50), (2, 5)]))
     return FakeRun(tsv=events_tsv(600))
@@ -467,7 +468,7 @@ def test_smoke_test_activates_and_queues_held_out_evaluations(env: Env) -> None:
 
 
 def test_smoke_test_rejects_a_crashing_algorithm(env: Env) -> None:
-    env.runner.script = lambda recording: FakeRun(outcome=Outcome.CRASHED, exit_code=1)
+    env.runner.script = lambda recording: FakeRun(outcome=RunOutcome.CRASHED, exit_code=1)
     with session_scope() as session:
         world = seed_pending_on_public_sample(session, env)
         version_id = world.version.id

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from szbench.config import Settings
+from szbench.models import RunOutcome
 from szbench_worker.docker_runner import (
     VolumeRefused,
     container_config,
@@ -25,19 +26,24 @@ from szbench_worker.docker_runner.staging import numeric_uid
 from szbench_worker.local_runner import LocalProcessRunner
 from szbench_worker.runner import (
     MAX_SUBMITTER_DETAIL,
-    FakeRun,
-    FakeRunner,
     Limits,
-    Outcome,
-    bckg_tsv,
+    RunEnd,
     bounded,
     check_output,
+    classify,
+    crashed_message,
     edf_duration_s,
     gpus_from_settings,
     make_runner,
+    oom_message,
     output_name_for,
+    output_too_big_message,
+    timeout_message,
+    work_dir_from_settings,
 )
 from tests.worker.conftest import write_edf
+
+from .fakes import FakeRun, FakeRunner, bckg_tsv
 
 MiB = 1024**2
 HEADER = "onset\tduration\teventType\tconfidence\tchannels\tdateTime\trecordingDuration\n"
@@ -321,28 +327,28 @@ def test_check_output_outcomes(tmp_path: Path) -> None:
     kwargs = {"contract_name": "rec_events.tsv", "recording_duration_s": 60.0, "hide": (tmp_path,)}
 
     missing = check_output(tsv, **kwargs)  # type: ignore[arg-type]
-    assert missing.outcome is Outcome.NO_OUTPUT
+    assert missing.outcome is RunOutcome.NO_OUTPUT
     assert missing.message == "The algorithm wrote no /output/rec_events.tsv."
 
     tsv.write_text(bckg_tsv(60.0))
     ok = check_output(tsv, **kwargs)  # type: ignore[arg-type]
-    assert ok.outcome is Outcome.OK
+    assert ok.outcome is RunOutcome.OK
     assert ok.annotations is not None
     assert ok.annotations.recording_duration_s == 60.0
 
     tsv.write_text(bckg_tsv(60.9))  # within the 1 s tolerance
-    assert check_output(tsv, **kwargs).outcome is Outcome.OK  # type: ignore[arg-type]
+    assert check_output(tsv, **kwargs).outcome is RunOutcome.OK  # type: ignore[arg-type]
 
     tsv.write_text(bckg_tsv(3600.0))
     wrong = check_output(tsv, **kwargs)  # type: ignore[arg-type]
-    assert wrong.outcome is Outcome.INVALID_OUTPUT
+    assert wrong.outcome is RunOutcome.INVALID_OUTPUT
     assert "recordingDuration 3600 s does not match" in wrong.message
 
     # The parser's reason echoes what the algorithm wrote: host paths go, length is capped.
     leak = f"{tsv} " + "A" * 5000
     tsv.write_text(HEADER + f"{leak}\t1\tsz\tn/a\tn/a\tn/a\t60\n")
     bad = check_output(tsv, **kwargs)  # type: ignore[arg-type]
-    assert bad.outcome is Outcome.INVALID_OUTPUT
+    assert bad.outcome is RunOutcome.INVALID_OUTPUT
     assert bad.message.startswith("/output/rec_events.tsv row 2: ")
     assert str(tmp_path) not in bad.message
     assert len(bad.message) <= len("/output/rec_events.tsv row 2: ") + MAX_SUBMITTER_DETAIL
@@ -351,11 +357,11 @@ def test_check_output_outcomes(tmp_path: Path) -> None:
     (tmp_path / "elsewhere.tsv").write_text(bckg_tsv(60.0))
     tsv.symlink_to(tmp_path / "elsewhere.tsv")
     link = check_output(tsv, **kwargs)  # type: ignore[arg-type]
-    assert link.outcome is Outcome.INVALID_OUTPUT
+    assert link.outcome is RunOutcome.INVALID_OUTPUT
     assert link.message == "/output/rec_events.tsv must be a regular file."
     tsv.unlink()
     tsv.mkdir()
-    assert check_output(tsv, **kwargs).outcome is Outcome.INVALID_OUTPUT  # type: ignore[arg-type]
+    assert check_output(tsv, **kwargs).outcome is RunOutcome.INVALID_OUTPUT  # type: ignore[arg-type]
 
 
 def test_bounded_keeps_head_and_tail() -> None:
@@ -368,6 +374,62 @@ def test_bounded_keeps_head_and_tail() -> None:
     assert "characters cut" in cut
 
 
+# --- how a run ended: one classification for every runner --------------------------------
+
+T, F = True, False
+TIMEOUT, OOM = RunOutcome.TIMEOUT, RunOutcome.OUT_OF_MEMORY
+BIG, CRASHED = RunOutcome.INVALID_OUTPUT, RunOutcome.CRASHED
+
+#: Every combination of what a runner can see when the process ends:
+#: exit code, timed out, OOM-killed, /output over its caps -> outcome (None: the TSV decides).
+CLASSIFY_TABLE = [
+    # A timeout explains everything after it (its kill gives 137 or no exit code at all).
+    *[
+        (code, T, oom, over, TIMEOUT)
+        for code in (0, 137, None)
+        for oom in (F, T)
+        for over in (F, T)
+    ],
+    (0, F, F, F, None),
+    (0, F, T, F, None),  # a child was OOM-killed; the algorithm survived and exited 0
+    (0, F, F, T, BIG),
+    (0, F, T, T, BIG),
+    (137, F, F, F, CRASHED),
+    (137, F, T, F, OOM),
+    (137, F, F, T, BIG),  # the watchdog's kill, or a crash after filling /output
+    (137, F, T, T, OOM),  # memory first: the kernel's kill ended it
+    (None, F, F, F, CRASHED),
+    (None, F, T, F, OOM),
+    (None, F, F, T, BIG),
+    (None, F, T, T, OOM),
+]
+
+
+def test_classify_table_covers_every_combination() -> None:
+    seen = {(code, to, oom, over) for code, to, oom, over, _ in CLASSIFY_TABLE}
+    assert len(seen) == len(CLASSIFY_TABLE) == 3 * 2 * 2 * 2
+
+
+@pytest.mark.parametrize(("exit_code", "timed_out", "oom", "over", "outcome"), CLASSIFY_TABLE)
+def test_classify(
+    exit_code: int | None, timed_out: bool, oom: bool, over: bool, outcome: RunOutcome | None
+) -> None:
+    limits = Limits(timeout_s=4, memory_bytes=96 * MiB, output_bytes=MiB)
+    end = RunEnd(exit_code=exit_code, timed_out=timed_out, oom_killed=oom, output_over_limit=over)
+    verdict = classify(end, limits)
+    if outcome is None:
+        assert verdict is None
+        return
+    assert verdict is not None
+    messages = {
+        TIMEOUT: timeout_message(limits),
+        OOM: oom_message(limits),
+        BIG: output_too_big_message(limits),
+        CRASHED: crashed_message(exit_code),
+    }
+    assert verdict == (outcome, messages[outcome])
+
+
 # --- the fake -----------------------------------------------------------------------------
 
 
@@ -378,21 +440,21 @@ def test_fake_runner_canned_outputs(tmp_path: Path) -> None:
     fake = FakeRunner(
         {
             "b_eeg.edf": FakeRun(tsv=HEADER + "x\t1\tsz\tn/a\tn/a\tn/a\t12\n"),
-            "c_eeg.edf": FakeRun(outcome=Outcome.TIMEOUT, exit_code=137),
+            "c_eeg.edf": FakeRun(outcome=RunOutcome.TIMEOUT, exit_code=137),
         }
     )
     out = tmp_path / "out"
     ok = fake.run(image="img", recording=rec_ok, output_dir=out, limits=Limits(), gpus=("0",))
-    assert ok.outcome is Outcome.OK
+    assert ok.outcome is RunOutcome.OK
     assert ok.output_tsv == out / "a_events.tsv"
     assert ok.annotations is not None
     assert ok.gpu is not None
     assert ok.gpu.device_ids == ("0",)
     bad = fake.run(image="img", recording=rec_bad, output_dir=out, limits=Limits())
-    assert bad.outcome is Outcome.INVALID_OUTPUT
+    assert bad.outcome is RunOutcome.INVALID_OUTPUT
     assert "row 2" in bad.submitter_message
     slow = fake.run(image="img", recording=rec_slow, output_dir=out, limits=Limits())
-    assert slow.outcome is Outcome.TIMEOUT
+    assert slow.outcome is RunOutcome.TIMEOUT
     assert slow.exit_code == 137
     assert [c["recording"] for c in fake.calls] == [rec_ok, rec_bad, rec_slow]
 
@@ -412,6 +474,9 @@ if mode == "sleep":
     time.sleep(60)
 if mode == "crash":
     sys.exit(5)
+if mode == "fill-then-crash":
+    (Path("/output") / os.environ["OUTPUT"]).write_text("x" * 4096)
+    sys.exit(3)
 if mode == "ok":
     (Path("/output") / os.environ["OUTPUT"]).write_text(
         "onset\\tduration\\teventType\\trecordingDuration\\n"
@@ -423,14 +488,16 @@ if mode == "ok":
 @pytest.mark.parametrize(
     ("mode", "outcome", "exit_code"),
     [
-        ("ok", Outcome.OK, 0),
-        ("crash", Outcome.CRASHED, 5),
-        ("none", Outcome.NO_OUTPUT, 0),
-        ("sleep", Outcome.TIMEOUT, None),
+        ("ok", RunOutcome.OK, 0),
+        ("crash", RunOutcome.CRASHED, 5),
+        # Told about its output first, as the Docker runner tells it (classify's order).
+        ("fill-then-crash", RunOutcome.INVALID_OUTPUT, 3),
+        ("none", RunOutcome.NO_OUTPUT, 0),
+        ("sleep", RunOutcome.TIMEOUT, None),
     ],
 )
 def test_local_process_runner(
-    tmp_path: Path, mode: str, outcome: Outcome, exit_code: int | None
+    tmp_path: Path, mode: str, outcome: RunOutcome, exit_code: int | None
 ) -> None:
     (tmp_path / "detect.py").write_text(DETECTOR)
     (tmp_path / "data").mkdir()
@@ -438,7 +505,10 @@ def test_local_process_runner(
     runner = LocalProcessRunner(f"python3 detect.py {mode}", cwd=tmp_path)
     assert runner.argv[0] == sys.executable
     result = runner.run(
-        image="baseline", recording=rec, output_dir=tmp_path / "out", limits=Limits(timeout_s=2)
+        image="baseline",
+        recording=rec,
+        output_dir=tmp_path / "out",
+        limits=Limits(timeout_s=2, output_bytes=1024),
     )
     assert result.outcome is outcome, result.admin_log
     if exit_code is not None:
@@ -448,7 +518,7 @@ def test_local_process_runner(
     assert result.admin_log.startswith("TRUSTED LOCAL PROCESS (not sandboxed)")
     assert "read r_eeg.edf" in result.admin_log
     assert str(tmp_path) not in result.submitter_message
-    if outcome is Outcome.OK:
+    if outcome is RunOutcome.OK:
         assert result.annotations is not None
         assert result.annotations.events.tolist() == [[2.0, 5.0]]
         assert result.output_tsv == tmp_path / "out" / "r_events.tsv"
@@ -466,3 +536,37 @@ def test_make_runner_backends() -> None:
     assert isinstance(local, LocalProcessRunner)
     with pytest.raises(ValueError, match="SZBENCH_RUNNER_BACKEND"):
         make_runner(Settings(runner_backend="podman"))
+
+
+def test_one_work_dir_default(tmp_path: Path) -> None:
+    assert work_dir_from_settings(Settings(data_dir=tmp_path)) == tmp_path / "runs"
+    elsewhere = tmp_path / "staging"
+    assert work_dir_from_settings(Settings(data_dir=tmp_path, runner_work_dir=elsewhere)) == (
+        elsewhere
+    )
+
+
+def test_local_runner_stages_in_the_work_dir(tmp_path: Path) -> None:
+    """The local runner's scratch folder lives in the same work dir as the Docker runner's,
+    and goes with its run."""
+    seen = tmp_path / "seen"
+    script = (
+        "import os, pathlib; "
+        f"pathlib.Path({str(seen)!r}).write_text(os.path.dirname(os.environ['OUTPUT']))"
+    )
+    (tmp_path / "detect.py").write_text(script)
+    rec = write_edf(tmp_path / "r_eeg.edf", duration_s=8)
+    settings = Settings(
+        data_dir=tmp_path,
+        runner_backend="local",
+        runner_local_command=f"{sys.executable} {tmp_path / 'detect.py'}",
+    )
+    runner = make_runner(settings)
+    assert isinstance(runner, LocalProcessRunner)
+    result = runner.run(
+        image="baseline", recording=rec, output_dir=tmp_path / "out", limits=Limits()
+    )
+    assert result.outcome is RunOutcome.NO_OUTPUT
+    scratch = Path(seen.read_text())
+    assert scratch.parent == tmp_path / "runs"
+    assert not scratch.exists()

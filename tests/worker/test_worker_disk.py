@@ -22,7 +22,7 @@ import pytest
 
 from szbench.config import Settings
 from szbench.datasets.service import RUN_LIMIT_KEYS
-from szbench.models import Dataset
+from szbench.models import Dataset, RunOutcome
 from szbench_worker.docker_runner import (
     LABEL_OWNER,
     DockerRunner,
@@ -31,7 +31,7 @@ from szbench_worker.docker_runner import (
     output_usage,
 )
 from szbench_worker.pipeline import run_limits
-from szbench_worker.runner import Limits, Outcome
+from szbench_worker.runner import Limits
 from tests.worker.conftest import BASE_IMAGE, write_edf
 
 MiB = 1024**2
@@ -102,7 +102,7 @@ def test_the_watchdog_ends_a_run_past_either_cap(
     result = runner.run(
         image=test_images[name], recording=recording, output_dir=tmp_path / "out", limits=LIMITS
     )
-    assert result.outcome is Outcome.INVALID_OUTPUT, result.admin_log[-2000:]
+    assert result.outcome is RunOutcome.INVALID_OUTPUT, result.admin_log[-2000:]
     assert "more than 1 MiB to /output, or more than 100 files" in result.submitter_message
     assert result.output_tsv is None
     assert list(runner.work_dir.iterdir()) == []
@@ -197,7 +197,7 @@ def test_a_non_root_worker_leaves_nothing_behind(
     recording = write_edf(unprivileged_dir / "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf")
     os.chmod(recording, 0o644)
     result = _run_unprivileged(test_images[name], recording, unprivileged_dir, helper or None)
-    assert result["outcome"] == Outcome.INVALID_OUTPUT.value, result["log"]
+    assert result["outcome"] == RunOutcome.INVALID_OUTPUT.value, result["log"]
     assert "more than 1 MiB to /output" in result["message"]
     # Nothing the run wrote is left: no staging directory, no container (run or purge).
     assert list((unprivileged_dir / "work").iterdir()) == []
@@ -235,7 +235,7 @@ def test_the_tmpfs_refuses_past_either_cap(
     assert found is not None, many.admin_log[-2000:]
     assert int(found.group(1)) <= LIMITS.output_files
     for result in (reserved, many):
-        assert result.outcome is Outcome.TIMEOUT
+        assert result.outcome is RunOutcome.TIMEOUT
         assert result.output_tsv is None
     assert list(runner.work_dir.iterdir()) == []
     assert str(runner.work_dir) not in Path("/proc/mounts").read_text()

@@ -26,7 +26,7 @@ from szbench import db
 from szbench.config import get_settings
 from szbench.logging import configure_logging, install_celery_log_context
 from szbench.queue import QUEUE_CPU, TASK_RECONCILE, get_celery
-from szbench_worker.runner import RunnerError
+from szbench_worker.runner import RunnerError, work_dir_from_settings
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def _remove_orphans(**_: Any) -> None:
         from szbench_worker import docker_runner
 
         if docker_runner.engine_available():
-            work = settings.runner_work_dir or settings.data_dir / "runs"
+            work = work_dir_from_settings(settings)
             docker_runner.cleanup_orphans(work_dir=work)
     except Exception:
         log.exception("orphan cleanup failed")
@@ -197,7 +197,7 @@ def _sweep_dead_owners() -> None:
         return
     from szbench_worker import docker_runner
 
-    work = settings.runner_work_dir or settings.data_dir / "runs"
+    work = work_dir_from_settings(settings)
     removed = docker_runner.cleanup_orphans(work_dir=work)
     if removed:
         log.warning("removed %d container(s) of a pool process that died", removed)

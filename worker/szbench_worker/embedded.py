@@ -132,8 +132,9 @@ def _sweep_dead_owners(settings: Settings) -> int:
 
         if not engine_available():
             return 0
-        work = settings.runner_work_dir or Path(settings.data_dir) / "runs"
-        return cleanup_orphans(work_dir=work)
+        from szbench_worker.runner import work_dir_from_settings
+
+        return cleanup_orphans(work_dir=work_dir_from_settings(settings))
     except Exception:
         log.exception("orphan cleanup failed")
         return 0

@@ -26,18 +26,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from szbench.models import RunOutcome
 from szbench_worker.runner import (
     Limits,
-    Outcome,
+    RunEnd,
     RunnerError,
     RunResult,
     bounded,
     check_output,
-    crashed_message,
+    classify,
     edf_duration_s,
     output_name_for,
-    output_too_big_message,
-    timeout_message,
     worker_host,
 )
 
@@ -49,11 +48,14 @@ class LocalProcessRunner:
 
     ``command`` is an argv list or a shell-like string; ``python3`` as its first word means
     the interpreter running the worker. ``cwd`` is where relative paths in it resolve (the
-    repository root for the bundled baseline). The ``image`` argument of :meth:`run` is
-    recorded only; the command is what runs.
+    repository root for the bundled baseline). ``work_dir``: where each run gets its scratch
+    folder (the system's temporary folder when ``None``). The ``image`` argument of
+    :meth:`run` is recorded only; the command is what runs.
     """
 
-    def __init__(self, command: str | list[str], *, cwd: Path | None = None) -> None:
+    def __init__(
+        self, command: str | list[str], *, cwd: Path | None = None, work_dir: Path | None = None
+    ) -> None:
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv:
             raise ValueError("LocalProcessRunner needs a command")
@@ -61,6 +63,7 @@ class LocalProcessRunner:
             argv[0] = sys.executable
         self.argv = argv
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self.work_dir = Path(work_dir) if work_dir is not None else None
         self.digest = self._digest()
 
     def _digest(self) -> str:
@@ -90,7 +93,9 @@ class LocalProcessRunner:
                 raise RunnerError(f"cannot read recording {recording}: {exc}") from exc
         name = output_name_for(recording)
         output_dir.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix="szbench-local-"))
+        if self.work_dir is not None:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="szbench-local-", dir=self.work_dir))
         env = {
             **os.environ,
             "INPUT": str(recording),
@@ -129,15 +134,15 @@ class LocalProcessRunner:
             tsv = scratch / name
             annotations = None
             output_tsv = None
-            if timed_out:
-                outcome = Outcome.TIMEOUT
-                message = timeout_message(limits)
-            elif exit_code != 0:
-                outcome = Outcome.CRASHED
-                message = crashed_message(exit_code)
-            elif tsv.is_file() and tsv.stat().st_size > limits.output_bytes:
-                outcome = Outcome.INVALID_OUTPUT
-                message = output_too_big_message(limits)
+            end = RunEnd(
+                exit_code=exit_code,
+                timed_out=timed_out,
+                # No memory limit here, so no OOM kill of its own; the TSV alone is measured.
+                output_over_limit=tsv.is_file() and tsv.stat().st_size > limits.output_bytes,
+            )
+            verdict = classify(end, limits)
+            if verdict is not None:
+                outcome, message = verdict
             else:
                 copied = None
                 if tsv.is_file():
@@ -150,7 +155,7 @@ class LocalProcessRunner:
                     hide=(scratch, output_dir, recording.parent),
                 )
                 outcome, message, annotations = check.outcome, check.message, check.annotations
-                if outcome is Outcome.OK:
+                if outcome is RunOutcome.OK:
                     output_tsv = copied
                 elif copied is not None:
                     copied.unlink(missing_ok=True)

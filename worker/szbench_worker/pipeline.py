@@ -81,7 +81,6 @@ from szbench_worker.runner import (
     ImageError,
     ImageRefused,
     Limits,
-    Outcome,
     Runner,
     RunnerError,
     RunResult,
@@ -589,7 +588,7 @@ def _store_result(run_id: int, result: RunResult, ran_image: str = "") -> RunSte
             return RunStep(ran_container=True, skipped="already finished by another attempt")
         evaluation = session.get_one(Evaluation, run.evaluation_id)
         recording = run.recording
-        run.outcome = RunOutcome(result.outcome.value)
+        run.outcome = result.outcome
         run.exit_code = result.exit_code
         run.submitter_message = result.submitter_message
         run.admin_log = result.admin_log
@@ -604,7 +603,7 @@ def _store_result(run_id: int, result: RunResult, ran_image: str = "") -> RunSte
                 f"\n[worker] ran image {result.image_digest}, expected {run.image_digest}"
             )
         run.detections_tsv = None
-        if result.outcome is Outcome.OK and result.output_tsv is not None:
+        if result.outcome is RunOutcome.OK and result.output_tsv is not None:
             run.detections_tsv = Path(result.output_tsv).read_text(encoding="utf-8")
         try:
             _score_run(run, recording, recording.dataset_version, scoring_params(evaluation))
@@ -628,7 +627,7 @@ IMAGE_REFUSED_MESSAGE = (
 
 def _refused_image_result(exc: ImageRefused, digest: str) -> RunResult:
     return RunResult(
-        outcome=Outcome.CRASHED,
+        outcome=RunOutcome.CRASHED,
         exit_code=None,
         duration_s=0.0,
         peak_memory_bytes=None,

@@ -1,12 +1,14 @@
 """The runner interface: run one algorithm on one recording and say what happened.
 
 Everything above the runner (the Celery pipeline, the CLI) talks to :class:`Runner` and
-gets a :class:`RunResult` back; it never sees the docker SDK. Three implementations:
+gets a :class:`RunResult` back; it never sees the docker SDK. Two implementations (and a
+fake for unit tests of the logic above a runner, in ``tests/worker/fakes.py``):
 
 - :class:`szbench_worker.docker_runner.DockerRunner`: the real, sandboxed one;
 - :class:`szbench_worker.local_runner.LocalProcessRunner`: a *trusted* local command for the
-  embedded demo when no Docker engine is available (not sandboxed, labelled as such);
-- :class:`FakeRunner`: canned outputs, for unit tests of the logic above a runner.
+  embedded demo when no Docker engine is available (not sandboxed, labelled as such).
+
+Both decide how a run ended with the same :func:`classify`.
 
 The algorithm contract (``docs/algorithm-contract.md``) is the SzCORE challenge's: the
 container reads ``/data/$INPUT`` (one EDF) and writes ``/output/$OUTPUT`` (one TSV).
@@ -28,12 +30,11 @@ import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from szbench.models import RunOutcome
 from szbench_worker.eeg.edf_header import read_edf_header
 
 if TYPE_CHECKING:
@@ -51,17 +52,6 @@ DURATION_TOLERANCE_S = 1.0
 
 #: Longest snippet of algorithm-controlled text (a parser's reason) shown to a submitter.
 MAX_SUBMITTER_DETAIL = 300
-
-
-class Outcome(StrEnum):
-    """How one run ended; only ``OK`` produces annotations to score."""
-
-    OK = "ok"
-    TIMEOUT = "timeout"
-    OUT_OF_MEMORY = "out_of_memory"
-    CRASHED = "crashed"
-    INVALID_OUTPUT = "invalid_output"
-    NO_OUTPUT = "no_output"
 
 
 class RunnerError(Exception):
@@ -148,9 +138,13 @@ class GpuInfo:
 
 @dataclass
 class RunResult:
-    """What one run produced. ``annotations`` is set exactly when ``outcome`` is OK."""
+    """What one run produced. ``annotations`` is set exactly when ``outcome`` is OK.
 
-    outcome: Outcome
+    ``outcome`` is never ``INFRASTRUCTURE_ERROR``: a runner raises :class:`RunnerError` for
+    what is not the algorithm's doing, and the pipeline records that.
+    """
+
+    outcome: RunOutcome
     exit_code: int | None
     duration_s: float
     peak_memory_bytes: int | None
@@ -226,7 +220,7 @@ def edf_duration_s(path: Path) -> float:
 
 @dataclass(frozen=True)
 class OutputCheck:
-    outcome: Outcome
+    outcome: RunOutcome
     message: str
     annotations: Annotations | None = None
 
@@ -257,18 +251,18 @@ def check_output(
 
     shown = f"{CONTAINER_OUTPUT_DIR}/{contract_name}"
     if tsv.is_symlink() or (tsv.exists() and not tsv.is_file()):
-        return OutputCheck(Outcome.INVALID_OUTPUT, f"{shown} must be a regular file.")
+        return OutputCheck(RunOutcome.INVALID_OUTPUT, f"{shown} must be a regular file.")
     if not tsv.is_file():
-        return OutputCheck(Outcome.NO_OUTPUT, f"The algorithm wrote no {shown}.")
+        return OutputCheck(RunOutcome.NO_OUTPUT, f"The algorithm wrote no {shown}.")
     try:
         annotations = read_annotations(tsv)
     except AnnotationError as exc:
         where = f" row {exc.row}" if getattr(exc, "row", None) is not None else ""
         reason = _snippet(str(getattr(exc, "reason", exc)), tsv, *hide)
-        return OutputCheck(Outcome.INVALID_OUTPUT, f"{shown}{where}: {reason}")
+        return OutputCheck(RunOutcome.INVALID_OUTPUT, f"{shown}{where}: {reason}")
     except (UnicodeDecodeError, ValueError, OSError) as exc:
         reason = _snippet(str(exc), tsv, *hide)
-        return OutputCheck(Outcome.INVALID_OUTPUT, f"{shown}: {reason}")
+        return OutputCheck(RunOutcome.INVALID_OUTPUT, f"{shown}: {reason}")
     declared = float(annotations.recording_duration_s)
     if (
         recording_duration_s is not None
@@ -276,11 +270,62 @@ def check_output(
         and abs(declared - recording_duration_s) > DURATION_TOLERANCE_S
     ):
         return OutputCheck(
-            Outcome.INVALID_OUTPUT,
+            RunOutcome.INVALID_OUTPUT,
             f"{shown}: recordingDuration {declared:g} s does not match the recording's "
             f"duration ({recording_duration_s:g} s).",
         )
-    return OutputCheck(Outcome.OK, "ok", annotations)
+    return OutputCheck(RunOutcome.OK, "ok", annotations)
+
+
+# --- how a run ended (shared by every runner) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """What a runner saw when the algorithm's process ended, before reading its output.
+
+    ``oom_killed``: the kernel's OOM killer struck inside the run. ``output_over_limit``:
+    ``/output`` passed ``Limits.output_bytes`` or ``Limits.output_files`` (or hid part of
+    itself), however the runner measured it.
+    """
+
+    exit_code: int | None
+    timed_out: bool = False
+    oom_killed: bool = False
+    output_over_limit: bool = False
+
+
+def classify(end: RunEnd, limits: Limits) -> tuple[RunOutcome, str] | None:
+    """The outcome of a run and its submitter message from how it ended; ``None`` when the
+    process ended cleanly and only its output TSV can tell (:func:`check_output`).
+
+    One order for every runner, the first that holds wins:
+
+    1. timed out: the kill at the wall-clock limit explains whatever followed it;
+    2. OOM-killed with a non-zero exit (an OOM kill of a child that the algorithm survived,
+       exiting 0, did not end the run);
+    3. output over its caps: the watchdog's kill makes a non-zero exit of its own, and a run
+       that filled ``/output`` and then crashed is still told about its output;
+    4. a non-zero (or unknown) exit code: crashed.
+
+    Examples
+    --------
+    >>> classify(RunEnd(exit_code=137, timed_out=True, oom_killed=True), Limits())[0]
+    <RunOutcome.TIMEOUT: 'timeout'>
+    >>> classify(RunEnd(exit_code=1, output_over_limit=True), Limits())[0]
+    <RunOutcome.INVALID_OUTPUT: 'invalid_output'>
+    >>> classify(RunEnd(exit_code=0, oom_killed=True), Limits()) is None
+    True
+    """
+    if end.timed_out:
+        return RunOutcome.TIMEOUT, timeout_message(limits)
+    if end.oom_killed and end.exit_code != 0:
+        return RunOutcome.OUT_OF_MEMORY, oom_message(limits)
+    if end.output_over_limit:
+        return RunOutcome.INVALID_OUTPUT, output_too_big_message(limits)
+    if end.exit_code != 0:
+        return RunOutcome.CRASHED, crashed_message(end.exit_code)
+    return None
 
 
 def timeout_message(limits: Limits) -> str:
@@ -313,6 +358,12 @@ def describe_limit(n_bytes: int) -> str:
             value = n_bytes / size
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
     return f"{n_bytes} bytes"
+
+
+def work_dir_from_settings(settings: Settings) -> Path:
+    """Where runs stage their files on this host: ``SZBENCH_RUNNER_WORK_DIR``, by default
+    ``<data_dir>/runs`` (the one default every runner, sweep and worker start-up uses)."""
+    return Path(settings.runner_work_dir or Path(settings.data_dir) / "runs")
 
 
 def worker_host() -> str:
@@ -358,100 +409,6 @@ def bounded(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
-# --- the fake, for unit tests of the logic above a runner ---------------------------------
-
-
-@dataclass
-class FakeRun:
-    """What :class:`FakeRunner` pretends happened: an outcome and/or a TSV to copy out."""
-
-    tsv: str | None = None
-    outcome: Outcome | None = None  # None: decided by validating ``tsv`` like a real run
-    exit_code: int = 0
-    log: str = ""
-
-
-def bckg_tsv(duration_s: float) -> str:
-    """A valid SzCORE TSV with no detection (one ``bckg`` row spanning the recording)."""
-    return (
-        "onset\tduration\teventType\tconfidence\tchannels\tdateTime\trecordingDuration\n"
-        f"0.0\t{duration_s:.1f}\tbckg\tn/a\tn/a\t2000-01-01 00:00:00\t{duration_s:.1f}\n"
-    )
-
-
-@dataclass
-class FakeRunner:
-    """A :class:`Runner` that copies canned outputs; for unit tests only, never for results.
-
-    ``script`` maps a recording's file name to a :class:`FakeRun` (or is a function of the
-    recording path); recordings not in it get a valid background-only TSV. Every call is
-    appended to ``calls``.
-    """
-
-    script: Mapping[str, FakeRun] | Callable[[Path], FakeRun] = field(default_factory=dict)
-    image_digest: str = "sha256:" + "0" * 64
-    calls: list[dict[str, object]] = field(default_factory=list)
-
-    def run(
-        self,
-        *,
-        image: str,
-        recording: Path,
-        output_dir: Path,
-        limits: Limits,
-        gpus: tuple[str, ...] = (),
-    ) -> RunResult:
-        self.calls.append(
-            {
-                "image": image,
-                "recording": recording,
-                "output_dir": output_dir,
-                "limits": limits,
-                "gpus": gpus,
-            }
-        )
-        script = self.script
-        plan = script(recording) if callable(script) else script.get(recording.name)
-        if plan is None:
-            try:
-                duration = edf_duration_s(recording)
-            except (OSError, ValueError):
-                duration = 3600.0
-            plan = FakeRun(tsv=bckg_tsv(duration))
-        name = output_name_for(recording)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        tsv = output_dir / name
-        if plan.tsv is not None:
-            tsv.write_text(plan.tsv, encoding="utf-8")
-        if plan.outcome is not None and plan.outcome is not Outcome.OK:
-            check = OutputCheck(plan.outcome, f"fake outcome: {plan.outcome.value}")
-        else:
-            known: float | None
-            try:
-                known = edf_duration_s(recording)
-            except (OSError, ValueError):
-                known = None
-            check = check_output(tsv, contract_name=name, recording_duration_s=known)
-        return RunResult(
-            outcome=check.outcome,
-            exit_code=plan.exit_code,
-            duration_s=0.0,
-            peak_memory_bytes=None,
-            submitter_message=check.message,
-            admin_log=plan.log,
-            output_tsv=tsv if check.outcome is Outcome.OK else None,
-            annotations=check.annotations,
-            image_digest=self.image_digest,
-            worker_host="fake",
-            gpu=GpuInfo(gpus) if gpus else None,
-            sandbox="fake",
-        )
-
-    def remove_leftovers(self) -> int:
-        """Nothing to remove: a fake run starts no container."""
-        return 0
-
-
 def make_runner(settings: Settings) -> Runner:
     """The runner this worker is configured for (``SZBENCH_RUNNER_BACKEND``).
 
@@ -472,4 +429,6 @@ def make_runner(settings: Settings) -> Runner:
             return DockerRunner.from_settings(settings)
     from szbench_worker.local_runner import LocalProcessRunner
 
-    return LocalProcessRunner(settings.runner_local_command)
+    return LocalProcessRunner(
+        settings.runner_local_command, work_dir=work_dir_from_settings(settings)
+    )

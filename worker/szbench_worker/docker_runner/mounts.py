@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-
 _libc: Any = None
 
 

@@ -46,6 +46,7 @@ import docker
 import requests
 from docker.errors import APIError, ImageNotFound, NotFound
 
+from szbench.models import RunOutcome
 from szbench_worker.docker_runner.cannot_start import (
     CANNOT_START_MESSAGES,
     cannot_start_cause,
@@ -81,18 +82,16 @@ from szbench_worker.runner import (
     CONTAINER_OUTPUT_DIR,
     ImageError,
     Limits,
-    Outcome,
+    RunEnd,
     RunnerError,
     RunResult,
     bounded,
     check_output,
-    crashed_message,
+    classify,
     describe_gpus,
     edf_duration_s,
-    oom_message,
     output_name_for,
-    output_too_big_message,
-    timeout_message,
+    work_dir_from_settings,
     worker_host,
 )
 
@@ -150,10 +149,9 @@ class DockerRunner:
 
     @classmethod
     def from_settings(cls, settings: Any) -> DockerRunner:
-        """A runner configured by ``SZBENCH_RUNNER_*`` (work dir default: data_dir/runs)."""
-        work_dir = settings.runner_work_dir or Path(settings.data_dir) / "runs"
+        """A runner configured by ``SZBENCH_RUNNER_*``."""
         return cls(
-            work_dir=work_dir,
+            work_dir=work_dir_from_settings(settings),
             output_tmpfs=settings.runner_output_tmpfs,
             helper_image=settings.runner_helper_image,
         )
@@ -303,8 +301,14 @@ class DockerRunner:
             self._remove_container(name)
             watchdog.stop()
 
+        end = RunEnd(
+            exit_code=exit_code,
+            timed_out=timed_out,
+            oom_killed=bool(state.get("OOMKilled")),
+            output_over_limit=watchdog.output_exceeded or not output_ok(out, limits),
+        )
         result = RunResult(
-            outcome=Outcome.OK,
+            outcome=RunOutcome.OK,
             exit_code=exit_code,
             duration_s=duration_s,
             peak_memory_bytes=watchdog.peak_memory_bytes,
@@ -316,18 +320,9 @@ class DockerRunner:
             worker_host=self.host,
             gpu=describe_gpus(gpus),
         )
-        if timed_out:
-            result.outcome = Outcome.TIMEOUT
-            result.submitter_message = timeout_message(limits)
-        elif state.get("OOMKilled") and exit_code != 0:
-            result.outcome = Outcome.OUT_OF_MEMORY
-            result.submitter_message = oom_message(limits)
-        elif watchdog.output_exceeded or not output_ok(out, limits):
-            result.outcome = Outcome.INVALID_OUTPUT
-            result.submitter_message = output_too_big_message(limits)
-        elif exit_code != 0:
-            result.outcome = Outcome.CRASHED
-            result.submitter_message = crashed_message(exit_code)
+        verdict = classify(end, limits)
+        if verdict is not None:
+            result.outcome, result.submitter_message = verdict
         else:
             self._collect_output(
                 result,
@@ -429,8 +424,8 @@ class DockerRunner:
             hide=hide,
         )
         result.outcome = check.outcome
-        result.submitter_message = check.message if check.outcome is not Outcome.OK else "ok"
-        if check.outcome is Outcome.OK:
+        result.submitter_message = check.message if check.outcome is not RunOutcome.OK else "ok"
+        if check.outcome is RunOutcome.OK:
             result.output_tsv = copied
             result.annotations = check.annotations
         elif copied is not None:
@@ -451,13 +446,13 @@ class DockerRunner:
         """
         log.info("run %s on %s refused: %s %s", image_obj.id[:19], recording.name, message, detail)
         return RunResult(
-            outcome=Outcome.CRASHED,
+            outcome=RunOutcome.CRASHED,
             exit_code=None,
             duration_s=0.0,
             peak_memory_bytes=None,
             submitter_message=message,
             admin_log=(
-                f"outcome: {Outcome.CRASHED.value}  (not started: the image cannot run here)\n"
+                f"outcome: {RunOutcome.CRASHED.value}  (not started: the image cannot run here)\n"
                 f"image: {image_obj.id}  recording: {recording}\n"
                 f"host: {self.host}  gpus: {gpus}\n"
                 f"message: {message}" + (f"\ndetail: {detail[-4000:]}" if detail else "")
