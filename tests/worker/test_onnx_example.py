@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from szbench.models import RunOutcome
 from szbench_worker.docker_runner import DockerRunner, build_image, inspect_image
-from szbench_worker.runner import ImageError, Limits, Outcome
+from szbench_worker.runner import ImageError, Limits
 from tests.worker.conftest import BASE_IMAGE, REPO, write_edf
 
 EXAMPLE = REPO / "examples" / "onnx"
@@ -140,7 +141,7 @@ def test_onnx_example_runs_in_the_sandbox(
 
     result = runner.run(image=onnx_image, recording=rec, output_dir=tmp_path / "o", limits=LIMITS)
 
-    assert result.outcome is Outcome.OK, result.admin_log[-3000:]
+    assert result.outcome is RunOutcome.OK, result.admin_log[-3000:]
     assert "providers ['CPUExecutionProvider']" in result.admin_log
     assert result.annotations is not None
     assert result.annotations.events.tolist() == [[300.0, 330.0]]
