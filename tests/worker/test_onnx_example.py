@@ -9,6 +9,7 @@ lent to the test machines to run it on.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -59,7 +60,8 @@ def wheels() -> Path:
     if not wheels_present():
         done = subprocess.run(
             [str(EXAMPLE / "download-wheels.sh")],
-            env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+            # The caller's pip configuration (index, proxy, cache) applies as it is.
+            env={**os.environ, "PYTHON": sys.executable},
             capture_output=True,
             text=True,
             timeout=600,
