@@ -68,6 +68,27 @@ class Settings(BaseSettings):
     session_cookie_secure: bool = False
     # Anyone may create a researcher account (off in centre mode).
     allow_signup: bool = True
+    # Accounts (docs/security.md, "Accounts"). A password reset link (admin-issued, or
+    # e-mailed when SMTP is configured) works once and for this long (seconds).
+    password_reset_ttl_s: int = 86400
+    # An e-mailed address verification link works for this long (seconds).
+    email_verification_ttl_s: int = 7 * 86400
+    # At most one reset e-mail per account per this many seconds ("forgot password").
+    password_reset_mail_interval_s: int = 300
+    # The site's address as users reach it, for links in e-mails (e.g. https://bench.example);
+    # empty: the address the request came to.
+    public_url: str = ""
+    # Outgoing e-mail. Empty smtp_host: no e-mail at all (admins hand out reset links).
+    # With a host, sign-ups get a verification link and must verify before submitting, and
+    # anyone can ask for a reset link by e-mail.
+    smtp_host: str = ""
+    smtp_port: int = 587
+    smtp_username: str = ""
+    smtp_password: str = ""
+    # STARTTLS after connecting (port 587); false: plain SMTP (a local relay).
+    smtp_starttls: bool = True
+    smtp_timeout_s: float = 10.0
+    mail_from: str = "szbench <noreply@localhost>"
     # Signed-out visitors may read public leaderboards, algorithms and datasets.
     anonymous_read: bool = True
     # Uploaded image tarballs and resumable upload sessions; empty means data_dir/uploads.

@@ -255,7 +255,14 @@ def test_openapi_marks_exactly_the_operations_anonymous_callers_may_use(
             assert security == [{"token": []}], (method, path, security)
             assert answer.status_code == 401, (method, path, answer.status_code, answer.text)
         else:
-            assert path == "/api/v1/auth/signup", (method, path)
+            # The ways an anonymous caller stops being one: sign up, and the account
+            # links (a reset or verification token is the credential).
+            assert path in {
+                "/api/v1/auth/signup",
+                "/api/v1/auth/password-reset",
+                "/api/v1/auth/password-reset/request",
+                "/api/v1/auth/verify",
+            }, (method, path)
 
 
 def test_without_anonymous_reads_the_document_asks_for_a_token_everywhere(

@@ -41,7 +41,9 @@ from szbench.config import get_settings
 from szbench.models import User
 
 _SALT = "szbench-session"
-_SESSION_TOKEN_NAME = "web session"  # noqa: S105 - a token's label, not a secret
+# The name of every web sign-in's token: the account page lists them apart from API tokens.
+WEB_SESSION_NAME = "web session"
+_SESSION_TOKEN_NAME = WEB_SESSION_NAME
 
 
 @lru_cache

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from szbench.api.deps import BareSessionDep, get_side_session, run_in_slot
 from szbench.api.openapi import no_credentials
-from szbench.auth import service
+from szbench.auth import accounts, service
 from szbench.auth.cookies import read_session_cookie
 from szbench.auth.token_cache import tokens
 from szbench.config import get_settings
@@ -188,6 +188,11 @@ def _require_submitter(principal: Principal) -> Principal:
     assert principal.user is not None
     if principal.user.role not in (Role.ADMIN, Role.RESEARCHER):
         raise Forbidden(f"a {principal.user.role.value} account cannot submit algorithms")
+    if accounts.needs_verification(principal.user):
+        raise Forbidden(
+            f"confirm your e-mail address first: open the link sent to {principal.user.email} "
+            "(your account page sends a new one)"
+        )
     return principal
 
 

@@ -9,21 +9,25 @@ from fastapi import APIRouter, Request, Response, status
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
-from szbench.auth import service
+from szbench.auth import accounts, mail, service
 from szbench.auth.cookies import clear_session_cookie, client_address, set_session_cookie
 from szbench.auth.dependencies import SignedIn
 from szbench.auth.schemas import (
     LoginIn,
     LoginOut,
     PasswordChangeIn,
+    PasswordResetIn,
+    ResetRequested,
+    ResetRequestIn,
     SignupIn,
     TokenCreated,
     TokenIn,
     TokenOut,
     UserOut,
+    VerifyIn,
 )
 from szbench.config import get_settings
-from szbench.errors import Forbidden
+from szbench.errors import Conflict, Forbidden
 from szbench.models import Role
 
 router = APIRouter(tags=["auth"], responses=ERROR_RESPONSES)
@@ -56,14 +60,22 @@ def logout(request: Request, session: SessionDep, caller: SignedIn) -> Response:
 
 
 @router.post("/auth/signup", response_model=UserOut, status_code=status.HTTP_201_CREATED)
-def signup(body: SignupIn, session: SessionDep) -> UserOut:
-    """Create a researcher account (when sign-up is open)."""
+def signup(request: Request, body: SignupIn, session: SessionDep) -> UserOut:
+    """Create a researcher account (when sign-up is open); with e-mail configured, a
+    verification link goes to the address (submitting waits for it)."""
     settings = get_settings()
     if not settings.allow_signup or settings.centre_mode:
         raise Forbidden("sign-up is closed on this server; ask an admin for an account")
     user = service.create_user(
-        session, email=body.email, password=body.password, name=body.name, role=Role.RESEARCHER
+        session,
+        email=body.email,
+        password=body.password,
+        name=body.name,
+        role=Role.RESEARCHER,
+        verified=False,
     )
+    if mail.enabled():
+        accounts.send_verification(user, str(request.base_url))
     return UserOut.model_validate(user)
 
 
@@ -119,6 +131,7 @@ def create_token(body: TokenIn, session: SessionDep, caller: SignedIn) -> TokenC
     expires_at = (
         datetime.now(UTC) + timedelta(days=body.expires_in_days) if body.expires_in_days else None
     )
+    accounts.check_token_name(body.name)
     token, secret = service.create_token(
         session,
         caller.user,
@@ -136,3 +149,34 @@ def revoke_token(token_id: IdPath, session: SessionDep, caller: SignedIn) -> Tok
     assert caller.user is not None
     token = service.get_token(session, token_id, viewer=caller.user)
     return TokenOut.model_validate(service.revoke_token(session, token))
+
+
+@router.post("/auth/password-reset", response_model=UserOut)
+def reset_password(body: PasswordResetIn, session: SessionDep) -> UserOut:
+    """Set a new password with a reset link's token (admin-issued or e-mailed). The link is
+    spent, and every session and API token of the account is revoked: sign in anew."""
+    return UserOut.model_validate(accounts.reset_password(session, body.token, body.new_password))
+
+
+@router.post(
+    "/auth/password-reset/request",
+    response_model=ResetRequested,
+    status_code=status.HTTP_202_ACCEPTED,
+)
+def request_password_reset(
+    request: Request, body: ResetRequestIn, session: SessionDep
+) -> ResetRequested:
+    """E-mail a reset link (needs SMTP). The answer is the same whether or not the address
+    has an account; at most one e-mail per account per SZBENCH_PASSWORD_RESET_MAIL_INTERVAL_S."""
+    if not mail.enabled():
+        raise Conflict("e-mail is not configured on this server: ask an admin for a reset link")
+    accounts.request_reset_mail(session, body.email, str(request.base_url))
+    return ResetRequested(
+        detail="If an account has this address, a reset link is on its way to it."
+    )
+
+
+@router.post("/auth/verify", response_model=UserOut)
+def verify_email(body: VerifyIn, session: SessionDep) -> UserOut:
+    """Confirm an e-mail address with the token of the link sent to it."""
+    return UserOut.model_validate(accounts.verify_email(session, body.token))

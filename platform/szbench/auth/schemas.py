@@ -17,6 +17,9 @@ class UserOut(BaseModel):
     name: str
     role: Role
     is_active: bool
+    email_verified_at: datetime | None = Field(
+        default=None, description="When the address was confirmed (null: not yet)."
+    )
     created_at: datetime
 
 
@@ -47,7 +50,7 @@ class TokenOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: int
-    name: str
+    name: str = Field(description="'web session' marks a browser's sign-in (reserved name).")
     prefix: str = Field(description="First characters of the secret, to tell tokens apart.")
     scopes: list[str]
     created_at: datetime
@@ -76,3 +79,32 @@ class TokenIn(BaseModel):
         description="Subset of read, write, admin; default: all the role allows.",
     )
     expires_in_days: int | None = Field(default=None, ge=1, le=3650)
+
+
+class PasswordResetIn(BaseModel):
+    token: str = Field(max_length=2000, description="From the reset link (its token= part).")
+    new_password: str = Field(max_length=1000, description=CHOOSING_RULES)
+
+
+class ResetRequestIn(BaseModel):
+    email: str = Field(max_length=320)
+
+
+class ResetRequested(BaseModel):
+    detail: str
+
+
+class VerifyIn(BaseModel):
+    token: str = Field(max_length=2000, description="From the verification link.")
+
+
+class ResetLinkIn(BaseModel):
+    send_email: bool = Field(
+        default=False, description="Also e-mail the link to the user (needs SMTP)."
+    )
+
+
+class ResetLinkOut(BaseModel):
+    url: str = Field(description="Works once; hand it to the user over a trusted channel.")
+    expires_at: datetime
+    emailed: bool

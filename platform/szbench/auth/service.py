@@ -54,14 +54,19 @@ def create_user(
     password: str | None,
     name: str = "",
     role: Role = Role.RESEARCHER,
+    verified: bool = True,
 ) -> User:
-    """Create a user; ``password=None`` makes an account that can only use API tokens."""
+    """Create a user; ``password=None`` makes an account that can only use API tokens.
+
+    ``verified=False`` for self-service sign-ups: their address is unconfirmed until they
+    follow an e-mailed link (:mod:`szbench.auth.accounts`); an admin's or the CLI's word
+    counts as confirmation."""
     email = normalise_email(email)
     if session.scalar(select(User.id).where(User.email == email)) is not None:
         raise Conflict(f"email: a user with email {email} already exists")
     if password is not None:
         check_new_password(password, min_length=get_settings().password_min_length, email=email)
-    user = User(email=email, name=name, role=role)
+    user = User(email=email, name=name, role=role, email_verified_at=_now() if verified else None)
     if password is not None:
         user.password_hash = hash_password(password, n=get_settings().password_scrypt_n)
         user.password_changed_at = _now()

@@ -1,4 +1,5 @@
-"""Pages of a signed-in user: API tokens, submitting, my submissions, one evaluation."""
+"""Pages of a signed-in user: the account (profile, web sign-ins), API tokens, passwords
+(change, reset by link, e-mail verification), submitting, my submissions, one evaluation."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
-from szbench.auth import cookies
+from szbench.auth import accounts, cookies, mail
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
-from szbench.errors import Forbidden, SzbenchError, TooManyAttempts, Unauthorized
+from szbench.errors import Forbidden, NotFound, SzbenchError, TooManyAttempts, Unauthorized
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
 from szbench.evaluations.schemas import EvaluationCreate
@@ -24,7 +25,7 @@ from szbench.phases import service as phases
 from szbench.quotas import service as quotas
 from szbench.results import queries as results
 from szbench.web import queries as web_queries
-from szbench.web.common import CsrfChecked, redirect, render
+from szbench.web.common import Caller, CsrfChecked, redirect, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -47,7 +48,8 @@ def _tokens(
     status_code: int = 200,
 ) -> Response:
     assert caller.user is not None
-    rows, _ = auth.list_tokens(session, caller.user, limit=200, offset=0)
+    # Web sign-ins are listed on the account page, apart from these.
+    rows = accounts.api_tokens(session, caller.user)[:200]
     context = {
         "title": "API tokens",
         "tokens": rows,
@@ -83,6 +85,7 @@ def create_token(
             request, session, caller, error="expires_in_days: between 1 and 3650", status_code=400
         )
     try:
+        accounts.check_token_name(name)
         token, secret = auth.create_token(
             session,
             caller.user,
@@ -155,6 +158,178 @@ def change_password(
     response = redirect("/tokens", "Password changed; every other session and token is revoked.")
     cookies.start_session(session, response, caller.user)
     return response
+
+
+# --- account: profile and web sign-ins --------------------------------------------------------
+
+
+@router.get("/account", response_class=HTMLResponse)
+def account_page(request: Request, session: SessionDep, caller: SignedIn) -> Response:
+    """The caller's profile and web sign-ins (API tokens are on their own page)."""
+    return _account(request, session, caller)
+
+
+def _account(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    *,
+    error: str | None = None,
+    status_code: int = 200,
+) -> Response:
+    assert caller.user is not None
+    context = {
+        "title": "Your account",
+        "account": caller.user,
+        "sessions": accounts.web_sessions(session, caller.user),
+        "current_token_id": caller.token.id if caller.token else None,
+        "api_token_count": len(accounts.api_tokens(session, caller.user)),
+        "mail_enabled": mail.enabled(),
+        "needs_verification": accounts.needs_verification(caller.user),
+        "error": error,
+    }
+    return render(request, "account.html", caller, context, status_code=status_code)
+
+
+@router.post("/account", response_class=HTMLResponse)
+def update_account(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+    name: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """Change the caller's display name."""
+    assert caller.user is not None
+    auth.update_user(session, caller.user, name=name.strip())
+    return redirect("/account", "Your name is saved.")
+
+
+@router.post("/account/sessions/{token_id}/revoke")
+def revoke_session(
+    token_id: int, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
+) -> Response:
+    """Sign one of the caller's browsers out."""
+    assert caller.user is not None
+    token = auth.get_token(session, token_id, viewer=caller.user)
+    if not accounts.is_web_session(token) or token.user_id != caller.user.id:
+        raise NotFound(f"web sign-in {token_id} does not exist")
+    auth.revoke_token(session, token)
+    if caller.token is not None and token.id == caller.token.id:
+        response = redirect("/", "You are signed out.")
+        cookies.clear_session_cookie(response)
+        return response
+    return redirect("/account", "That browser is signed out.")
+
+
+@router.post("/account/sessions/revoke-others")
+def revoke_other_sessions(session: SessionDep, caller: SignedIn, _csrf: CsrfChecked) -> Response:
+    """Sign out every other browser (API tokens stay)."""
+    assert caller.user is not None
+    count = accounts.sign_out_elsewhere(session, caller.user, keep=caller.token)
+    return redirect("/account", f"{count} other web sign-in(s) ended.")
+
+
+@router.post("/account/verify")
+def send_verification(
+    request: Request, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
+) -> Response:
+    """Send the e-mail verification link again."""
+    assert caller.user is not None
+    if not mail.enabled() or caller.user.email_verified_at is not None:
+        return redirect("/account")
+    sent = accounts.send_verification(caller.user, str(request.base_url))
+    message = (
+        f"A verification link is on its way to {caller.user.email}."
+        if sent
+        else "The e-mail could not be sent; try again later."
+    )
+    return redirect("/account", message)
+
+
+@router.get("/verify", response_class=HTMLResponse)
+def verify(request: Request, session: SessionDep, caller: Caller, token: str = "") -> Response:
+    """Follow an e-mailed verification link."""
+    user = accounts.verify_email(session, token[:2001])
+    message = f"Your address {user.email} is confirmed."
+    return redirect("/account" if caller.user else "/login", message)
+
+
+# --- password reset ----------------------------------------------------------------------------
+
+
+def _reset_page(
+    request: Request,
+    caller: Caller,
+    token: str,
+    *,
+    account: str,
+    error: str | None = None,
+    status_code: int = 200,
+) -> Response:
+    context = {
+        "title": "Choose a new password",
+        "token": token,
+        "account": account,
+        "error": error,
+        "min_length": get_settings().password_min_length,
+    }
+    return render(request, "password_reset.html", caller, context, status_code=status_code)
+
+
+@router.get("/password/reset", response_class=HTMLResponse)
+def reset_page(request: Request, session: SessionDep, caller: Caller, token: str = "") -> Response:
+    """The form behind a reset link (the link is checked, not spent)."""
+    user = accounts.check_reset_token(session, token[:2001])
+    return _reset_page(request, caller, token, account=user.email)
+
+
+@router.post("/password/reset", response_class=HTMLResponse)
+def reset(
+    request: Request,
+    session: SessionDep,
+    caller: Caller,
+    _csrf: CsrfChecked,
+    token: Annotated[str, Form(max_length=2000)] = "",
+    new_password: Annotated[str, Form(max_length=1000)] = "",
+) -> Response:
+    """Set the new password; every session and token is revoked, this browser signed in."""
+    user = accounts.check_reset_token(session, token)
+    try:
+        accounts.reset_password(session, token, new_password)
+    except SzbenchError as exc:
+        session.rollback()
+        return _reset_page(
+            request, caller, token, account=user.email, error=exc.detail,
+            status_code=exc.status_code,
+        )  # fmt: skip
+    response = redirect(
+        "/account", "Your new password is set; every other session and API token is revoked."
+    )
+    cookies.start_session(session, response, user)
+    return response
+
+
+@router.get("/password/forgot", response_class=HTMLResponse)
+def forgot_page(request: Request, caller: Caller) -> Response:
+    """Ask for a reset link by e-mail (or learn whom to ask)."""
+    context = {"title": "Forgot your password?", "mail_enabled": mail.enabled()}
+    return render(request, "password_forgot.html", caller, context)
+
+
+@router.post("/password/forgot", response_class=HTMLResponse)
+def forgot(
+    request: Request,
+    session: SessionDep,
+    caller: Caller,
+    _csrf: CsrfChecked,
+    email: Annotated[str, Form(max_length=320)] = "",
+) -> Response:
+    """E-mail a reset link; the answer is the same whether or not the address has an account."""
+    if mail.enabled():
+        accounts.request_reset_mail(session, email, str(request.base_url))
+    context = {"title": "Forgot your password?", "mail_enabled": mail.enabled(), "sent": True}
+    return render(request, "password_forgot.html", caller, context)
 
 
 # --- submit ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from szbench.api.deps import SessionDep
 from szbench.api.errors import describe_validation_errors
+from szbench.auth import accounts, mail
 from szbench.auth import service as auth
 from szbench.auth.dependencies import AdminOnly
 from szbench.datasets import queries as datasets
@@ -188,7 +189,7 @@ def queue_benchmark(
 
 def _users_page(
     request: Request, session: SessionDep, caller: AdminOnly, *, error: str | None = None,
-    status_code: int = 200,
+    status_code: int = 200, reset: dict[str, object] | None = None,
 ) -> Response:  # fmt: skip
     users, total = auth.list_users(session, limit=500, offset=0)
     context = {
@@ -197,6 +198,8 @@ def _users_page(
         "total": total,
         "roles": list(Role),
         "error": error,
+        "reset": reset,
+        "mail_enabled": mail.enabled(),
     }
     return render(request, "admin/users.html", caller, context, status_code=status_code)
 
@@ -260,6 +263,25 @@ def update_user(
         )  # fmt: skip
     auth.update_user(session, user, role=new_role, is_active=active)
     return redirect("/admin/users", f"User {user.email} updated.")
+
+
+@router.post("/users/{user_id}/reset-link", response_class=HTMLResponse)
+def issue_reset_link(
+    request: Request,
+    user_id: int,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    send_email: Annotated[str, Form(max_length=5)] = "",
+) -> Response:
+    """A one-time password reset link for a user, shown once (and e-mailed if asked)."""
+    user = auth.get_user(session, user_id)
+    by_mail = send_email == "true" and mail.enabled()
+    token, expires_at = accounts.reset_token(user, by_mail=by_mail)
+    url = accounts.link(str(request.base_url), "/password/reset", token)
+    emailed = by_mail and accounts.send_reset_link(user, url, expires_at)
+    reset = {"user": user, "url": url, "expires_at": expires_at, "emailed": emailed}
+    return _users_page(request, session, caller, reset=reset)
 
 
 # --- publishing ----------------------------------------------------------------------------------

@@ -9,12 +9,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
-from szbench.auth import cookies
+from szbench.auth import accounts, cookies, mail
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
-from szbench.errors import Forbidden, NotFound, SzbenchError, TooManyAttempts
+from szbench.errors import Conflict, Forbidden, NotFound, SzbenchError, TooManyAttempts
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.schemas import SubjectResultOut
 from szbench.leaderboards import service as leaderboards
@@ -54,9 +54,15 @@ def home(request: Request, session: SessionDep, caller: Anyone) -> Response:
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request, caller: Caller, next: str | None = None) -> Response:
+def login_form(
+    request: Request,
+    caller: Caller,
+    next: str | None = None,
+    email: Annotated[str, Query(max_length=320)] = "",
+) -> Response:
     """The sign-in form."""
-    return render(request, "login.html", caller, {"next": safe_next(next), "title": "Sign in"})
+    context = {"next": safe_next(next), "title": "Sign in", "email": email}
+    return render(request, "login.html", caller, context)
 
 
 @router.post("/login", response_class=HTMLResponse)
@@ -123,14 +129,21 @@ def signup(
     _check_signup_open()
     try:
         user = auth.create_user(
-            session, email=email, password=password, name=name, role=Role.RESEARCHER
-        )
-        response = redirect("/submissions", "Welcome! Your account is ready.")
+            session, email=email, password=password, name=name, role=Role.RESEARCHER,
+            verified=False,
+        )  # fmt: skip
+        welcome = "Welcome! Your account is ready."
+        if mail.enabled():
+            accounts.send_verification(user, str(request.base_url))
+            welcome += f" Confirm your address with the link sent to {user.email}."
+        response = redirect("/submissions", welcome)
         cookies.start_session(session, response, user)
     except SzbenchError as exc:
         session.rollback()
         context = {
             "error": exc.detail,
+            # The address has an account: point to signing in and to the reset instead.
+            "exists": isinstance(exc, Conflict) and exc.detail.startswith("email:"),
             "email": email,
             "name": name,
             "title": "Create an account",

@@ -1,0 +1,197 @@
+"""Accounts through the API: admin-issued one-time reset links, e-mailed reset links and
+address verification with SMTP configured, web sign-ins told apart from API tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from szbench.auth import cookies
+from szbench.auth import service as auth
+from szbench.config import get_settings
+from szbench.models import ApiToken, Role, User
+from tests.platform import factories as f
+from tests.platform.smtp_sink import Sink, smtp_sink
+
+OLD, NEW = "old-password-17", "brand-new-secret-29"
+
+
+def _token_of(url: str) -> str:
+    return parse_qs(urlsplit(url).query)["token"][0]
+
+
+@pytest.fixture
+def sink(settings_env: pytest.MonkeyPatch) -> Iterator[Sink]:
+    with smtp_sink() as server:
+        settings_env.setenv("SZBENCH_SMTP_HOST", "127.0.0.1")
+        settings_env.setenv("SZBENCH_SMTP_PORT", str(server.port))
+        settings_env.setenv("SZBENCH_SMTP_STARTTLS", "false")
+        settings_env.setenv("SZBENCH_PUBLIC_URL", "https://bench.example.org")
+        get_settings.cache_clear()
+        yield server
+
+
+def test_an_admin_link_works_once_and_revokes_every_session_and_token(
+    client: TestClient, db_session: Session
+) -> None:
+    user = f.user(db_session, email="forgetful@example.org", password=OLD)
+    _, api_secret = f.token(db_session, user)
+    admin_h = f.headers(db_session, f.user(db_session, role=Role.ADMIN))
+    r = client.post(f"/api/v1/users/{user.id}/password-reset", json={}, headers=admin_h)
+    assert r.status_code == 200, r.text
+    assert r.json()["emailed"] is False
+    url = r.json()["url"]
+    assert urlsplit(url).path == "/password/reset"
+    token = _token_of(url)
+    # A researcher cannot issue links.
+    other_h = f.headers(db_session, f.user(db_session))
+    assert (
+        client.post(f"/api/v1/users/{user.id}/password-reset", json={}, headers=other_h).status_code
+        == 403
+    )
+
+    weak = client.post(
+        "/api/v1/auth/password-reset", json={"token": token, "new_password": "short"}
+    )
+    assert weak.status_code == 400
+    assert weak.json()["detail"].startswith("password: ")
+    r = client.post("/api/v1/auth/password-reset", json={"token": token, "new_password": NEW})
+    assert r.status_code == 200, r.text
+    assert r.json()["email"] == "forgetful@example.org"
+    # The old API token is revoked; the new password signs in, the old one does not.
+    assert (
+        client.get("/api/v1/auth/me", headers={"Authorization": f"Bearer {api_secret}"}).status_code
+        == 401
+    )
+    login = {"email": "forgetful@example.org"}
+    assert client.post("/api/v1/auth/login", json={**login, "password": OLD}).status_code == 401
+    assert client.post("/api/v1/auth/login", json={**login, "password": NEW}).status_code == 200
+    # The link is spent.
+    again = client.post(
+        "/api/v1/auth/password-reset", json={"token": token, "new_password": "another-one-51"}
+    )
+    assert again.status_code == 400
+    assert again.json()["detail"].startswith("token: this reset link is not valid")
+
+
+def test_a_link_dies_when_the_password_changes_and_when_it_expires(
+    client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
+) -> None:
+    user = f.user(db_session, password=OLD)
+    admin_h = f.headers(db_session, f.user(db_session, role=Role.ADMIN))
+    first = _token_of(
+        client.post(f"/api/v1/users/{user.id}/password-reset", json={}, headers=admin_h).json()[
+            "url"
+        ]
+    )
+    auth.set_password(db_session, user, "changed-meanwhile-3")
+    r = client.post("/api/v1/auth/password-reset", json={"token": first, "new_password": NEW})
+    assert r.status_code == 400
+    forged = first[:-4] + ("AAAA" if not first.endswith("AAAA") else "BBBB")
+    r = client.post("/api/v1/auth/password-reset", json={"token": forged, "new_password": NEW})
+    assert r.status_code == 400
+    settings_env.setenv("SZBENCH_PASSWORD_RESET_TTL_S", "-1")
+    get_settings.cache_clear()
+    fresh = _token_of(
+        client.post(f"/api/v1/users/{user.id}/password-reset", json={}, headers=admin_h).json()[
+            "url"
+        ]
+    )
+    r = client.post("/api/v1/auth/password-reset", json={"token": fresh, "new_password": NEW})
+    assert r.status_code == 400
+
+
+def test_without_smtp_reset_requests_say_whom_to_ask(client: TestClient) -> None:
+    r = client.post("/api/v1/auth/password-reset/request", json={"email": "a@example.org"})
+    assert r.status_code == 409
+    assert "ask an admin for a reset link" in r.json()["detail"]
+
+
+def test_emailed_reset_link_same_answer_for_unknown_addresses_and_rate_limited(
+    client: TestClient, db_session: Session, sink: Sink
+) -> None:
+    user = f.user(db_session, email="mailme@example.org", password=OLD)
+    for email in ("mailme@example.org", "nobody@example.org", "MailMe@example.org"):
+        r = client.post("/api/v1/auth/password-reset/request", json={"email": email})
+        assert r.status_code == 202
+        assert (
+            r.json()["detail"]
+            == "If an account has this address, a reset link is on its way to it."
+        )
+    # One message: none for the unknown address, the second for the account is rate-limited.
+    assert len(sink.messages) == 1
+    assert sink.messages[0]["To"] == "mailme@example.org"
+    (url,) = sink.links("/password/reset")
+    assert url.startswith("https://bench.example.org/password/reset?token=")
+    r = client.post(
+        "/api/v1/auth/password-reset", json={"token": _token_of(url), "new_password": NEW}
+    )
+    assert r.status_code == 200
+    # A link that came by e-mail proves the address.
+    db_session.refresh(user)
+    assert user.email_verified_at is not None
+
+
+def test_with_smtp_a_sign_up_verifies_its_address_before_submitting(
+    client: TestClient, db_session: Session, sink: Sink
+) -> None:
+    r = client.post(
+        "/api/v1/auth/signup", json={"email": "new@example.org", "password": "signup-secret-81"}
+    )
+    assert r.status_code == 201
+    assert r.json()["email_verified_at"] is None
+    (url,) = sink.links("/verify")
+    login = client.post(
+        "/api/v1/auth/login", json={"email": "new@example.org", "password": "signup-secret-81"}
+    ).json()
+    h = {"Authorization": f"Bearer {login['token']}"}
+    refused = client.post("/api/v1/algorithms", json={"name": "early"}, headers=h)
+    assert refused.status_code == 403
+    assert refused.json()["detail"].startswith("confirm your e-mail address first")
+    bad = client.post("/api/v1/auth/verify", json={"token": "not-a-token"})
+    assert bad.status_code == 400
+    assert bad.json()["detail"] == "token: this verification link is not valid or has expired"
+    r = client.post("/api/v1/auth/verify", json={"token": _token_of(url)})
+    assert r.status_code == 200
+    assert r.json()["email_verified_at"] is not None
+    assert client.post("/api/v1/algorithms", json={"name": "later"}, headers=h).status_code == 201
+    # Accounts an admin makes count as confirmed.
+    admin_made = f.user(db_session)
+    assert admin_made.email_verified_at is not None
+
+
+def test_admin_link_can_be_emailed(client: TestClient, db_session: Session, sink: Sink) -> None:
+    user = f.user(db_session, email="lost@example.org", password=OLD)
+    admin_h = f.headers(db_session, f.user(db_session, role=Role.ADMIN))
+    r = client.post(
+        f"/api/v1/users/{user.id}/password-reset", json={"send_email": True}, headers=admin_h
+    )
+    assert r.json()["emailed"] is True
+    assert sink.links("/password/reset") == [r.json()["url"]]
+
+
+def test_web_sign_ins_are_named_apart_and_the_name_is_reserved(
+    client: TestClient, db_session: Session
+) -> None:
+    user = f.user(db_session, password=OLD)
+    h = f.headers(db_session, user)
+    r = client.post("/api/v1/tokens", json={"name": "Web Session"}, headers=h)
+    assert r.status_code == 400
+    assert (
+        r.json()["detail"]
+        == "name: 'Web Session' is reserved for web sign-ins; choose another name"
+    )
+    names = {t["name"] for t in client.get("/api/v1/tokens", headers=h).json()["items"]}
+    assert cookies.WEB_SESSION_NAME not in names
+    assert (
+        db_session.scalar(
+            select(ApiToken.id).where(ApiToken.user_id == user.id, ApiToken.name == "Web Session")
+        )
+        is None
+    )
+    assert db_session.get(User, user.id) is not None
