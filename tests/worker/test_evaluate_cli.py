@@ -84,6 +84,13 @@ def test_evaluate_baseline_image_on_synthetic_eeg(
         "sub-02/ses-01/eeg/sub-02_ses-01_task-szMonitoring_run-00_eeg.edf",
     ]
     assert all(r["outcome"] == "ok" for r in payload["recordings"]), payload["recordings"]
+    # What the platform stores of each run, for profiling an image without the database.
+    for r in payload["recordings"]:
+        assert r["exit_code"] == 0
+        assert r["wall_time_s"] > 0
+        assert r["peak_memory_bytes"] > 1024**2  # the engine's cgroup figure, not a guess
+        assert r["detections"] is not None
+        assert all(d["duration_s"] > 0 and d["event_type"] == "sz" for d in r["detections"])
     assert payload["event_results"]["sensitivity"] is not None
     assert "precision_std" in payload["event_results"]
     # The raw tree was prepared once into the cache, keyed by its content.

@@ -168,6 +168,13 @@ def test_cli_evaluate_local_process_end_to_end(embedded: Path, tmp_path: Path) -
     hit = recs["eeg/sub-01/ses-01/eeg/sub-01_ses-01_task-szMonitoring_run-00_eeg.edf"]
     assert hit["outcome"] == "ok"
     assert hit["event"] == {"tp": 1, "fp": 0, "fn": 0}
+    # Per run, what the platform stored: exit code, wall time, the detections themselves.
+    assert (hit["exit_code"], crashed["exit_code"]) == (0, 7)
+    assert hit["wall_time_s"] > 0
+    assert hit["peak_memory_bytes"] is None  # a local process is not measured
+    assert hit["detections"] == [{"onset_s": 105.0, "duration_s": 20.0, "event_type": "sz"}]
+    assert crashed["detections"] is None
+    assert hit["reused"] is False
     # sub-01: 1/1; sub-02: 0/1 (the crash counts as no detections) -> mean 0.5.
     assert payload["event_results"]["sensitivity"] == pytest.approx(0.5)
 

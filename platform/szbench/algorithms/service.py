@@ -28,6 +28,7 @@ from szbench.models import (
     AlgorithmVersion,
     Phase,
     User,
+    VersionStatus,
     Visibility,
 )
 from szbench.phases import service as phases
@@ -276,6 +277,42 @@ def submit_version(
         )
         session.flush()
     evaluation_service.request_smoke_test(session, row)
+    return row
+
+
+def find_algorithm(session: Session, *, owner: User, name: str) -> Algorithm | None:
+    """``owner``'s algorithm called ``name``, if there is one."""
+    return session.scalars(
+        select(Algorithm).where(Algorithm.owner_id == owner.id, Algorithm.name == name)
+    ).first()
+
+
+def register_trusted_version(
+    session: Session, *, algorithm: Algorithm, digest: str, reference: str, message: str
+) -> AlgorithmVersion:
+    """The version of ``algorithm`` that runs the image ``digest``, made active at once.
+
+    For the operator's own machine (``szbench evaluate``): the image runs on the operator's
+    data only, so no smoke test, quota or allow-list stands between it and the run. The
+    same digest again is the same version, so its finished runs are reused.
+    """
+    existing = session.scalars(
+        select(AlgorithmVersion).where(
+            AlgorithmVersion.algorithm_id == algorithm.id, AlgorithmVersion.image_digest == digest
+        )
+    ).first()
+    if existing is not None:
+        return existing
+    row = AlgorithmVersion(
+        algorithm_id=algorithm.id,
+        version=digest.rsplit(":", 1)[-1][:16],
+        image_digest=digest,
+        image_reference=reference,
+        status=VersionStatus.ACTIVE,
+        status_message=message,
+    )
+    session.add(row)
+    session.flush()
     return row
 
 

@@ -207,10 +207,22 @@ def register_dataset_version(
     return dv
 
 
-def find_version_by_manifest(session: Session, manifest_checksum: str) -> DatasetVersion | None:
-    """An existing version registered from an identical manifest (the CLI's cache lookup)."""
-    return session.scalars(
-        select(DatasetVersion)
-        .where(DatasetVersion.manifest_checksum == manifest_checksum)
-        .order_by(DatasetVersion.id)
-    ).first()
+def find_dataset(session: Session, slug: str) -> Dataset | None:
+    """The dataset called ``slug``, if there is one."""
+    return session.scalars(select(Dataset).where(Dataset.slug == slug)).first()
+
+
+def ensure_version(session: Session, dataset: Dataset, *, prepared_path: Path) -> DatasetVersion:
+    """The version of ``dataset`` registered from this folder with this very manifest, else a
+    new one numbered after the others (``szbench evaluate`` registers a folder once)."""
+    prepared_path = Path(prepared_path).resolve()
+    _, checksum = read_manifest(prepared_path)
+    versions = session.scalars(
+        select(DatasetVersion).where(DatasetVersion.dataset_id == dataset.id)
+    ).all()
+    for existing in versions:
+        if existing.path == str(prepared_path) and existing.manifest_checksum == checksum:
+            return existing
+    return register_dataset_version(
+        session, dataset, version=str(len(versions) + 1), prepared_path=prepared_path
+    )

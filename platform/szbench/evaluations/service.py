@@ -163,6 +163,23 @@ def create_evaluation(
     return evaluation
 
 
+def unfinished_evaluation(
+    session: Session, *, algorithm_version: AlgorithmVersion, dataset_version: DatasetVersion
+) -> Evaluation | None:
+    """The latest full evaluation of this version on this dataset version not finished yet
+    (one that a killed ``szbench evaluate`` left behind, for the next one to continue)."""
+    evaluations = session.scalars(
+        select(Evaluation)
+        .where(
+            Evaluation.algorithm_version_id == algorithm_version.id,
+            Evaluation.dataset_version_id == dataset_version.id,
+            Evaluation.kind == EvaluationKind.FULL,
+        )
+        .order_by(Evaluation.id.desc())
+    ).all()
+    return next((ev for ev in evaluations if not ev.status.finished), None)
+
+
 def cancel_evaluation(session: Session, evaluation: Evaluation) -> Evaluation:
     """Stop an evaluation: pending runs are skipped; a run already in a container finishes.
 
