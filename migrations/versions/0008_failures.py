@@ -17,9 +17,31 @@ branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
 
+_RULES = ('unranked', 'no_detections')
+
+
 def upgrade() -> None:
-    pass
+    with op.batch_alter_table('datasets', schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                'failed_recordings',
+                sa.Enum(*_RULES, name='failedrecordings', native_enum=False, length=32),
+                server_default='unranked',
+                nullable=False,
+            )
+        )
+    with op.batch_alter_table('phases', schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                'failed_recordings',
+                sa.Enum(*_RULES, name='failedrecordings', native_enum=False, length=32),
+                nullable=True,
+            )
+        )
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('phases', schema=None) as batch_op:
+        batch_op.drop_column('failed_recordings')
+    with op.batch_alter_table('datasets', schema=None) as batch_op:
+        batch_op.drop_column('failed_recordings')

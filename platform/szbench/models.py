@@ -91,6 +91,16 @@ class Disclosure(enum.StrEnum):
     RECORDING = "recording"
 
 
+class FailedRecordings(enum.StrEnum):
+    """What a leaderboard makes of an evaluation in which some recordings failed (crashed,
+    timeout, out_of_memory, no_output, invalid_output)."""
+
+    # Shown apart, unranked: a failure is not a score.
+    UNRANKED = "unranked"
+    # Ranked, each failed recording scored as no detections (SzCORE's missing-file rule).
+    NO_DETECTIONS = "no_detections"
+
+
 class VersionStatus(enum.StrEnum):
     """Lifecycle of an algorithm version."""
 
@@ -131,6 +141,16 @@ class RunOutcome(enum.StrEnum):
     NO_OUTPUT = "no_output"
     # Not the submitter's fault: retried, never counted against a quota.
     INFRASTRUCTURE_ERROR = "infrastructure_error"
+
+
+#: Outcomes that are the algorithm's failure: its recording has no score of its own.
+FAILED_OUTCOMES = (
+    RunOutcome.TIMEOUT,
+    RunOutcome.OUT_OF_MEMORY,
+    RunOutcome.CRASHED,
+    RunOutcome.INVALID_OUTPUT,
+    RunOutcome.NO_OUTPUT,
+)
 
 
 class User(Base):
@@ -207,6 +227,8 @@ class Phase(Base):
     # bound on that side. is_open still closes a phase at once, whatever its dates.
     opens_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     closes_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Overrides the datasets' failed-recordings rule for this phase's versions.
+    failed_recordings: Mapped[FailedRecordings | None] = mapped_column(_enum(FailedRecordings))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -301,6 +323,12 @@ class Dataset(Base):
     # What non-admins see of results on held-out data (ignored for public samples).
     disclosure: Mapped[Disclosure] = mapped_column(
         _enum(Disclosure), default=Disclosure.AGGREGATE, server_default=Disclosure.AGGREGATE.value
+    )
+    # Whether evaluations with failed recordings rank (scored as no detections) or not.
+    failed_recordings: Mapped[FailedRecordings] = mapped_column(
+        _enum(FailedRecordings),
+        default=FailedRecordings.UNRANKED,
+        server_default=FailedRecordings.UNRANKED.value,
     )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
