@@ -91,19 +91,25 @@ class Postgres:
             self._as = ["runuser", "-u", "postgres", "--"]
 
     def _run(self, *args: str) -> None:
-        subprocess.run([*self._as, *args], check=True, capture_output=True)
+        # Never a pipe: the server that pg_ctl starts would hold it open, and we would wait.
+        subprocess.run(
+            [*self._as, *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
     def init(self) -> None:
         self.dir.mkdir()
         if self._as:
             shutil.chown(self.dir, "postgres", "postgres")
+            (self.dir.parent / "postgres.log").touch()
+            shutil.chown(self.dir.parent / "postgres.log", "postgres", "postgres")
             os.chmod(self.dir.parent, 0o755)  # noqa: S103 (postgres must reach its cluster)
         self._run(_pg_bin("initdb"), "-D", str(self.dir), "-U", "postgres", "--auth=trust")
         self.start()
 
     def start(self) -> None:
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
-        self._run(_pg_bin("pg_ctl"), "-D", str(self.dir), "-o", opts, "-w", "start")
+        log = str(self.dir.parent / "postgres.log")
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.dir), "-o", opts, "-l", log, "-w", "start")
 
     def stop(self) -> None:
         self._run(_pg_bin("pg_ctl"), "-D", str(self.dir), "-m", "immediate", "-w", "stop")
