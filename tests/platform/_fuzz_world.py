@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -203,9 +202,11 @@ class World:
         *,
         schema_checks: list[Any],
         raises: Callable[[str, str], bool] = lambda check, what: True,
+        report: str | None = None,
     ) -> None:
         """Send ``case`` as ``caller`` and check the answer; a failure raises
-        :class:`CheckFailed` when ``raises(check, what)`` says so."""
+        :class:`CheckFailed` when ``raises(check, what)`` says so, or is appended to the
+        file ``report`` when one is given."""
         headers = dict(self.headers[caller])
 
         def fail(check: str, what: str, sent: dict[str, str] = headers) -> None:
@@ -217,8 +218,7 @@ class World:
                 f"Reproduce (as {caller}, on the seed of tests/platform/_fuzz_world.py):\n"
                 f"  {curl}"
             )
-            report = os.environ.get("FUZZ_REPORT")
-            if report:  # list every failure of a run instead of stopping at the first
+            if report:
                 with open(report, "a", encoding="utf-8") as fh:
                     fh.write(message.replace("\n", " | ") + "\n")
                 return
@@ -255,6 +255,11 @@ class World:
         if caller == "anonymous" and status < 300 and security and {} not in security:
             # Clients and the docs page read from the document who may call without a token.
             fail("openapi_security", f"{status} without a token, but the document asks one")
+        if case.path == "/api/v1/users/{user_id}" and case.method == "PATCH" and status < 300:
+            body = case.body if isinstance(case.body, dict) else {}
+            demoted = body.get("role") not in (None, "admin") or body.get("is_active") is False
+            if case.path_parameters.get("user_id") == self.users["admin"] and demoted:
+                fail("last_admin", f"the only active admin demoted or deactivated: {status}")
         if caller == "admin":
             return
         user_id = self.users[caller]
@@ -641,6 +646,9 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 ("no-such-phase", None),
             ],
             "dataset_version": [("1", None), ("9", None)],
+            # Demoting or deactivating the only admin must be refused: worth drawing often.
+            "role": [("researcher", None), ("admin", None)],
+            "is_active": [(False, None), (True, None)],
             "key": [(r.key, None) for r in [*held_recs, *sample_dv.recordings]]
             + [("sub-99_ses-01_task-szMonitoring_run-00", None)],
         },

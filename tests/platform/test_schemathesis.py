@@ -27,6 +27,7 @@ lands).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -162,7 +163,14 @@ def test_fuzz(case, world: World) -> None:  # type: ignore[no-untyped-def]
         def unknown(check: str, what: str, caller: str = caller) -> bool:
             return not any(leak.matches(case, caller, check, what) for leak in KNOWN_LEAKS)
 
-        world.exchange(case, caller, schema_checks=SCHEMA_CHECKS, raises=unknown)
+        world.exchange(
+            case,
+            caller,
+            schema_checks=SCHEMA_CHECKS,
+            raises=unknown,
+            # Lists every failure of a run in that file instead of stopping at the first.
+            report=os.environ.get("FUZZ_REPORT"),
+        )
 
 
 @pytest.mark.parametrize(
