@@ -158,6 +158,7 @@ def flatmap_case(context: schemathesis.HookContext, case: Any) -> st.SearchStrat
 @schema.parametrize()
 @FUZZ_SETTINGS
 def test_fuzz(case, world: World) -> None:  # type: ignore[no-untyped-def]
+    """Each generated request, as each caller, passes every check but the known leaks."""
     for caller in CALLERS:
 
         def unknown(check: str, what: str, caller: str = caller) -> bool:
