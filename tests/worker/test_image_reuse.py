@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -22,9 +23,17 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
-from szbench_worker.docker_runner import build_image, load_image_tarball, tarball_image_id
+from szbench_worker.docker_runner import (
+    TarballIdCache,
+    build_image,
+    load_image_tarball,
+    tarball_image_id,
+)
+from szbench_worker.docker_runner import images as images_module
 from szbench_worker.runner import ImageError
 from tests.worker.conftest import BASE_IMAGE
+
+images_module_tarball_image_id = images_module.tarball_image_id
 
 CONFIG = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"diff_ids": []}})
 
@@ -159,6 +168,77 @@ def test_archives_without_one_verifiable_image_are_loaded(
 def test_not_a_tar_archive_has_no_id(tmp_path: Path) -> None:
     (tmp_path / "x.tar").write_bytes(b"definitely not a tar archive" * 100)
     assert tarball_image_id(tmp_path / "x.tar") is None
+
+
+class CountingReads:
+    """tarball_image_id, counting how often an archive is read for its id."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, path: Path) -> str | None:
+        self.calls += 1
+        return images_module_tarball_image_id(path)
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> CountingReads:
+    counter = CountingReads()
+    monkeypatch.setattr(images_module, "tarball_image_id", counter)
+    return counter
+
+
+def test_an_id_cache_spares_reading_an_unchanged_archive_again(
+    tmp_path: Path, reads: CountingReads
+) -> None:
+    """A .tar.gz must be inflated whole to find its id: with the cache, only once."""
+    config = CONFIG.encode()
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    archive = legacy_archive(tmp_path / "image.tar.gz", config)
+    cache = TarballIdCache(tmp_path / "cache" / "tarball-ids.json")
+    client = CountingClient(present=set(), loads_as=image_id)
+
+    first = load_image_tarball(archive, client, id_cache=cache)  # type: ignore[arg-type]
+    second = load_image_tarball(archive, client, id_cache=cache)  # type: ignore[arg-type]
+    third = load_image_tarball(archive, client, id_cache=cache)  # type: ignore[arg-type]
+
+    assert first.digest == second.digest == third.digest == image_id
+    assert (reads.calls, client.images.loads) == (1, 1)
+    assert image_id in cache.path.read_text()
+
+
+def test_a_rewritten_archive_is_read_again_not_taken_from_the_cache(
+    tmp_path: Path, reads: CountingReads
+) -> None:
+    old, new = CONFIG.encode(), CONFIG.replace("linux", "Linux").encode()
+    old_id, new_id = ("sha256:" + hashlib.sha256(c).hexdigest() for c in (old, new))
+    archive = legacy_archive(tmp_path / "image.tar", old)
+    cache = TarballIdCache(tmp_path / "tarball-ids.json")
+    client = CountingClient(present=set(), loads_as=old_id)
+    load_image_tarball(archive, client, id_cache=cache)  # type: ignore[arg-type]
+
+    before = archive.stat()
+    legacy_archive(archive, new)  # the same file and size, another image, the old mtime
+    os.utime(archive, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (archive.stat().st_ino, archive.stat().st_size) == (before.st_ino, before.st_size)
+    client.images.loads_as = new_id
+    info = load_image_tarball(archive, client, id_cache=cache)  # type: ignore[arg-type]
+
+    assert info.digest == new_id
+    assert (reads.calls, client.images.loads) == (2, 2)
+    assert cache.get(archive, images_module._file_state(archive)) == new_id
+
+
+def test_an_unusable_id_cache_is_no_cache(tmp_path: Path) -> None:
+    config = CONFIG.encode()
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    archive = legacy_archive(tmp_path / "image.tar", config)
+    (tmp_path / "cache").mkdir()  # a folder where the cache file would be
+    client = CountingClient(present=set(), loads_as=image_id)
+    cache = TarballIdCache(tmp_path / "cache")
+    for _ in range(2):
+        assert load_image_tarball(archive, client, id_cache=cache).digest == image_id  # type: ignore[arg-type]
+    assert client.images.loads == 1  # the archive's own id still spares the second load
 
 
 # --- the real engine -----------------------------------------------------------------------

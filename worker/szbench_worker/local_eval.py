@@ -135,10 +135,13 @@ def open_source(image: str | None, tar: Path | None, local_process: str | None) 
             "  szbench evaluate --local-process 'python3 examples/baseline/detect.py' "
             "--dataset DIR"
         )
-    runner = docker_runner.DockerRunner.from_settings(get_settings())
+    settings = get_settings()
+    runner = docker_runner.DockerRunner.from_settings(settings)
     try:
         if tar is not None:
-            info = docker_runner.load_image_tarball(tar, runner.client)
+            # The next evaluation of the same, unchanged tarball loads nothing.
+            id_cache = docker_runner.TarballIdCache(Path(settings.data_dir) / "tarball-ids.json")
+            info = docker_runner.load_image_tarball(tar, runner.client, id_cache=id_cache)
             return Source(runner, info.digest, tar.name, "docker sandbox")
         assert image is not None
         try:

@@ -23,6 +23,7 @@ from szbench_worker.docker_runner.cannot_start import (
 from szbench_worker.docker_runner.client import connect, engine_available
 from szbench_worker.docker_runner.images import (
     ImageInfo,
+    TarballIdCache,
     build_image,
     inspect_image,
     load_image_tarball,
@@ -55,6 +56,7 @@ __all__ = [
     "DockerRunner",
     "ImageInfo",
     "OutputUsage",
+    "TarballIdCache",
     "VolumeRefused",
     "build_image",
     "cannot_start_cause",

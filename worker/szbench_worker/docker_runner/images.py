@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import posixpath
 import re
 import tarfile
@@ -108,8 +109,67 @@ def tarball_image_id(path: Path) -> str | None:
     return f"sha256:{claimed}"
 
 
+_IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _file_state(path: Path) -> str:
+    st = path.stat()
+    # ctime moves with every write and no owner can set it back (touch sets mtime only), so
+    # a rewritten archive never matches the state its id was recorded under.
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+class TarballIdCache:
+    """Image ids of tarballs read or loaded before, by file and file state, in a JSON file.
+
+    Reading the id out of a ``.tar.gz`` means inflating all of it; with this cache the next
+    load of the same, unchanged file knows its id from a ``stat``. Only ids that were
+    verified (hashed from the archive, or reported by the engine's load) are recorded.
+    A cache that cannot be read or written is no cache: loading works as without one.
+    """
+
+    MAX_ENTRIES = 256
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _entries(self) -> dict[str, Any]:
+        try:
+            entries = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return entries if isinstance(entries, dict) else {}
+
+    def get(self, tarball: Path, state: str) -> str | None:
+        """The recorded id of ``tarball`` when its file is still in ``state``."""
+        entry = self._entries().get(str(tarball.resolve()))
+        if not isinstance(entry, dict) or entry.get("state") != state:
+            return None
+        image_id = entry.get("id")
+        return image_id if isinstance(image_id, str) and _IMAGE_ID.match(image_id) else None
+
+    def put(self, tarball: Path, state: str, image_id: str) -> None:
+        entries = self._entries()
+        key = str(tarball.resolve())
+        entries.pop(key, None)
+        entries[key] = {"state": state, "id": image_id}
+        while len(entries) > self.MAX_ENTRIES:  # the oldest first (dicts keep their order)
+            entries.pop(next(iter(entries)))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entries))
+            tmp.replace(self.path)  # concurrent writers: the last one's file, never a torn one
+        except OSError as exc:
+            log.warning("could not record %s's image id in %s: %s", tarball.name, self.path, exc)
+
+
 def load_image_tarball(
-    path: Path, client: docker.DockerClient | None = None, *, limits: ArchiveLimits | None = None
+    path: Path,
+    client: docker.DockerClient | None = None,
+    *,
+    limits: ArchiveLimits | None = None,
+    id_cache: TarballIdCache | None = None,
 ) -> ImageInfo:
     """Load a ``docker save`` tarball (``.tar``, ``.tar.gz``; streamed from disk).
 
@@ -120,7 +180,8 @@ def load_image_tarball(
     :func:`tarball_image_id`), that copy is used and nothing is loaded: the next
     ``szbench evaluate`` of the same tarball does not pay a full ``docker load`` again.
     The id covers the config, which lists every layer's digest, so the engine's copy is the
-    same image; only the archive's tags are not applied to it.
+    same image; only the archive's tags are not applied to it. With ``id_cache``, an
+    unchanged file's id is known without reading it (a ``.tar.gz`` costs no inflating).
 
     Raises
     ------
@@ -133,13 +194,15 @@ def load_image_tarball(
     client = client or connect()
     if not path.is_file():
         raise ImageError(f"{path.name}: no such image tarball")
+    state = _file_state(path)
+    image_id = id_cache.get(path, state) if id_cache is not None else None
     if limits is not None:
         try:
             # Root or not is the platform's decision at upload, not a loading matter.
-            image_id: str | None = check_image_archive(path, allow_root=True, limits=limits).digest
+            image_id = check_image_archive(path, allow_root=True, limits=limits).digest
         except SzbenchError as exc:
             raise ImageRefused(f"{path.name}: {exc.detail}") from exc
-    else:
+    elif image_id is None:
         image_id = tarball_image_id(path)
     if image_id is not None:
         try:
@@ -148,6 +211,7 @@ def load_image_tarball(
             pass  # not on this engine yet: load it
         else:
             log.info("%s: image %s is already on the engine; not loaded again", path.name, image_id)
+            _remember(id_cache, path, state, info.digest)
             return info
     try:
         with open(path, "rb") as f:
@@ -162,7 +226,16 @@ def load_image_tarball(
     unique = {img.id: img for img in images}
     if len(unique) != 1:
         raise ImageError(f"{path.name}: holds {len(unique)} images; upload exactly one")
-    return _info(next(iter(unique.values())))
+    info = _info(next(iter(unique.values())))
+    _remember(id_cache, path, state, info.digest)
+    return info
+
+
+def _remember(id_cache: TarballIdCache | None, path: Path, state: str, image_id: str) -> None:
+    # Recorded under the state read before the archive was: a file rewritten meanwhile is
+    # not the one whose id this is.
+    if id_cache is not None and _file_state(path) == state:
+        id_cache.put(path, state, image_id)
 
 
 def pull_image(reference: str, client: docker.DockerClient | None = None) -> ImageInfo:
