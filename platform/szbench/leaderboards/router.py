@@ -28,6 +28,14 @@ Versions = Annotated[
     Literal["latest", "all"],
     Query(description="Each algorithm's latest version, or every version."),
 ]
+Unranked = Annotated[
+    bool,
+    Query(
+        description="Also list, after the ranked entries and without a rank, the entries "
+        "shown apart: evaluations with failed recordings (unless the dataset or phase scores "
+        "them as no detections) and later submissions of an image already on the board."
+    ),
+]
 
 
 @router.get("", response_model=list[LeaderboardIndexRow])
@@ -47,6 +55,7 @@ async def get_leaderboard(
     sort: Sort = "rank",
     order: Order = None,
     versions: Versions = "latest",
+    unranked: Unranked = False,
 ) -> Response:
     """A dataset version's leaderboard: SzCORE rank, metrics, bootstrap CIs, rank stability."""
     viewer = caller.user
@@ -62,6 +71,7 @@ async def get_leaderboard(
             versions=versions,
             limit=page.limit,
             offset=page.offset,
+            unranked=unranked,
         )
         return board.model_dump_json().encode()
 
@@ -71,7 +81,15 @@ async def get_leaderboard(
         session,
         (slug, version),
         viewer=viewer,
-        variant=lambda viewer: (viewer_key(viewer), sort, order, versions, page.limit, page.offset),
+        variant=lambda viewer: (
+            viewer_key(viewer),
+            sort,
+            order,
+            versions,
+            unranked,
+            page.limit,
+            page.offset,
+        ),
         authorize=lambda viewer, facts: None,  # what a viewer may see is in the variant
         build=build,
         missing=lambda: service.missing(session, slug, version),
@@ -91,6 +109,7 @@ def download_leaderboard(
     sort: Sort = "rank",
     order: Order = None,
     versions: Versions = "latest",
+    unranked: Unranked = False,
     format: Annotated[Literal["csv", "json"], Query(description="Download format.")] = "csv",
 ) -> Response:
     """The whole leaderboard as CSV or JSON."""
@@ -103,6 +122,7 @@ def download_leaderboard(
         order=order,
         versions=versions,
         limit=None,
+        unranked=unranked,
     )
     rows, columns = service.download_rows(board)
     name = f"leaderboard-{board.dataset}-{board.dataset_version}"

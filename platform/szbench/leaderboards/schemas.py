@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, Field
 
 from szbench.evaluations.schemas import Metrics, Provenance
-from szbench.models import DatasetKind
+from szbench.models import DatasetKind, FailedRecordings
 
 
 class Interval(BaseModel):
@@ -23,8 +25,38 @@ class RankStability(BaseModel):
     histogram: list[int] = Field(description="Subjects at rank 1, 2, ... n.")
 
 
+class DuplicateOf(BaseModel):
+    """The earlier submission of the same image digest, which ranks in this one's place."""
+
+    evaluation_id: int
+    algorithm_id: int
+    algorithm: str
+    algorithm_version: str
+    owner: str
+
+
 class LeaderboardEntry(Metrics):
-    rank: int
+    rank: int | None = Field(description="Null for an entry shown apart, unranked.")
+    complete: bool = Field(
+        description="Every recording was scored from the algorithm's own output: none "
+        "crashed, timed out, ran out of memory or wrote no or invalid output."
+    )
+    failed_recordings: int = Field(
+        description="How many recordings failed (which ones is not disclosed on held-out data)."
+    )
+    failed_recordings_rule: FailedRecordings = Field(
+        description="unranked: an incomplete evaluation is shown apart; no_detections: its "
+        "failed recordings are scored as no detections and it ranks (the dataset's or phase's "
+        "setting)."
+    )
+    unranked_reason: str | None = Field(
+        description="failed (incomplete, not ranked by its rule) or duplicate (an earlier "
+        "submission of the same image ranks); null when ranked."
+    )
+    duplicate_of: DuplicateOf | None
+    submitted_at: datetime | None = Field(description="When the algorithm version was uploaded.")
+    started_at: datetime | None
+    finished_at: datetime | None
     evaluation_id: int
     algorithm_id: int
     algorithm: str
@@ -54,6 +86,13 @@ class Leaderboard(BaseModel):
     dataset_version: str
     kind: DatasetKind
     ranking: str
+    failed_recordings: FailedRecordings = Field(
+        description="The dataset's rule for evaluations with failed recordings (a phase may "
+        "override it for its entries; see each entry's failed_recordings_rule)."
+    )
+    unranked_total: int = Field(
+        description="Entries shown apart (failed or duplicate); listed with unranked=true."
+    )
     sort: str
     order: str
     statistics: StatisticsInfo
@@ -68,4 +107,7 @@ class LeaderboardIndexRow(BaseModel):
     title: str
     kind: DatasetKind
     dataset_version: str
-    entries: int
+    entries: int = Field(description="Ranked entries in the leaderboard's default view.")
+    unranked: int = Field(
+        default=0, description="Entries shown apart there (failed or duplicate images)."
+    )

@@ -1,5 +1,14 @@
 """Leaderboards: official, finished, visible results on one dataset version, ranked the
-SzCORE way (per-subject-averaged event F1, then event sensitivity), with statistics."""
+SzCORE way (per-subject-averaged event F1, then event sensitivity), with statistics.
+
+Two kinds of entry are shown apart, unranked (``?unranked=true``), never ranked by default:
+
+- an evaluation in which recordings failed (crashed, timeout, out of memory, no or invalid
+  output), unless its dataset or phase says such recordings are scored as no detections
+  (:class:`~szbench.models.FailedRecordings`): a failure is not a score;
+- a later submission of an image digest already on the board: the earliest submission
+  (by version upload time) ranks, the others are duplicates of it.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ from szbench.errors import BadRequest
 from szbench.evaluations.queries import make_provenance, run_summaries
 from szbench.leaderboards import statistics
 from szbench.leaderboards.schemas import (
+    DuplicateOf,
     Interval,
     Leaderboard,
     LeaderboardEntry,
@@ -28,6 +38,7 @@ from szbench.leaderboards.schemas import (
     StatisticsInfo,
 )
 from szbench.models import (
+    FAILED_OUTCOMES,
     Algorithm,
     AlgorithmVersion,
     Dataset,
@@ -37,6 +48,9 @@ from szbench.models import (
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
+    FailedRecordings,
+    Phase,
+    RecordingRun,
     User,
     Visibility,
 )
@@ -66,8 +80,19 @@ class Row:
     finished_at: datetime | None
     subjects: int
     recordings: int
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    failures_rule: FailedRecordings = FailedRecordings.UNRANKED
+    failed_recordings: int = 0
     metrics: dict[str, float | None] = field(default_factory=dict)
-    rank: int = 0
+    rank: int | None = 0
+    # Why it is not ranked ("failed" or "duplicate"); None for a ranked entry.
+    unranked: str | None = None
+    duplicate_of: Row | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.failed_recordings == 0
 
 
 def _desc_key(value: float | None) -> float:
@@ -91,6 +116,10 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
             Evaluation.scorer_version,
             Evaluation.scoring_params,
             Evaluation.finished_at,
+            AlgorithmVersion.created_at,
+            Evaluation.started_at,
+            Phase.failed_recordings,
+            Dataset.failed_recordings,
             DatasetResult.subjects,
             DatasetResult.recordings,
             *(getattr(DatasetResult, m) for m in METRICS),
@@ -99,6 +128,9 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
         .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
         .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
         .join(User, Algorithm.owner_id == User.id)
+        .join(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
+        .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
+        .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
         .where(
             Evaluation.dataset_version_id == dv.id,
             Evaluation.status == EvaluationStatus.DONE,
@@ -110,10 +142,13 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
         )
         .order_by(Evaluation.id.desc())
     )
+    records = session.execute(query).all()
+    failed = _failed_counts(session, [record[0] for record in records])
     rows = []
-    for record in session.execute(query):
+    for record in records:
         (eid, avid, aver, aid, aname, atitle, owner_id, owner, published, digest, scorer,
-         params, finished, subjects, recordings, *values) = record  # fmt: skip
+         params, finished, submitted, started, phase_rule, dataset_rule, subjects, recordings,
+         *values) = record  # fmt: skip
         rows.append(
             Row(
                 evaluation_id=eid,
@@ -129,6 +164,10 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
                 scorer_version=scorer,
                 scoring_params=params or {},
                 finished_at=finished,
+                submitted_at=submitted,
+                started_at=started,
+                failures_rule=FailedRecordings(phase_rule or dataset_rule),
+                failed_recordings=failed.get(eid, 0),
                 subjects=subjects,
                 recordings=recordings,
                 metrics=dict(zip(METRICS, values, strict=True)),
@@ -137,10 +176,56 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
     return rows
 
 
-def ranked_rows(
+def _failed_counts(session: Session, evaluation_ids: list[int]) -> dict[int, int]:
+    """Recordings that ended as the algorithm's failure, per evaluation.
+
+    A count per evaluation is what every viewer may know of a finished evaluation (see
+    :func:`szbench.results.disclosure.outcome_summary`); which recording failed is not.
+    """
+    if not evaluation_ids:
+        return {}
+    return {
+        evaluation_id: n
+        for evaluation_id, n in session.execute(
+            select(RecordingRun.evaluation_id, func.count(RecordingRun.id))
+            .where(
+                RecordingRun.evaluation_id.in_(evaluation_ids),
+                RecordingRun.outcome.in_(FAILED_OUTCOMES),
+            )
+            .group_by(RecordingRun.evaluation_id)
+        )
+    }
+
+
+def _set_apart(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+    """(rankable, unranked): failures per their rule, then later copies of one image."""
+    rankable: list[Row] = []
+    unranked: list[Row] = []
+    for row in rows:
+        if not row.complete and row.failures_rule == FailedRecordings.UNRANKED:
+            row.unranked = "failed"
+            unranked.append(row)
+        else:
+            rankable.append(row)
+    first_of: dict[str, Row] = {}
+    for row in sorted(rankable, key=_submission_order):
+        first = first_of.setdefault(row.image_digest, row)
+        if first is not row:
+            row.unranked = "duplicate"
+            row.duplicate_of = first
+    unranked += [r for r in rankable if r.unranked]
+    return [r for r in rankable if not r.unranked], unranked
+
+
+def _submission_order(row: Row) -> tuple[datetime, int]:
+    submitted = row.submitted_at or datetime.max
+    return (submitted.replace(tzinfo=None), row.algorithm_version_id)
+
+
+def board_rows(
     session: Session, dv: DatasetVersion, *, viewer: User | None, versions: VersionsMode
-) -> list[Row]:
-    """Entries in SzCORE rank order; ties on both keys share a rank (1, 2, 2, 4)."""
+) -> tuple[list[Row], list[Row]]:
+    """(ranked, unranked): the entries in SzCORE rank order, and those shown apart."""
     newest_per_version: dict[int, Row] = {}
     for row in _rows(session, dv, viewer):  # newest evaluation first
         newest_per_version.setdefault(row.algorithm_version_id, row)
@@ -150,6 +235,9 @@ def ranked_rows(
         for row in sorted(rows, key=lambda r: -r.algorithm_version_id):
             latest.setdefault(row.algorithm_id, row)
         rows = list(latest.values())
+    rows, unranked = _set_apart(rows)
+    for row in unranked:
+        row.rank = None
 
     def key(r: Row) -> tuple[float, float, int]:
         return (
@@ -164,7 +252,8 @@ def ranked_rows(
         current = key(row)[:2]
         row.rank = rows[position - 2].rank if current == previous else position
         previous = current
-    return rows
+    unranked.sort(key=key)
+    return rows, unranked
 
 
 def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], str]:
@@ -178,15 +267,15 @@ def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], s
         ordered = sorted(rows, key=lambda r: (r.algorithm, r.algorithm_version))
     elif sort in ("subjects", "recordings"):
         natural = "desc"
-        ordered = sorted(rows, key=lambda r: (-getattr(r, sort), r.rank))
+        ordered = sorted(rows, key=lambda r: (-getattr(r, sort), _rank_key(r)))
     else:
         natural = "asc" if sort in _LOWER_IS_BETTER else "desc"
         # Best first, None/NaN last in both directions.
         sign = 1.0 if natural == "desc" else -1.0
 
-        def best_first(r: Row) -> tuple[float, int]:
+        def best_first(r: Row) -> tuple[float, float]:
             value = r.metrics[sort]
-            return (_desc_key(None if value is None else sign * value), r.rank)
+            return (_desc_key(None if value is None else sign * value), _rank_key(r))
 
         ordered = sorted(rows, key=best_first)
     order = order or natural
@@ -197,6 +286,10 @@ def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], s
         missing = [r for r in ordered if not _present(r, sort)]
         ordered = present[::-1] + missing
     return ordered, order
+
+
+def _rank_key(row: Row) -> float:
+    return math.inf if row.rank is None else row.rank
 
 
 def _present(row: Row, sort: str) -> bool:
@@ -224,11 +317,15 @@ def leaderboard(
     limit: int | None = 50,
     offset: int = 0,
     with_statistics: bool = True,
+    unranked: bool = False,
 ) -> Leaderboard:
+    """The board; with ``unranked`` the entries shown apart follow the ranked ones."""
     dataset = datasets.get_dataset(session, slug)
     dv = datasets.get_version(session, dataset, version)
-    rows = ranked_rows(session, dv, viewer=viewer, versions=versions)
+    rows, apart = board_rows(session, dv, viewer=viewer, versions=versions)
     ordered, order = _sorted(rows, sort, order)
+    if unranked:
+        ordered += _sorted(apart, sort, order)[0]
     window = ordered[offset:] if limit is None else ordered[offset : offset + limit]
 
     settings = get_settings()
@@ -247,9 +344,28 @@ def leaderboard(
     items = []
     for row in window:
         entry_stats = stats.by_evaluation.get(row.evaluation_id)
+        twin = row.duplicate_of
         items.append(
             LeaderboardEntry(
                 rank=row.rank,
+                complete=row.complete,
+                failed_recordings=row.failed_recordings,
+                failed_recordings_rule=row.failures_rule,
+                unranked_reason=row.unranked,
+                duplicate_of=(
+                    DuplicateOf(
+                        evaluation_id=twin.evaluation_id,
+                        algorithm_id=twin.algorithm_id,
+                        algorithm=twin.algorithm,
+                        algorithm_version=twin.algorithm_version,
+                        owner=twin.owner,
+                    )
+                    if twin
+                    else None
+                ),
+                submitted_at=row.submitted_at,
+                started_at=row.started_at,
+                finished_at=row.finished_at,
                 evaluation_id=row.evaluation_id,
                 algorithm_id=row.algorithm_id,
                 algorithm=row.algorithm,
@@ -297,6 +413,8 @@ def leaderboard(
         dataset_version=dv.version,
         kind=dataset.kind,
         ranking=RANKING_RULE,
+        failed_recordings=dataset.failed_recordings,
+        unranked_total=len(apart),
         sort=sort,
         order=order,
         statistics=StatisticsInfo(
@@ -305,7 +423,7 @@ def leaderboard(
             resamples=settings.bootstrap_resamples,
         ),
         items=items,
-        total=len(rows),
+        total=len(ordered),
         limit=len(window) if limit is None else limit,
         offset=offset,
     )
@@ -320,13 +438,21 @@ def _facts(session: Session, subjects: list[tuple[str, str | None]]) -> dict[Any
     evaluation id so that two changes (one published, another hidden) rarely cancel out.
     """
     versions: dict[str, list[tuple[int, str, bool]]] = {}
-    for slug, dv_id, name, active in session.execute(
-        select(Dataset.slug, DatasetVersion.id, DatasetVersion.version, DatasetVersion.is_active)
+    rules: dict[int, str] = {}
+    for slug, dv_id, name, active, rule in session.execute(
+        select(
+            Dataset.slug,
+            DatasetVersion.id,
+            DatasetVersion.version,
+            DatasetVersion.is_active,
+            Dataset.failed_recordings,
+        )
         .join(DatasetVersion, DatasetVersion.dataset_id == Dataset.id)
         .where(Dataset.slug.in_({slug for slug, _ in subjects}))
         .order_by(DatasetVersion.id)
     ):
         versions.setdefault(slug, []).append((dv_id, name, active))
+        rules[dv_id] = str(rule)
     meant: dict[tuple[str, str | None], int] = {}
     for slug, version in subjects:
         # As datasets.get_version: the named version, or the newest active one.
@@ -343,8 +469,10 @@ def _facts(session: Session, subjects: list[tuple[str, str | None]]) -> dict[Any
     listed = Algorithm.withdrawn_at.is_(None)
     shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC, listed)
     done = and_(Evaluation.status == EvaluationStatus.DONE, listed)
+    # A phase's failed-recordings override moves entries in or out of the ranking.
+    scored_as_empty = Phase.failed_recordings == FailedRecordings.NO_DETECTIONS
     stamps = {
-        row[0]: tuple(row[1:])
+        row[0]: (*row[1:], rules.get(row[0]))
         for row in session.execute(
             select(
                 Evaluation.dataset_version_id,
@@ -353,15 +481,19 @@ def _facts(session: Session, subjects: list[tuple[str, str | None]]) -> dict[Any
                 func.max(Evaluation.finished_at),
                 func.sum(case((shown, Evaluation.id), else_=0)),
                 func.sum(case((done, Evaluation.id), else_=0)),
+                func.sum(case((scored_as_empty, Evaluation.id), else_=0)),
             )
             .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
             .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+            .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
             .where(Evaluation.dataset_version_id.in_(set(meant.values())))
             .group_by(Evaluation.dataset_version_id)
         )
     }
-    empty = (0, None, None, None, None)
-    return {key: (dv_id, stamps.get(dv_id, empty)) for key, dv_id in meant.items()}
+    empty = (0, None, None, None, None, None)
+    return {
+        key: (dv_id, stamps.get(dv_id, (*empty, rules.get(dv_id)))) for key, dv_id in meant.items()
+    }
 
 
 answers = StampedCache(
@@ -384,35 +516,43 @@ def missing(session: Session, slug: str, version: str | None) -> None:
 
 
 def index(session: Session, *, viewer: User | None) -> list[LeaderboardIndexRow]:
-    """Every dataset version with at least one visible official result, and how many."""
-    counts = session.execute(
-        select(
-            Dataset.slug,
-            Dataset.title,
-            Dataset.kind,
-            DatasetVersion.version,
-            func.count(func.distinct(Evaluation.algorithm_version_id)),
-        )
-        .join(DatasetVersion, DatasetVersion.dataset_id == Dataset.id)
-        .join(Evaluation, Evaluation.dataset_version_id == DatasetVersion.id)
-        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
-        .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+    """Every dataset version with at least one visible official result, and how many
+    entries its leaderboard ranks in its default view (and how many it shows apart)."""
+    candidates = session.scalars(
+        select(DatasetVersion)
+        .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
         .where(
-            Evaluation.status == EvaluationStatus.DONE,
-            Evaluation.official.is_(True),
-            Evaluation.kind != EvaluationKind.SMOKE_TEST,
-            Algorithm.withdrawn_at.is_(None),
-            policy.visible_evaluations(viewer),
-        )
-        .group_by(
-            Dataset.slug, Dataset.title, Dataset.kind, DatasetVersion.version, DatasetVersion.id
+            select(Evaluation.id)
+            .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+            .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+            .where(
+                Evaluation.dataset_version_id == DatasetVersion.id,
+                Evaluation.status == EvaluationStatus.DONE,
+                Evaluation.official.is_(True),
+                Evaluation.kind != EvaluationKind.SMOKE_TEST,
+                Algorithm.withdrawn_at.is_(None),
+                policy.visible_evaluations(viewer),
+            )
+            .exists()
         )
         .order_by(Dataset.slug, DatasetVersion.id)
     ).all()
-    return [
-        LeaderboardIndexRow(dataset=s, title=t, kind=k, dataset_version=v, entries=n)
-        for s, t, k, v, n in counts
-    ]
+    index_rows = []
+    for dv in candidates:
+        # The same rows as the leaderboard's default view, so the two counts cannot differ.
+        ranked, apart = board_rows(session, dv, viewer=viewer, versions="latest")
+        dataset = dv.dataset
+        index_rows.append(
+            LeaderboardIndexRow(
+                dataset=dataset.slug,
+                title=dataset.title,
+                kind=dataset.kind,
+                dataset_version=dv.version,
+                entries=len(ranked),
+                unranked=len(apart),
+            )
+        )
+    return index_rows
 
 
 def download_rows(board: Leaderboard) -> tuple[list[dict[str, Any]], list[str]]:
@@ -421,10 +561,15 @@ def download_rows(board: Leaderboard) -> tuple[list[dict[str, Any]], list[str]]:
         *METRICS,
         *(f"{m}_ci_{b}" for m in statistics.CI_METRICS for b in ("low", "high")),
         "rank_median", "image_digest", "scorer_version", "evaluation_id",
+        "complete", "failed_recordings", "failed_recordings_rule", "unranked_reason",
+        "duplicate_of_evaluation_id", "submitted_at", "started_at", "finished_at",
     ]  # fmt: skip
     rows = []
     for e in board.items:
-        row: dict[str, Any] = e.model_dump(exclude={"ci", "rank_stability", "provenance"})
+        row: dict[str, Any] = e.model_dump(
+            exclude={"ci", "rank_stability", "provenance", "duplicate_of"}
+        )
+        row["duplicate_of_evaluation_id"] = e.duplicate_of.evaluation_id if e.duplicate_of else None
         for m in statistics.CI_METRICS:
             interval = (e.ci or {}).get(m)
             row[f"{m}_ci_low"] = interval.low if interval else None
