@@ -98,7 +98,7 @@ def test_committed_model_is_what_make_model_writes(tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_wheels_suit_the_base_image(docker_client: object, wheels: Path) -> None:
+def test_wheels_suit_the_base_image(docker_client: object, onnx_image: str, wheels: Path) -> None:
     """The wheels' cp tag is the base image's Python; its glibc runs their manylinux tag."""
     probe = docker_client.containers.run(  # type: ignore[attr-defined]
         BASE_IMAGE,
