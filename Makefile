@@ -18,11 +18,12 @@ services: setup ## start PostgreSQL, Redis and the Docker engine; build the loca
 test: ## the whole test suite (what CI runs: scripts/test.sh)
 	./scripts/test.sh $(PYTEST_ARGS)
 
-lint: setup ## ruff, mypy and the import contracts
+lint: setup ## ruff, mypy, the import contracts and the dead-code check (.pre-commit-config.yaml: the same)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/vulture
 
 format: setup
 	$(BIN)/ruff format .

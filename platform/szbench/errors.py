@@ -63,9 +63,3 @@ class TooManyAttempts(SzbenchError):
     def __init__(self, detail: str, *, retry_after_s: int) -> None:
         super().__init__(detail)
         self.retry_after_s = retry_after_s
-
-
-class ServiceUnavailable(SzbenchError):
-    """A part the request needs is not there (no database, no broker, module not installed)."""
-
-    status_code = 503

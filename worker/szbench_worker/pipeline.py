@@ -33,7 +33,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -218,10 +217,6 @@ def run_limits(settings: Settings, dataset: Dataset) -> Limits:
 
 def _reference(dataset_version: DatasetVersion, recording: Recording) -> Annotations:
     return read_annotations(Path(dataset_version.path) / recording.annotations_path)
-
-
-def _no_detections(reference: Annotations) -> Annotations:
-    return Annotations.from_events(np.empty((0, 2)), reference.recording_duration_s)
 
 
 def _store_counts(run: RecordingRun, score: RecordingScore) -> None:
@@ -457,7 +452,6 @@ class _Claim:
     evaluation_id: int
     image: AlgorithmVersion
     recording_path: Path
-    recording_duration_s: float
     limits: Limits
     queue: str
     expected_digest: str
@@ -520,7 +514,7 @@ def run_recording(run_id: int) -> RunStep:
             limits=claim.limits,
             gpus=gpus,
         )
-        return _store_result(run_id, result, ran_image=image)
+        return _store_result(run_id, result)
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
 
@@ -548,7 +542,6 @@ def _claim_run(run_id: int, settings: Settings) -> _Claim | RunStep:
             evaluation_id=evaluation.id,
             image=evaluation.algorithm_version,
             recording_path=Path(dataset_version.path) / recording.eeg_path,
-            recording_duration_s=recording.duration_s,
             limits=run_limits(settings, dataset_version.dataset),
             queue=evaluation.queue,
             expected_digest=evaluation.image_digest,
@@ -578,7 +571,7 @@ def _finish_run(session: Session, run: RecordingRun) -> tuple[int, int]:
     return done, total
 
 
-def _store_result(run_id: int, result: RunResult, ran_image: str = "") -> RunStep:
+def _store_result(run_id: int, result: RunResult) -> RunStep:
     with session_scope() as session:
         run = _lock_run(session, run_id)
         if run is None:

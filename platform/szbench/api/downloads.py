@@ -12,9 +12,6 @@ from typing import Any
 
 from fastapi import Response
 
-DOWNLOAD_FORMATS = ("csv", "json")
-
-
 #: What a spreadsheet reads as the start of a formula.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

@@ -56,9 +56,3 @@ def raw_start(raw: Any) -> dt.datetime:
         return _UNKNOWN_START
     start: dt.datetime = meas.replace(tzinfo=None, microsecond=0)
     return start if 1985 <= start.year <= 2084 else _UNKNOWN_START
-
-
-def read_standardised(path: str | Path) -> tuple[np.ndarray, float, list[str]]:
-    """Read a whole (short) EDF with MNE: ``(data_µV, sfreq_hz, labels)``. For tests and tools."""
-    raw = open_raw(Path(path))
-    return raw.get_data() * 1e6, float(raw.info["sfreq"]), list(raw.ch_names)

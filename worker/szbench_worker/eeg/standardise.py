@@ -52,13 +52,6 @@ class SourceInfo:
     missing: tuple[str, ...]
     flags: tuple[str, ...] = ()
 
-    @property
-    def output_duration_s(self) -> int:
-        """Whole seconds the standardised EDF will hold (a trailing part-second is dropped)."""
-        ratio = resample_ratio(self.sfreq_hz)
-        n_out = -(-self.n_samples * ratio.numerator // ratio.denominator)
-        return n_out // TARGET_SFREQ_HZ
-
 
 def inspect_recording(path: str | os.PathLike[str], *, allow_flat_fill: bool = False) -> SourceInfo:
     """Read a recording's header and check that it can be standardised.
