@@ -49,6 +49,16 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
         {"current_password": "s3cret-pass", "new_password": "a-new-long-passphrase"},
     ),
     ("GET", "/api/v1/auth/me"): (SIGNED_IN, None),
+    # The reset or verification token is the credential (tests/platform/test_accounts.py).
+    ("POST", "/api/v1/auth/password-reset"): (
+        ANYONE,
+        {"token": "not-a-token", "new_password": "a-new-long-passphrase"},
+    ),
+    ("POST", "/api/v1/auth/password-reset/request"): (ANYONE, {"email": "{new}@example.org"}),
+    ("POST", "/api/v1/auth/verify"): (ANYONE, {"token": "not-a-token"}),
+    ("POST", "/api/v1/users/{user_id}/password-reset"): (ADMIN, {}),
+    # Who sees which evaluation's per-subject values: tests/platform/test_compare.py.
+    ("GET", "/api/v1/comparisons"): (ANYONE, None),
     ("GET", "/api/v1/tokens"): (SIGNED_IN, None),
     ("POST", "/api/v1/tokens"): (SIGNED_IN, {"name": "t"}),
     ("DELETE", "/api/v1/tokens/{token_id}"): (OWNER, None),

@@ -149,3 +149,13 @@ def test_a_private_algorithm_is_not_found_for_others(
     )
     assert r.status_code == 404
     assert r.json()["detail"] == f"evaluation {hidden.id} does not exist"
+
+
+def test_ids_out_of_range_are_refused_before_the_database(
+    client: TestClient, db_session: Session, world: dict[str, Any]
+) -> None:
+    h = f.headers(db_session, f.user(db_session))
+    r = client.get(f"/api/v1/comparisons?evaluation={world['a'].id}&evaluation={10**30}", headers=h)
+    assert r.status_code == 422
+    nine = "&".join(f"evaluation={i}" for i in range(1, 10))
+    assert client.get(f"/api/v1/comparisons?{nine}", headers=h).status_code == 422

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import Field
 
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
+from szbench.api.pagination import MAX_ID
 from szbench.auth.dependencies import Anyone
 from szbench.compare import service
 from szbench.compare.schemas import Comparison
@@ -20,8 +22,11 @@ def compare(
     session: SessionDep,
     caller: Anyone,
     evaluation: Annotated[
-        list[int],
-        Query(description="Evaluation ids (2 to 8) on one dataset version; repeat the parameter."),
+        list[Annotated[int, Field(ge=1, le=MAX_ID)]],
+        Query(
+            max_length=service.MAX_COMPARED,
+            description="Evaluation ids (2 to 8) on one dataset version; repeat the parameter.",
+        ),
     ],
     metric: Annotated[
         str, Query(max_length=50, description="Per-subject metric; default the ranking one.")

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
+from szbench.api.pagination import IdPath
 from szbench.auth import accounts, cookies, mail
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
@@ -20,6 +21,7 @@ from szbench.errors import Forbidden, NotFound, SzbenchError, TooManyAttempts, U
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
 from szbench.evaluations.schemas import EvaluationCreate
+from szbench.leaderboards.service import failures_rule
 from szbench.models import AlgorithmVersion
 from szbench.phases import service as phases
 from szbench.quotas import service as quotas
@@ -101,7 +103,7 @@ def create_token(
 
 @router.post("/tokens/{token_id}/revoke")
 def revoke_token(
-    token_id: int, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
+    token_id: IdPath, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
 ) -> Response:
     """Revoke one of the caller's tokens."""
     assert caller.user is not None
@@ -207,7 +209,7 @@ def update_account(
 
 @router.post("/account/sessions/{token_id}/revoke")
 def revoke_session(
-    token_id: int, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
+    token_id: IdPath, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
 ) -> Response:
     """Sign one of the caller's browsers out."""
     assert caller.user is not None
@@ -442,5 +444,6 @@ def evaluation_page(
         "version": version,
         "can_manage": caller.user is not None
         and (caller.is_admin or evaluation.algorithm_version.algorithm.owner_id == caller.user.id),
+        "failures_rule": failures_rule(evaluation).value,
     }
     return render(request, "evaluation.html", caller, context)

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
+from szbench.api.pagination import IdPath
 from szbench.auth.dependencies import SignedIn
 from szbench.errors import SzbenchError
 from szbench.models import Algorithm, Visibility
@@ -47,7 +48,7 @@ def _form(
 
 @router.get("/algorithms/{algorithm_id}/edit", response_class=HTMLResponse)
 def edit_page(
-    request: Request, algorithm_id: int, session: SessionDep, caller: SignedIn
+    request: Request, algorithm_id: IdPath, session: SessionDep, caller: SignedIn
 ) -> Response:
     """A form to edit an algorithm's fields and links, and to withdraw it."""
     return _form(request, caller, _managed(session, caller, algorithm_id))
@@ -56,7 +57,7 @@ def edit_page(
 @router.post("/algorithms/{algorithm_id}/edit", response_class=HTMLResponse)
 def edit(
     request: Request,
-    algorithm_id: int,
+    algorithm_id: IdPath,
     session: SessionDep,
     caller: SignedIn,
     _csrf: CsrfChecked,
@@ -108,7 +109,7 @@ def edit(
 
 @router.post("/algorithms/{algorithm_id}/withdraw")
 def withdraw(
-    algorithm_id: int, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
+    algorithm_id: IdPath, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
 ) -> Response:
     """Take the algorithm off every leaderboard (its results stay on its page)."""
     algorithm = _managed(session, caller, algorithm_id)
@@ -120,7 +121,7 @@ def withdraw(
 
 @router.post("/algorithms/{algorithm_id}/restore")
 def restore(
-    algorithm_id: int, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
+    algorithm_id: IdPath, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
 ) -> Response:
     """Put a withdrawn algorithm back on the leaderboards."""
     algorithm = _managed(session, caller, algorithm_id)

@@ -13,8 +13,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import Field
 
 from szbench.api.deps import SessionDep
+from szbench.api.pagination import MAX_ID
 from szbench.auth.dependencies import Anyone
 from szbench.compare import service
 from szbench.datasets import queries as datasets
@@ -107,7 +109,9 @@ def compare_page(
     caller: Anyone,
     dataset: Annotated[str, Query(max_length=100)] = "",
     version: Annotated[str, Query(max_length=100)] = "",
-    evaluation: Annotated[list[int] | None, Query()] = None,
+    evaluation: Annotated[
+        list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None, Query(max_length=50)
+    ] = None,
     metric: Annotated[str, Query(max_length=50)] = service.RANKING_METRIC,
 ) -> Response:
     """Pick two or more leaderboard entries; their per-subject values and paired tests."""
