@@ -235,13 +235,15 @@ def test_errors_are_pages_but_api_errors_stay_json(client: TestClient, world: Wo
     assert api.json()["error"] == "NotFound"
     bad_sort = client.get("/leaderboards/held-out?sort=bogus")
     assert bad_sort.status_code == 400
-    assert "sort: &#39;bogus&#39; is not one of" in bad_sort.text
+    assert "This leaderboard cannot be sorted by &#39;bogus&#39;." in bad_sort.text
     assert client.get("/leaderboards/nope").status_code == 404
     assert client.get("/algorithms/999999").status_code == 404
     not_a_number = client.get("/algorithms/abc")
     assert not_a_number.status_code == 400
     assert not_a_number.headers["content-type"].startswith("text/html")
-    assert "path.algorithm_id" in not_a_number.text
+    # A sentence for a person, not the API's validator detail (issue 16 point 14).
+    assert "The address gives algorithm_id as &#39;abc&#39;" in not_a_number.text
+    assert "path.algorithm_id" not in not_a_number.text
     assert client.get("/api/v1/algorithms/abc").json()["error"] == "ValidationError"
 
 

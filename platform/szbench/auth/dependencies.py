@@ -79,7 +79,22 @@ def _principal(
     else:
         raise Unauthorized("the token is invalid, expired or revoked")
     request.state.user_id = principal.user.id if principal.user else None
+    if principal.user is not None:
+        # Plain values for an error page's navigation: by the time it renders, the request's
+        # session may have rolled back and expired the user object.
+        request.state.nav = NavCaller(
+            name=principal.user.name, email=principal.user.email, is_admin=principal.is_admin
+        )
     return principal
+
+
+@dataclass(frozen=True)
+class NavCaller:
+    """Who is signed in, as the site's navigation shows it."""
+
+    name: str
+    email: str
+    is_admin: bool
 
 
 def _mark_admin_scope(token: ApiToken, user: User) -> None:

@@ -88,10 +88,20 @@ def create_dataset(body: DatasetCreate, session: SessionDep, _admin: AdminOnly) 
 def update_dataset(
     slug: str, body: DatasetUpdate, session: SessionDep, _admin: AdminOnly
 ) -> DatasetDetail:
-    """Change what non-admins see of results on a held-out dataset (its disclosure level)."""
-    dataset = dataset_service.set_disclosure(
-        session, queries.get_dataset(session, slug), body.disclosure
+    """Change a dataset's disclosure level, its rule for failed recordings or its page's facts."""
+    dataset = queries.get_dataset(session, slug)
+    dataset_service.set_facts(
+        session,
+        dataset,
+        title=body.title,
+        description=body.description,
+        licence=body.licence,
+        citation=body.citation,
     )
+    if body.disclosure is not None:
+        dataset_service.set_disclosure(session, dataset, body.disclosure)
+    if body.failed_recordings is not None:
+        dataset_service.set_failed_recordings(session, dataset, body.failed_recordings)
     return _detail(session, dataset, admin=True)
 
 

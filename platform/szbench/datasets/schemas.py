@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from szbench.models import DatasetKind, Disclosure
+from szbench.models import DatasetKind, Disclosure, FailedRecordings
 
 
 class DatasetVersionOut(BaseModel):
@@ -26,12 +26,21 @@ class DatasetOut(BaseModel):
     slug: str
     title: str
     description: str
+    licence: str = Field(default="", description="Terms of use, e.g. CC-BY-4.0.")
+    citation: str = Field(default="", description="How to cite the dataset.")
     kind: DatasetKind
     disclosure: Disclosure = Field(
         description="What non-admins see of results on held-out data: aggregate (dataset-level "
         "figures only), subject (per-subject figures too) or recording (per-recording counts, "
         "outcomes and reference timelines too). A phase may override it; public samples are "
         "always disclosed fully."
+    )
+    failed_recordings: FailedRecordings = Field(
+        default=FailedRecordings.UNRANKED,
+        description="What its leaderboards make of an evaluation in which recordings failed "
+        "(crashed, timeout, out_of_memory, no_output, invalid_output): unranked (shown apart, "
+        "not ranked) or no_detections (each failed recording scored as no detections, the "
+        "SzCORE rule for a missing file, and ranked). A phase may override it.",
     )
     created_at: datetime
 
@@ -45,13 +54,27 @@ class DatasetCreate(BaseModel):
     slug: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,99}$")
     title: str = Field(default="", max_length=200)
     description: str = Field(default="", max_length=20000)
+    licence: str = Field(default="", max_length=200)
+    citation: str = Field(default="", max_length=5000)
     kind: DatasetKind = DatasetKind.HELD_OUT
     run_limits: dict[str, Any] | None = None
     disclosure: Disclosure = Disclosure.AGGREGATE
+    failed_recordings: FailedRecordings = FailedRecordings.UNRANKED
 
 
 class DatasetUpdate(BaseModel):
-    disclosure: Disclosure = Field(description="See DatasetOut.disclosure.")
+    title: str | None = Field(default=None, max_length=200, description="Omitted: unchanged.")
+    description: str | None = Field(
+        default=None, max_length=20000, description="Omitted: unchanged."
+    )
+    licence: str | None = Field(default=None, max_length=200, description="Omitted: unchanged.")
+    citation: str | None = Field(default=None, max_length=5000, description="Omitted: unchanged.")
+    disclosure: Disclosure | None = Field(
+        default=None, description="See DatasetOut.disclosure; omitted: unchanged."
+    )
+    failed_recordings: FailedRecordings | None = Field(
+        default=None, description="See DatasetOut.failed_recordings; omitted: unchanged."
+    )
 
 
 class DatasetVersionCreate(BaseModel):

@@ -18,7 +18,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from szbench.errors import BadRequest, Conflict
-from szbench.models import Dataset, DatasetKind, DatasetVersion, Disclosure, Recording
+from szbench.models import (
+    Dataset,
+    DatasetKind,
+    DatasetVersion,
+    Disclosure,
+    FailedRecordings,
+    Recording,
+)
 
 _SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
 
@@ -47,6 +54,9 @@ def create_dataset(
     kind: DatasetKind = DatasetKind.HELD_OUT,
     run_limits: dict[str, Any] | None = None,
     disclosure: Disclosure = Disclosure.AGGREGATE,
+    failed_recordings: FailedRecordings = FailedRecordings.UNRANKED,
+    licence: str = "",
+    citation: str = "",
 ) -> Dataset:
     """Create a dataset (no versions yet). Raises Conflict when the slug is taken."""
     if not _SLUG.fullmatch(slug):
@@ -74,10 +84,54 @@ def create_dataset(
         kind=kind,
         run_limits=limits,
         disclosure=disclosure,
+        failed_recordings=failed_recordings,
+        licence=licence,
+        citation=citation,
     )
     session.add(dataset)
     session.flush()
     return dataset
+
+
+def set_failed_recordings(session: Session, dataset: Dataset, rule: FailedRecordings) -> Dataset:
+    """Whether evaluations with failed recordings rank on ``dataset``'s leaderboards (scored
+    as no detections) or are shown apart; the leaderboard cache's facts include it."""
+    dataset.failed_recordings = rule
+    session.flush()
+    return dataset
+
+
+def set_facts(
+    session: Session,
+    dataset: Dataset,
+    *,
+    title: str | None = None,
+    description: str | None = None,
+    licence: str | None = None,
+    citation: str | None = None,
+) -> Dataset:
+    """Change what ``dataset``'s page says about it; ``None`` leaves a field unchanged."""
+    if title is not None:
+        dataset.title = title
+    if description is not None:
+        dataset.description = description
+    if licence is not None:
+        dataset.licence = licence
+    if citation is not None:
+        dataset.citation = citation
+    session.flush()
+    return dataset
+
+
+def count_seizures(annotations_file: Path) -> int | None:
+    """Seizure events in a reference file (merged as the scorer merges them); ``None`` when
+    the file cannot be read: registration does not judge the reference, scoring does."""
+    from szbench_scoring.annotations import AnnotationError, read_annotations
+
+    try:
+        return int(len(read_annotations(annotations_file).events))
+    except (AnnotationError, OSError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def set_disclosure(session: Session, dataset: Dataset, disclosure: Disclosure) -> Dataset:
@@ -202,7 +256,14 @@ def register_dataset_version(
     )
     session.add(dv)
     session.flush()
-    session.add_all(Recording(dataset_version_id=dv.id, **row) for row in rows)
+    session.add_all(
+        Recording(
+            dataset_version_id=dv.id,
+            seizures=count_seizures(prepared_path / row["annotations_path"]),
+            **row,
+        )
+        for row in rows
+    )
     session.flush()
     return dv
 

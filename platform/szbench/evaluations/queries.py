@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -14,6 +15,7 @@ from szbench.auth import policy
 from szbench.errors import Forbidden, NotFound
 from szbench.evaluations.schemas import EvaluationDetail, EvaluationOut, Progress, Provenance
 from szbench.models import (
+    FAILED_OUTCOMES,
     Algorithm,
     AlgorithmVersion,
     Dataset,
@@ -113,14 +115,73 @@ def outcome_counts(session: Session, evaluation_ids: Iterable[int]) -> dict[int,
 
 def progress(session: Session, evaluation: Evaluation, *, viewer: User | None) -> Progress:
     counts = outcome_counts(session, [evaluation.id])[evaluation.id]
+    view = disclosure.view_of(viewer, evaluation)
+    finished = evaluation.status.finished
+    # A count per evaluation once it is over, as outcome_summary: while it runs, a count
+    # that moves would tell which recording failed.
+    failed = (
+        sum(counts.get(o.value, 0) for o in FAILED_OUTCOMES)
+        if finished or view.recordings
+        else None
+    )
+    done, total = evaluation.recordings_done, evaluation.recordings_total
+    scoring = display_state(evaluation) == "scoring"
+    estimate, basis = (None, None)
+    if evaluation.status == EvaluationStatus.RUNNING and not scoring:
+        estimate, basis = _remaining(session, evaluation, view.run_resources)
     return Progress(
         status=evaluation.status,
-        recordings_done=evaluation.recordings_done,
-        recordings_total=evaluation.recordings_total,
-        outcomes=disclosure.outcome_summary(
-            disclosure.view_of(viewer, evaluation), counts, finished=evaluation.status.finished
-        ),
+        state="scoring" if scoring else evaluation.status.value,
+        recordings_done=done,
+        recordings_total=total,
+        outcomes=disclosure.outcome_summary(view, counts, finished=finished),
+        failed_recordings=failed,
+        complete=None if failed is None or not finished else failed == 0,
+        estimated_remaining_s=estimate,
+        estimate_basis=basis,
     )
+
+
+def display_state(evaluation: Evaluation) -> str:
+    """The status as people should read it: a running evaluation whose every recording has
+    finished waits for its scoring (it can no longer be cancelled)."""
+    done, total = evaluation.recordings_done, evaluation.recordings_total
+    if evaluation.status == EvaluationStatus.RUNNING and 0 < total <= done:
+        return "scoring"
+    return evaluation.status.value
+
+
+def _remaining(
+    session: Session, evaluation: Evaluation, run_times_shown: bool
+) -> tuple[float | None, str | None]:
+    """An estimate of the seconds left, and what it rests on.
+
+    From the finished runs' mean wall time where this viewer may see run times; otherwise
+    (held-out data, non-admins: a container chooses how long it runs) from the time elapsed
+    since the start, which the viewer can read off the progress anyway.
+    """
+    done, total = evaluation.recordings_done, evaluation.recordings_total
+    left = total - done
+    if done <= 0 or left <= 0:
+        return None, None
+    if run_times_shown:
+        mean = session.scalar(
+            select(func.avg(RecordingRun.wall_time_s)).where(
+                RecordingRun.evaluation_id == evaluation.id,
+                RecordingRun.finished_at.is_not(None),
+                RecordingRun.reused_from_id.is_(None),
+                RecordingRun.wall_time_s.is_not(None),
+            )
+        )
+        if mean is not None:
+            return float(mean) * left, "mean wall time of the finished runs"
+    if evaluation.started_at is None:
+        return None, None
+    started = evaluation.started_at
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=UTC)
+    elapsed = (datetime.now(UTC) - started).total_seconds()
+    return max(0.0, elapsed / done * left), "time elapsed per finished recording"
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,10 @@ class RunProvenance(BaseModel):
 
 class Progress(BaseModel):
     status: EvaluationStatus
+    state: str = Field(
+        description="The status, except 'scoring' for a running evaluation whose every "
+        "recording has finished (its results are being computed; it can no longer be cancelled)."
+    )
     recordings_done: int
     recordings_total: int
     outcomes: dict[str, int] = Field(
@@ -49,6 +53,23 @@ class Progress(BaseModel):
         "(held-out data below the 'recording' level, non-admins): empty while the evaluation "
         "runs, then only 'ok' and 'failed' counts."
     )
+    failed_recordings: int | None = Field(
+        default=None,
+        description="Recordings that crashed, timed out, ran out of memory or wrote no or "
+        "invalid output. Where per-recording results are not disclosed: null until the "
+        "evaluation is over.",
+    )
+    complete: bool | None = Field(
+        default=None,
+        description="Finished with no failed recording. False: not a normal result (see the "
+        "leaderboard's failed_recordings rule); null while running.",
+    )
+    estimated_remaining_s: float | None = Field(
+        default=None,
+        description="An estimate, not a promise, of the seconds left in a running evaluation; "
+        "estimate_basis says what it rests on.",
+    )
+    estimate_basis: str | None = None
 
 
 class EvaluationOut(BaseModel):

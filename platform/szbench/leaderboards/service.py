@@ -176,6 +176,15 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
     return rows
 
 
+def failures_rule(evaluation: Evaluation) -> FailedRecordings:
+    """The rule for ``evaluation``'s failed recordings: its phase's override, else its
+    dataset's."""
+    phase = evaluation.algorithm_version.phase
+    if phase is not None and phase.failed_recordings is not None:
+        return phase.failed_recordings
+    return evaluation.dataset_version.dataset.failed_recordings
+
+
 def _failed_counts(session: Session, evaluation_ids: list[int]) -> dict[int, int]:
     """Recordings that ended as the algorithm's failure, per evaluation.
 
@@ -220,6 +229,15 @@ def _set_apart(rows: list[Row]) -> tuple[list[Row], list[Row]]:
 def _submission_order(row: Row) -> tuple[datetime, int]:
     submitted = row.submitted_at or datetime.max
     return (submitted.replace(tzinfo=None), row.algorithm_version_id)
+
+
+def ranked_rows(
+    session: Session, dv: DatasetVersion, *, viewer: User | None, versions: VersionsMode
+) -> list[Row]:
+    """Entries in SzCORE rank order; ties on both keys share a rank (1, 2, 2, 4).
+
+    Failed evaluations (per their rule) and duplicate images are left out."""
+    return board_rows(session, dv, viewer=viewer, versions=versions)[0]
 
 
 def board_rows(

@@ -6,13 +6,17 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from szbench.models import Disclosure
+from szbench.models import Disclosure, FailedRecordings
 
 _OPENS = "Submissions are accepted from then on (ISO 8601; without an offset: UTC)."
 _CLOSES = "The deadline: submissions are refused from then on (ISO 8601; without an offset: UTC)."
 _DISCLOSURE = (
     "Overrides the datasets' disclosure for evaluations of this phase's versions (e.g. "
     "recording once the phase is over); null: each dataset's own level."
+)
+_FAILED = (
+    "Overrides the datasets' rule for evaluations with failed recordings: unranked (shown "
+    "apart) or no_detections (scored as no detections, ranked); null: each dataset's own rule."
 )
 
 
@@ -25,6 +29,7 @@ class PhaseCreate(BaseModel):
     submission_quota: int | None = Field(default=None, ge=0, le=10**6)
     is_open: bool = True
     disclosure: Disclosure | None = Field(default=None, description=_DISCLOSURE)
+    failed_recordings: FailedRecordings | None = Field(default=None, description=_FAILED)
     opens_at: datetime | None = Field(default=None, description=_OPENS)
     closes_at: datetime | None = Field(default=None, description=_CLOSES)
 
@@ -36,6 +41,9 @@ class PhaseUpdate(BaseModel):
     is_open: bool | None = None
     disclosure: Disclosure | None = Field(
         default=None, description=_DISCLOSURE + " Send null explicitly to remove the override."
+    )
+    failed_recordings: FailedRecordings | None = Field(
+        default=None, description=_FAILED + " Send null explicitly to remove the override."
     )
     opens_at: datetime | None = Field(
         default=None, description=_OPENS + " Send null explicitly to remove it."
@@ -55,6 +63,7 @@ class PhaseOut(BaseModel):
     submission_quota: int | None
     is_open: bool
     disclosure: Disclosure | None
+    failed_recordings: FailedRecordings | None = None
     opens_at: datetime | None
     closes_at: datetime | None
     accepting: bool = Field(

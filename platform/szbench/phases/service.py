@@ -78,7 +78,7 @@ def create_phase(
 
 
 #: Fields where None is a value (removes the override or the date), not "unchanged".
-NULLABLE = ("disclosure", "opens_at", "closes_at")
+NULLABLE = ("disclosure", "opens_at", "closes_at", "failed_recordings")
 
 
 def update_phase(session: Session, phase: Phase, **changes: Any) -> Phase:

@@ -21,7 +21,7 @@ from szbench.datasets import service as dataset_service
 from szbench.datasets.schemas import DatasetVersionCreate
 from szbench.errors import BadRequest, SzbenchError
 from szbench.evaluations import queries as evaluations
-from szbench.models import DatasetKind, Disclosure, Role
+from szbench.models import DatasetKind, Disclosure, FailedRecordings, Role
 from szbench.phases import service as phases
 from szbench.phases.schemas import PhaseCreate
 from szbench.web import queries as web_queries
@@ -122,6 +122,35 @@ def set_disclosure(
         )
     dataset_service.set_disclosure(session, datasets.get_dataset(session, slug), level)
     return redirect("/admin/datasets", f"Dataset {slug} now discloses {level.value} figures.")
+
+
+@router.post("/datasets/{slug}/failed-recordings", response_class=HTMLResponse)
+def set_failed_recordings(
+    request: Request,
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    failed_recordings: Annotated[str, Form(max_length=30)] = "",
+) -> Response:
+    """Set whether evaluations with failed recordings rank on a dataset's leaderboards."""
+    try:
+        rule = FailedRecordings(failed_recordings)
+    except ValueError:
+        return _datasets_page(
+            request,
+            session,
+            caller,
+            error=f"failed_recordings: unknown rule {failed_recordings[:30]!r} "
+            "(unranked or no_detections)",
+            status_code=400,
+        )
+    dataset_service.set_failed_recordings(session, datasets.get_dataset(session, slug), rule)
+    told = {
+        FailedRecordings.UNRANKED: "shows evaluations with failed recordings apart, unranked",
+        FailedRecordings.NO_DETECTIONS: "scores failed recordings as no detections and ranks them",
+    }
+    return redirect("/admin/datasets", f"Dataset {slug} now {told[rule]}.")
 
 
 @router.post("/datasets/{slug}/versions", response_class=HTMLResponse)

@@ -25,10 +25,10 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench import __version__
-from szbench.api.errors import describe_validation_errors
 from szbench.auth.dependencies import Principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
+from szbench.evaluations.queries import display_state
 from szbench.web import charts
 
 HERE = Path(__file__).resolve().parent
@@ -43,7 +43,20 @@ def _pct(value: float | None) -> str:
     return "n/a" if charts.is_missing(value) else f"{100 * value:.1f}%"  # type: ignore[operator]
 
 
+def _duration(seconds: float) -> str:
+    """``42 s``, ``17 min``, ``3 h 05 min``: rounded, as an estimate should be."""
+    total = round(seconds)
+    if total < 90:
+        return f"{total} s"
+    minutes = round(total / 60)
+    if minutes < 90:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
 templates.env.filters["pct"] = _pct
+templates.env.globals["duration"] = _duration
+templates.env.globals["eval_state"] = display_state
 templates.env.filters["num"] = charts.fmt
 
 
@@ -181,12 +194,39 @@ def install_error_pages(app: Any) -> None:
         if not is_page_request(request):
             return await api_validation(request, exc)
         assert isinstance(exc, RequestValidationError)
-        detail = describe_validation_errors(list(exc.errors()))
-        return _error_page(request, 400, "BadRequest", detail)
+        return _error_page(request, 400, "BadRequest", validation_sentence(list(exc.errors())))
 
     app.add_exception_handler(SzbenchError, page_error)
     app.add_exception_handler(StarletteHTTPException, page_http_error)
     app.add_exception_handler(RequestValidationError, page_validation_error)
+
+
+_PLACES = {"query": "The link", "path": "The address", "body": "The form"}
+
+
+def validation_sentence(errors: list[dict[str, Any]]) -> str:
+    """What was wrong with a page request, as a sentence for a person (the API's detail,
+    ``query.order: Input should be 'asc' or 'desc'``, is for programs).
+
+    For ``?order=up``: "The link gives order as 'up', which this page cannot use: it should
+    be 'asc' or 'desc'. Go back, or remove order from the address."
+    """
+    if not errors:
+        return "This page cannot use the values in its address."
+    error = errors[0]
+    loc = [str(part) for part in error.get("loc", ())]
+    place = _PLACES.get(loc[0], "The request") if loc else "The request"
+    field = ".".join(loc[1:]) or "a value"
+    value = error.get("input")
+    given = f" as {str(value)[:60]!r}" if isinstance(value, str | int | float) else ""
+    reason = str(error.get("msg", "it is not valid")).split(",")[0]
+    reason = reason.replace("Input should be", "it should be").replace("Field required", "")
+    because = f": {reason}" if reason else ""
+    more = f" ({len(errors) - 1} more value(s) are wrong too.)" if len(errors) > 1 else ""
+    fix = f" Go back, or remove {field} from the address." if loc and loc[0] == "query" else ""
+    if error.get("type") == "missing":
+        return f"{place} lacks {field}, which this page needs.{more}"
+    return f"{place} gives {field}{given}, which this page cannot use{because}.{fix}{more}"
 
 
 def _error_page(request: Request, status_code: int, name: str, detail: str) -> HTMLResponse:
@@ -197,13 +237,17 @@ def _error_page(request: Request, status_code: int, name: str, detail: str) -> H
         409: "Conflict",
         429: "Quota used up",
     }
+    nav = getattr(request.state, "nav", None)
     context = {
         "signed_in": getattr(request.state, "user_id", None) is not None,
+        # The signed-in navigation, from the values the caller's check left (see NavCaller).
+        "user": nav,
+        "is_admin": bool(nav and nav.is_admin),
         "title": titles.get(status_code, "Something went wrong"),
         "status": status_code,
         "name": name,
         "detail": detail,
     }
     # The caller is not resolved again here (that could fail the same way); the navigation
-    # knows from the request state whether someone is signed in.
+    # knows from the request state who is signed in.
     return render(request, "error.html", None, context, status_code=status_code)

@@ -14,7 +14,14 @@ from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
-from szbench.errors import Conflict, Forbidden, NotFound, SzbenchError, TooManyAttempts
+from szbench.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    SzbenchError,
+    TooManyAttempts,
+)
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.schemas import SubjectResultOut
 from szbench.leaderboards import service as leaderboards
@@ -171,9 +178,16 @@ def leaderboard(
     versions: Literal["latest", "all"] = "latest",
     q: Annotated[str, Query(max_length=100)] = "",
     phase: Annotated[str, Query(max_length=100)] = "",
+    unranked: bool = False,
 ) -> Response:
     """A dataset's ranked table with confidence intervals; sortable and filterable."""
     dataset = datasets.get_dataset(session, slug)
+    if sort not in leaderboards.SORT_KEYS:
+        raise BadRequest(
+            f"This leaderboard cannot be sorted by {sort[:50]!r}. It sorts by rank, "
+            "algorithm, subjects, recordings or a metric (event_f1, event_fp_rate, ...); "
+            "use the column headings."
+        )
     board = leaderboards.leaderboard(
         session,
         slug=slug,
@@ -183,6 +197,7 @@ def leaderboard(
         order=order,
         versions=versions,
         limit=None,
+        unranked=unranked,
     )
     phase_of = web_queries.phases_of_versions(
         session, [e.algorithm_version_id for e in board.items]
@@ -225,7 +240,14 @@ def leaderboard(
         "rows": rows,
         "labels": METRIC_LABELS,
         "ci_metrics": CI_METRICS,
-        "filters": {"version": board.dataset_version, "versions": versions, "q": q, "phase": phase},
+        "filters": {
+            "version": board.dataset_version,
+            "versions": versions,
+            "q": q,
+            "phase": phase,
+            "unranked": unranked,
+        },
+        "ranked_count": sum(1 for e in board.items if e.rank is not None),
         "phases": web_queries.all_phases(session),
         "fp_max": fp_max,
     }

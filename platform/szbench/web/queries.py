@@ -22,6 +22,7 @@ from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.evaluations import queries as evaluations
 from szbench.models import (
+    FAILED_OUTCOMES,
     Algorithm,
     AlgorithmVersion,
     DatasetVersion,
@@ -111,7 +112,7 @@ def progress_snapshot(session: Session, user: User) -> dict[str, Any]:
                 items.append(
                     {
                         "id": e.id,
-                        "status": e.status.value,
+                        "status": evaluations.display_state(e),
                         "finished": e.status.finished,
                         "recordings_done": e.recordings_done,
                         "recordings_total": e.recordings_total,
@@ -237,6 +238,8 @@ class QueueView:
     celery: dict[str, dict[str, int]] | None
     celery_error: str | None
     embedded: bool
+    # "done" evaluations in which recordings failed: counted (and listed) as failed.
+    incomplete: int = 0
 
 
 def _celery_inspect() -> tuple[dict[str, dict[str, int]] | None, str | None]:
@@ -281,11 +284,36 @@ def queue_view(session: Session) -> QueueView:
             .limit(200)
         )
     )
+    # A failure is not a score: an evaluation that ended "done" with failed recordings is
+    # counted with the failed ones.
+    has_failed_run = (
+        select(RecordingRun.id)
+        .where(
+            RecordingRun.evaluation_id == Evaluation.id,
+            RecordingRun.outcome.in_(FAILED_OUTCOMES),
+        )
+        .exists()
+    )
+    incomplete = (
+        session.scalar(
+            select(func.count(Evaluation.id)).where(
+                Evaluation.status == EvaluationStatus.DONE, has_failed_run
+            )
+        )
+        or 0
+    )
+    if incomplete:
+        by_status["done"] = by_status.get("done", 0) - incomplete
+        by_status["failed"] = by_status.get("failed", 0) + incomplete
     since = datetime.now(UTC) - timedelta(days=7)
     failed = list(
         session.scalars(
             select(Evaluation)
-            .where(Evaluation.status == EvaluationStatus.FAILED, Evaluation.created_at >= since)
+            .where(
+                (Evaluation.status == EvaluationStatus.FAILED)
+                | ((Evaluation.status == EvaluationStatus.DONE) & has_failed_run),
+                Evaluation.created_at >= since,
+            )
             .options(*load)
             .order_by(Evaluation.id.desc())
             .limit(50)
@@ -327,6 +355,7 @@ def queue_view(session: Session) -> QueueView:
         celery=celery,
         celery_error=celery_error,
         embedded=is_embedded(),
+        incomplete=incomplete,
     )
 
 

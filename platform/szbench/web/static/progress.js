@@ -66,6 +66,9 @@
         text(row.querySelector('[data-field="progress-text"]'), e.recordings_done + " / " + e.recordings_total);
         text(row.querySelector('[data-field="outcomes"]'), outcomes(e.outcomes));
         text(row.querySelector('[data-field="message"]'), e.message || "");
+        // Every recording ran: the scores are being computed and there is nothing to cancel.
+        const cancel = row.querySelector('form[action$="/cancel"]');
+        if (cancel && e.status === "scoring") cancel.hidden = true;
         if (e.finished && row.dataset.finished !== "true") finishedNow = true;
       }
       // Finished rows get other buttons (re-run instead of cancel): redraw once.
