@@ -20,6 +20,7 @@ from szbench.api.deps import BareSessionDep, SessionDep, run_in_slot
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
+from szbench.leaderboards import service as leaderboards
 from szbench.models import Algorithm
 from szbench.uploads import service as uploads
 from szbench.uploads.service import UploadSession
@@ -81,9 +82,12 @@ def list_versions(
     """An algorithm's versions, oldest first."""
     algorithm = service.get_algorithm(session, algorithm_id, viewer=caller.user)
     versions = algorithm.versions
+    window = versions[page.offset : page.offset + page.limit]
+    twins = leaderboards.earlier_same_image(session, window, viewer=caller.user)
     return Page(
         items=[
-            VersionOut.model_validate(v) for v in versions[page.offset : page.offset + page.limit]
+            VersionOut.model_validate(v).model_copy(update={"same_image_as": twins.get(v.id)})
+            for v in window
         ],
         total=len(versions),
         limit=page.limit,
@@ -144,4 +148,6 @@ def get_version(
 ) -> VersionOut:
     """One version: image digest, status and the smoke test's message."""
     algorithm = service.get_algorithm(session, algorithm_id, viewer=caller.user)
-    return VersionOut.model_validate(service.get_version(session, algorithm, version_id))
+    version = service.get_version(session, algorithm, version_id)
+    twin = leaderboards.earlier_same_image(session, [version], viewer=caller.user).get(version.id)
+    return VersionOut.model_validate(version).model_copy(update={"same_image_as": twin})

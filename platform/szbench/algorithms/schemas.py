@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from szbench.leaderboards.schemas import SameImage
 from szbench.models import VersionStatus, Visibility
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,99}$"
@@ -66,6 +67,11 @@ class VersionOut(BaseModel):
     status_message: str
     wants_gpu: bool
     created_at: datetime
+    same_image_as: SameImage | None = Field(
+        default=None,
+        description="The earliest earlier submission of the same image digest that the caller "
+        "may see: leaderboards rank that one and list this one as its duplicate.",
+    )
 
 
 class AlgorithmOut(BaseModel):

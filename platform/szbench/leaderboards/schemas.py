@@ -35,6 +35,16 @@ class DuplicateOf(BaseModel):
     owner: str
 
 
+class SameImage(BaseModel):
+    """An earlier submission of the same image digest (a version the caller may see)."""
+
+    algorithm_version_id: int
+    algorithm_version: str
+    algorithm_id: int
+    algorithm: str
+    submitted_at: datetime
+
+
 class LeaderboardEntry(Metrics):
     rank: int | None = Field(description="Null for an entry shown apart, unranked.")
     complete: bool = Field(

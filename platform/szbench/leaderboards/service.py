@@ -35,6 +35,7 @@ from szbench.leaderboards.schemas import (
     LeaderboardEntry,
     LeaderboardIndexRow,
     RankStability,
+    SameImage,
     StatisticsInfo,
 )
 from szbench.models import (
@@ -174,6 +175,44 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
             )
         )
     return rows
+
+
+def earlier_same_image(
+    session: Session, versions: list[AlgorithmVersion], *, viewer: User | None
+) -> dict[int, SameImage]:
+    """Per version: the earliest submission of the same image digest before it, among the
+    versions ``viewer`` may see (the one that ranks in its place on a leaderboard)."""
+    digests = {v.image_digest for v in versions if v.image_digest}
+    if not digests:
+        return {}
+    candidates = session.execute(
+        select(
+            AlgorithmVersion.id,
+            AlgorithmVersion.image_digest,
+            AlgorithmVersion.created_at,
+            AlgorithmVersion.version,
+            Algorithm.id,
+            Algorithm.name,
+        )
+        .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+        .where(AlgorithmVersion.image_digest.in_(digests), policy.visible_algorithms(viewer))
+        .order_by(AlgorithmVersion.created_at, AlgorithmVersion.id)
+    ).all()
+    first: dict[str, Any] = {}
+    for row in candidates:
+        first.setdefault(row[1] or "", row)
+    found = {}
+    for v in versions:
+        earliest = first.get(v.image_digest or "")
+        if earliest is not None and earliest[0] != v.id:
+            found[v.id] = SameImage(
+                algorithm_version_id=earliest[0],
+                algorithm_version=earliest[3],
+                algorithm_id=earliest[4],
+                algorithm=earliest[5],
+                submitted_at=earliest[2],
+            )
+    return found
 
 
 def failures_rule(evaluation: Evaluation) -> FailedRecordings:

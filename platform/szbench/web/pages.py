@@ -278,6 +278,9 @@ def algorithm_page(
         "results": shown,
         "selected": selected,
         "labels": METRIC_LABELS,
+        "same_image": leaderboards.earlier_same_image(
+            session, list(algorithm.versions), viewer=caller.user
+        ),
     }
     if selected is not None:
         context.update(_evaluation_charts(session, selected, caller))
