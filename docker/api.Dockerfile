@@ -3,7 +3,8 @@
 # containers or reads EEG. Built by scripts/build-project-images.sh, whose build context holds
 # the wheels (built on the host) and the migrations; nothing is downloaded here.
 
-# Stage 1: the dependencies, from the wheels resolved on the host. Its result is copied into
+# Stage 1: the dependencies, from the wheels resolved on the host at requirements.lock's
+# versions (the same as CI and scripts/setup.sh install). Its result is copied into
 # the image as one layer that the engine keeps cached while only szbench itself changes.
 FROM szbench/python-base:bookworm AS deps
 COPY wheels /wheels

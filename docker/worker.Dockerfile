@@ -2,7 +2,8 @@
 # `ops` extra), for the Celery workers, the Flower queue view and dataset imports. Built by
 # scripts/build-project-images.sh from host-built wheels; nothing is downloaded here.
 
-# Stage 1: the dependencies, from the wheels resolved on the host. Its result is copied into
+# Stage 1: the dependencies, from the wheels resolved on the host at requirements.lock's
+# versions (the same as CI and scripts/setup.sh install). Its result is copied into
 # the image as one layer that the engine keeps cached while only szbench itself changes.
 FROM szbench/python-base:bookworm AS deps
 COPY wheels /wheels

@@ -170,7 +170,8 @@ if [ "$PROJECT" = 1 ]; then
     # Dependencies and the project wheel go in separate folders, so that the images'
     # dependency layer stays cached while only szbench changes.
     log "pip wheel .[worker,ops] into $ctx/wheels (Python $img_py; log in $CACHE/pip-wheel.log)"
-    if ! "$wheel_venv/bin/pip" wheel --wheel-dir "$ctx/wheels" '.[worker,ops]' \
+    # The versions are requirements.lock's (scripts/lock.sh), the same as CI and setup.sh.
+    if ! "$wheel_venv/bin/pip" wheel --wheel-dir "$ctx/wheels" -c requirements.lock '.[worker,ops]' \
         >"$CACHE/pip-wheel.log" 2>&1; then
         tail -n 30 "$CACHE/pip-wheel.log" >&2
         exit 1

@@ -21,8 +21,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.szbench-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[dev]'
+    # The versions the tests passed on (requirements.lock; refreshed by scripts/lock.sh).
+    .venv/bin/python -m pip install -q -c requirements.lock -e '.[dev]'
     touch "$stamp"
 fi
