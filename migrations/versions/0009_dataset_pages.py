@@ -18,8 +18,18 @@ depends_on: Union[str, Sequence[str], None] = None
 
 
 def upgrade() -> None:
-    pass
+    with op.batch_alter_table('datasets', schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column('licence', sa.String(length=200), server_default='', nullable=False)
+        )
+        batch_op.add_column(sa.Column('citation', sa.Text(), server_default='', nullable=False))
+    with op.batch_alter_table('recordings', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('seizures', sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('recordings', schema=None) as batch_op:
+        batch_op.drop_column('seizures')
+    with op.batch_alter_table('datasets', schema=None) as batch_op:
+        batch_op.drop_column('citation')
+        batch_op.drop_column('licence')

@@ -316,6 +316,9 @@ class Dataset(Base):
     slug: Mapped[str] = mapped_column(String(100), unique=True)
     title: Mapped[str] = mapped_column(String(200), default="")
     description: Mapped[str] = mapped_column(Text, default="")
+    # Shown on the dataset's page: the terms of use and how to cite it.
+    licence: Mapped[str] = mapped_column(String(200), default="", server_default="")
+    citation: Mapped[str] = mapped_column(Text, default="", server_default="")
     kind: Mapped[DatasetKind] = mapped_column(_enum(DatasetKind), default=DatasetKind.HELD_OUT)
     # Per-dataset run limits and queue (timeout_s, memory_bytes, cpus, gpu...), overriding
     # the worker's defaults; see szbench.config.
@@ -380,6 +383,9 @@ class Recording(Base):
     eeg_path: Mapped[str] = mapped_column(String(1000))
     annotations_path: Mapped[str] = mapped_column(String(1000))
     flags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Seizure events in the reference, counted at registration so the dataset page need not
+    # read every annotation file; None for recordings registered before the count existed.
+    seizures: Mapped[int | None] = mapped_column(Integer)
 
     dataset_version: Mapped[DatasetVersion] = relationship(back_populates="recordings")
 

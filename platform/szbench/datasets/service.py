@@ -129,7 +129,7 @@ def count_seizures(annotations_file: Path) -> int | None:
     from szbench_scoring.annotations import AnnotationError, read_annotations
 
     try:
-        return int(len(read_annotations(annotations_file).events))
+        return len(read_annotations(annotations_file).events)
     except (AnnotationError, OSError, UnicodeDecodeError, ValueError):
         return None
 
