@@ -100,12 +100,15 @@ def test_held_out_page_shows_totals_only_at_the_aggregate_level(
     page = client.get("/datasets/hidden")
     assert page.status_code == 200
     html = page.text
-    assert "CC-BY-4.0" in html and "Doe J. et al. An EEG corpus. 2024." in html
+    assert "CC-BY-4.0" in html
+    assert "Doe J. et al. An EEG corpus. 2024." in html
     assert "Scalp EEG of an epilepsy monitoring unit." in html
     # 2 subjects, 4 recordings, 2 h, 6 seizures in total; no subject's own count.
     assert '<td class="num">2</td>\n    <td class="num">4</td>' in html
-    assert '<td class="num">2.0</td>' in html and '<td class="num">6</td>' in html
-    assert 'id="subjects-hidden"' in html and 'id="subjects"' not in html
+    assert '<td class="num">2.0</td>' in html
+    assert '<td class="num">6</td>' in html
+    assert 'id="subjects-hidden"' in html
+    assert 'id="subjects"' not in html
     assert "download.tar.gz" not in html
     assert client.get("/datasets/hidden/download.tar.gz").status_code == 403
     assert "Hidden" in client.get("/datasets").text
@@ -142,14 +145,16 @@ def test_public_sample_downloads_as_a_prepared_folder(
     assert anonymous.headers.get("content-type", "").split(";")[0] != "application/gzip"
     sign_in(client, "r@example.org")
     html = client.get("/datasets/public-sample").text
-    assert 'id="subjects"' in html and 'id="download-sample"' in html
+    assert 'id="subjects"' in html
+    assert 'id="download-sample"' in html
     r = client.get("/datasets/public-sample/download.tar.gz")
     assert r.status_code == 200, r.text
     assert 'filename="public-sample-v1.tar.gz"' in r.headers["content-disposition"]
     with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as archive:
         names = sorted(archive.getnames())
         manifest = archive.extractfile("public-sample-v1/manifest.json")
-        assert manifest is not None and len(json.load(manifest)["recordings"]) == 4
+        assert manifest is not None
+        assert len(json.load(manifest)["recordings"]) == 4
     assert "public-sample-v1/sub-08_run-02_events.tsv" in names
     assert len(names) == 1 + 4 * 2
 
@@ -172,14 +177,18 @@ def test_how_to_submit_reads_the_limits_and_offers_the_starter(
     assert ds.id
     db_session.commit()
     html = client.get("/how-to-submit").text
-    assert "/data/$INPUT" in html and "/output/$OUTPUT" in html
-    assert "<td>1234 s</td>" in html and "<td>3 GiB</td>" in html
-    assert "wall-clock time per recording 4321 s" in html and "cpu cores 6" in html
+    assert "/data/$INPUT" in html
+    assert "/output/$OUTPUT" in html
+    assert "<td>1234 s</td>" in html
+    assert "<td>3 GiB</td>" in html
+    assert "wall-clock time per recording 4321 s" in html
+    assert "cpu cores 6" in html
     assert 'href="/datasets/public-sample/download.tar.gz"' in html
     assert "szbench evaluate --tar my-detector.tar.gz --dataset public-sample-" in html
     r = client.get("/how-to-submit/starter.tar.gz")
     assert r.status_code == 200
     with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as archive:
         dockerfile = archive.extractfile("szbench-starter/Dockerfile")
-        assert dockerfile is not None and b"ENTRYPOINT" in dockerfile.read()
+        assert dockerfile is not None
+        assert b"ENTRYPOINT" in dockerfile.read()
         assert "szbench-starter/detect.py" in archive.getnames()

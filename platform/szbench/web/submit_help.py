@@ -73,7 +73,8 @@ def _public_sample(session: SessionDep, settings: Settings) -> Dataset | None:
         select(Dataset).where(Dataset.kind == DatasetKind.PUBLIC_SAMPLE).order_by(Dataset.id)
     ).all()
     preferred = [d for d in rows if d.slug == settings.smoke_test_dataset]
-    return (preferred or list(rows) or [None])[0]
+    chosen = preferred or list(rows)
+    return chosen[0] if chosen else None
 
 
 @router.get("/how-to-submit", response_class=HTMLResponse)
