@@ -52,6 +52,10 @@ _.describe
 _.scheme_name
 _.HAS_RICH
 _.writeable
+# The io protocol (RawIOBase.writable) and tarfile's member fields, read by the standard library.
+_.writable
+_.uname
+_.gname
 # The Celery client's connection pools, dropped so that a changed broker URL takes effect.
 _._pool
 _._producer_pool
