@@ -270,15 +270,6 @@ def _submission_order(row: Row) -> tuple[datetime, int]:
     return (submitted.replace(tzinfo=None), row.algorithm_version_id)
 
 
-def ranked_rows(
-    session: Session, dv: DatasetVersion, *, viewer: User | None, versions: VersionsMode
-) -> list[Row]:
-    """Entries in SzCORE rank order; ties on both keys share a rank (1, 2, 2, 4).
-
-    Failed evaluations (per their rule) and duplicate images are left out."""
-    return board_rows(session, dv, viewer=viewer, versions=versions)[0]
-
-
 def board_rows(
     session: Session, dv: DatasetVersion, *, viewer: User | None, versions: VersionsMode
 ) -> tuple[list[Row], list[Row]]:
