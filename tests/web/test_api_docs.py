@@ -7,6 +7,7 @@ still shows (and runs) every operation.
 
 from __future__ import annotations
 
+import gzip
 import threading
 import time
 from collections.abc import Iterator
@@ -213,3 +214,40 @@ def test_docs_page_renders_and_runs_operations_offline(docs_server: str, browser
         context.close()
     assert blocked == [], blocked
     assert errors == [], errors
+
+
+def test_docs_page_has_the_site_header_and_a_way_back(client: TestClient) -> None:
+    page = client.get(DOCS).text
+    assert '<nav aria-label="Main">' in page
+    assert '<a class="brand" href="/">szbench</a>' in page
+    assert '<a href="/">Back to the leaderboards</a>' in page
+    assert '/static/app.css"' in page
+    # Without JavaScript the page says so and links the document itself.
+    assert "<noscript>" in page
+    assert 'href="/api/v1/openapi.json"' in page
+
+
+@pytest.mark.parametrize(
+    "path",
+    [f"{DOCS}/swagger-ui/swagger-ui-bundle.js", f"{DOCS}/swagger-ui/swagger-ui.css"]
+    + [f"/static/{name}" for name in ("app.css", "app.js", "upload.js", "api-docs.css")],
+)
+def test_static_files_are_sent_compressed(client: TestClient, path: str) -> None:
+    from szbench.web.api_docs import SWAGGER_UI_DIR
+    from szbench.web.common import HERE
+
+    name = path.rsplit("/", 1)[1]
+    on_disk = (SWAGGER_UI_DIR / name if "swagger-ui/" in path else HERE / "static" / name).stat()
+    with client.stream("GET", path, headers={"Accept-Encoding": "gzip"}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-encoding"] == "gzip"
+        assert "accept-encoding" in r.headers["vary"].lower()
+        sent = b"".join(r.iter_raw())
+    assert len(sent) < on_disk.st_size
+    if "bundle" in name:  # the 1.8 MB script: about a third of it goes over the wire
+        assert len(sent) < 0.4 * on_disk.st_size
+    assert len(gzip.decompress(sent)) == on_disk.st_size
+    # A client that accepts no compression gets the file as it is.
+    plain = client.get(path, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers
+    assert int(plain.headers["content-length"]) == on_disk.st_size

@@ -247,7 +247,8 @@ def sign_in(page: Any, base: str, email: str) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_load_state()
-    assert page.get_by_role("button", name="Sign out").count() == 1
+    # In the DOM, visible or not: on a phone it is inside the collapsed menu.
+    assert page.locator("form[action='/logout']").count() == 1, page.url
 
 
 def crawl(page: Any, base: str, role: str, starts: list[str], problems: Problems) -> list[str]:
@@ -322,3 +323,92 @@ def test_axe_helper_reports_a_violation(browser: Any) -> None:
             assert_no_axe_violations(page, "a test page")
     finally:
         context.close()
+
+
+# --- point by point, at phone width ---------------------------------------------------------
+
+
+def test_navigation_collapses_on_a_phone_and_opens_without_javascript(
+    site: Site, browser: Any
+) -> None:
+    context = browser.new_context(
+        viewport={"width": PHONE, "height": 800}, java_script_enabled=False
+    )
+    page = context.new_page()
+    try:
+        sign_in(page, site.url, RESEARCHER)
+        nav = page.get_by_role("navigation", name="Main")
+        menu = nav.locator("summary", has_text="Menu")
+        submit = nav.get_by_role("link", name="Submit", exact=True)
+        assert menu.is_visible()
+        assert not submit.is_visible()
+        assert not page.get_by_role("button", name="Sign out").is_visible()
+        menu.click()
+        assert submit.is_visible()
+        assert page.get_by_role("button", name="Sign out").is_visible()
+        submit.click()
+        page.wait_for_load_state()
+        assert urlsplit(page.url).path == "/submit"
+        # On a wide screen the same markup is a plain row of links, no button (no frame to
+        # wait for here: with JavaScript off, the page runs no callbacks).
+        page.set_viewport_size({"width": DESKTOP, "height": 800})
+        assert not page.get_by_role("navigation", name="Main").locator("summary").is_visible()
+        assert (
+            page.get_by_role("navigation", name="Main")
+            .get_by_role("link", name="My submissions")
+            .is_visible()
+        )
+    finally:
+        context.close()
+
+
+def test_timeline_shows_the_whole_recording_on_a_phone(site: Site, browser: Any) -> None:
+    context = browser.new_context(viewport={"width": PHONE, "height": 800})
+    page = context.new_page()
+    try:
+        sign_in(page, site.url, RESEARCHER)
+        page.goto(f"{site.url}/leaderboards/public-sample")
+        page.get_by_role("link", name=re.compile("Alpha detector")).first.click()
+        page.wait_for_load_state()
+        page.locator("tr", has_text="public-sample").get_by_role("link", name="charts").click()
+        page.wait_for_load_state()
+        timeline = page.locator("svg.timeline").first
+        timeline.scroll_into_view_if_needed()
+        box = timeline.bounding_box()
+        assert box is not None
+        assert box["x"] >= 0
+        assert box["x"] + box["width"] <= PHONE
+        # The reference seizure at 55-56.5 min of 60 is drawn, inside the screen, near the end.
+        last = timeline.locator("rect.ref").last
+        assert last.is_visible()
+        seizure = last.bounding_box()
+        assert seizure is not None
+        assert box["x"] + 0.85 * box["width"] < seizure["x"]
+        assert seizure["x"] + seizure["width"] <= box["x"] + box["width"] + 0.5
+        ticks = timeline.locator("text.tick").all_text_contents()
+        assert ticks[-1] == "60 min"
+    finally:
+        context.close()
+
+
+def test_submit_page_without_javascript_says_that_it_needs_it(site: Site, browser: Any) -> None:
+    for javascript in (False, True):
+        context = browser.new_context(
+            viewport={"width": PHONE, "height": 800}, java_script_enabled=javascript
+        )
+        page = context.new_page()
+        try:
+            sign_in(page, site.url, RESEARCHER)
+            page.goto(f"{site.url}/submit")
+            notice = page.get_by_text("This form needs JavaScript")
+            button = page.get_by_role("button", name="Submit")
+            if javascript:
+                assert not notice.is_visible()
+                assert button.is_visible()
+            else:
+                # Plainly said, with the ways that work without it; no form that does nothing.
+                assert notice.is_visible()
+                assert page.get_by_text("szbench algorithm submit").is_visible()
+                assert not button.is_visible()
+        finally:
+            context.close()

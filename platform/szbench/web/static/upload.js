@@ -6,7 +6,10 @@
 (function () {
   const form = document.getElementById("submit-form");
   if (!form) return;
-  form.hidden = false; // hidden in the page itself, so that without JavaScript it never shows
+  // Hidden in the page itself, so that without JavaScript only the notice shows.
+  form.hidden = false;
+  const needsJs = document.getElementById("needs-javascript");
+  if (needsJs) needsJs.hidden = true;
   const chunkBytes = Number(form.dataset.chunkBytes) || 8 * 1024 * 1024;
   const maxBytes = Number(form.dataset.maxBytes) || Infinity;
   const algorithmSelect = document.getElementById("algorithm-id");
