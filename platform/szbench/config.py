@@ -183,6 +183,9 @@ class Settings(BaseSettings):
     # Logs (szbench.logging): level name, and "text" for a terminal or "json" for collectors.
     log_level: str = "INFO"
     log_format: str = "text"  # text | json
+    # /metrics counts runs by outcome and duration across the platform: on a quiet one that
+    # shows each held-out run's outcome, so it is served only to a scraper holding this token.
+    metrics_token: str = ""
     # Clinical-centre mode: no public sign-up and nothing is pushed off the host (no outbound
     # publishing of results or notifications); see docs/self-hosting.md.
     centre_mode: bool = False

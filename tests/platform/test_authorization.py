@@ -130,7 +130,6 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/api/v1/leaderboards/{slug}/download"): (ANYONE, None),
     ("GET", "/healthz"): (PROBE, None),
     ("GET", "/readyz"): (PROBE, None),
-    ("GET", "/metrics"): (PROBE, None),
 }
 
 

@@ -55,7 +55,7 @@ def test_readyz_unmigrated_database(settings_env: pytest.MonkeyPatch, tmp_path) 
 def test_metrics_read_from_the_database(settings_env: pytest.MonkeyPatch, tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
     migrate.upgrade(url)
-    client = _client(settings_env, SZBENCH_DATABASE_URL=url)
+    client = _client(settings_env, SZBENCH_DATABASE_URL=url, SZBENCH_METRICS_TOKEN="scrape-me")
     with db.session_scope() as s:
         owner = f.user(s)
         version = f.version(s, f.algorithm(s, owner))
@@ -75,7 +75,7 @@ def test_metrics_read_from_the_database(settings_env: pytest.MonkeyPatch, tmp_pa
         f.run(s, running, f.recording(s, dv), outcome=None, wall_time_s=None)
     assert client.get("/api/v1/algorithms").status_code == 200
     client.get("/api/v1/evaluations/12345")
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
     assert 'szbench_runs_finished_total{outcome="ok"} 2.0' in text
     assert 'szbench_runs_finished_total{outcome="timeout"} 1.0' in text
     assert 'szbench_runs_waiting{queue="gpu"} 1.0' in text
@@ -93,11 +93,31 @@ def test_metrics_read_from_the_database(settings_env: pytest.MonkeyPatch, tmp_pa
 
 def test_metrics_survive_a_dead_database(settings_env: pytest.MonkeyPatch) -> None:
     client = _client(
-        settings_env, SZBENCH_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/x"
+        settings_env,
+        SZBENCH_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/x",
+        SZBENCH_METRICS_TOKEN="scrape-me",
     )
-    r = client.get("/metrics")
+    r = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"})
     assert r.status_code == 200
     assert "szbench_metrics_db_up 0.0" in r.text
+
+
+def test_metrics_only_for_the_scraper_token(settings_env: pytest.MonkeyPatch, tmp_path) -> None:
+    # Run counters by outcome would show each held-out run's outcome on a quiet platform.
+    url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    migrate.upgrade(url)
+    client = _client(settings_env, SZBENCH_DATABASE_URL=url)
+    off = client.get("/metrics")
+    assert off.status_code == 404
+    assert "SZBENCH_METRICS_TOKEN" in off.json()["detail"]
+    client = _client(settings_env, SZBENCH_DATABASE_URL=url, SZBENCH_METRICS_TOKEN="scrape-me")
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "scrape-me"}).status_code == 401
+    r = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"})
+    assert r.status_code == 200
+    assert "szbench_runs_finished_total" in r.text
+    assert "/metrics" not in client.get("/api/v1/openapi.json").text
 
 
 def test_error_envelope_everywhere(client: TestClient, db_session) -> None:
