@@ -1,0 +1,255 @@
+"""Issue 16 points 1, 2, 11 and 14 in Chromium, at 1280 px and at 390 px wide: failed and
+duplicate entries set apart on the leaderboard (and the toggle that shows them), the home
+page's counts, an evaluation's times, estimate and "scoring" state, the admin overview's
+failed count, and error pages that keep the signed-in navigation and speak plainly.
+
+The app runs under uvicorn on loopback on a small seeded site (the real PostgreSQL, no
+worker); every page is watched for console errors, and the main content must not need
+sideways scrolling at either width.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from szbench import db, queue
+from szbench.config import get_settings
+from szbench.db import session_scope
+from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome
+from tests.platform import factories as f
+from tests.worker._pipeline_factories import truncate_all
+
+from .conftest import PASSWORD
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+WIDTHS = (1280, 390)
+ADMIN = "hb-admin@example.org"
+OWNER = "hb-owner@example.org"
+
+
+@dataclass
+class Site:
+    url: str
+    ids: dict[str, int]
+
+
+def seed() -> dict[str, int]:
+    with session_scope() as s:
+        f.user(s, Role.ADMIN, email=ADMIN, password=PASSWORD, name="Ada")
+        owner = f.user(s, email=OWNER, password=PASSWORD, name="Olga")
+        ds = f.dataset(s, DatasetKind.HELD_OUT, slug="held", title="Held out")
+        dv = f.dataset_version(s, ds, version="v1")
+        recs = [f.recording(s, dv) for _ in range(3)]
+        digest = "sha256:" + "ef" * 32
+        early = datetime.now(UTC) - timedelta(days=1)
+        ids: dict[str, int] = {}
+        for name, outcome, f1, extra in (
+            ("steady", RunOutcome.OK, 0.5, {"image_digest": digest, "created_at": early}),
+            ("crashy", RunOutcome.CRASHED, 0.0, {}),
+            ("copycat", RunOutcome.OK, 0.7, {"image_digest": digest}),
+        ):
+            algo = f.algorithm(s, owner, name=name, title=name.title())
+            version = f.version(s, algo, version="1.0", **extra)
+            ended = early + timedelta(minutes=50)
+            ev = f.evaluation(s, version, dv, started_at=early, finished_at=ended)
+            f.result(s, ev, {"01": {"event_f1": f1, "event_sensitivity": f1}})
+            for rec in recs:
+                f.run(s, ev, rec, outcome=outcome)
+            ids[name] = ev.id
+        waiting = f.evaluation(
+            s, f.version(s, f.algorithm(s, owner, name="waiting")), dv,
+            status=EvaluationStatus.RUNNING, recordings_total=3, recordings_done=3,
+            started_at=early,
+        )  # fmt: skip
+        running = f.evaluation(
+            s, f.version(s, f.algorithm(s, owner, name="busy")), dv,
+            status=EvaluationStatus.RUNNING, recordings_total=3, recordings_done=1,
+            started_at=datetime.now(UTC) - timedelta(minutes=10),
+        )  # fmt: skip
+        f.run(s, running, recs[0], finished_at=datetime.now(UTC))
+        ids["waiting"], ids["running"] = waiting.id, running.id
+        return ids
+
+
+@pytest.fixture
+def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
+    import uvicorn
+
+    from szbench.app import create_app
+
+    for key, value in {
+        "SZBENCH_DATABASE_URL": pg_url,
+        "SZBENCH_PASSWORD_SCRYPT_N": "1024",
+        "SZBENCH_SECRET_KEY": "honest-boards-test-secret-key",
+        "SZBENCH_LEADERBOARD_CACHE_S": "0",
+        "SZBENCH_LEADERBOARD_FRESH_S": "0",
+        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
+    }.items():
+        settings_env.setenv(key, value)
+    get_settings.cache_clear()
+    db.reset_engine()
+    with session_scope() as session:
+        truncate_all(session)
+    ids = seed()
+    queue.set_sender(lambda name, q, kwargs: None)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(), host="127.0.0.1", port=0, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        assert thread.is_alive(), "uvicorn stopped"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield Site(f"http://127.0.0.1:{port}", ids)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        queue.set_sender(None)
+        with session_scope() as session:
+            truncate_all(session)
+        db.reset_engine()
+
+
+class Tab:
+    """One page at one width that records console errors (a 400 page logs its status as a
+    failed resource load, which is expected where a test asks for one)."""
+
+    def __init__(self, browser: Any, width: int) -> None:
+        self.context = browser.new_context(viewport={"width": width, "height": 900})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.expect_status = False
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+
+    def _console(self, msg: Any) -> None:
+        if msg.type != "error":
+            return
+        if self.expect_status and "status of 4" in msg.text:
+            return
+        self.errors.append(msg.text)
+
+    def fits(self) -> None:
+        overflow = self.page.evaluate(
+            "() => { const m = document.querySelector('main');"
+            " return m.scrollWidth - m.clientWidth; }"
+        )
+        assert overflow <= 1, (self.page.url, overflow)
+
+    def sign_in(self, base: str, email: str) -> None:
+        self.page.goto(f"{base}/login")
+        self.page.get_by_label("Email").fill(email)
+        self.page.get_by_label("Password").fill(PASSWORD)
+        self.page.get_by_role("button", name="Sign in").click()
+        self.page.wait_for_load_state()
+        assert self.page.locator("form[action='/logout']").count() == 1
+
+    def close(self) -> None:
+        self.context.close()
+        assert self.errors == []
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_failed_and_duplicate_entries_are_set_apart(browser: Any, site: Site, width: int) -> None:
+    tab = Tab(browser, width)
+    page = tab.page
+    page.goto(f"{site.url}/")
+    counts = page.locator("table.data tbody tr").first.locator("td").last
+    assert counts.inner_text() == "1 (+2 unranked)"
+    page.get_by_role("link", name="Held out").click()
+    page.wait_for_load_state()
+    rows = page.locator("table.leaderboard tbody tr")
+    assert rows.count() == 1  # as the home page said
+    assert "Steady" in rows.first.inner_text()
+    assert "not ranked on this dataset" in page.locator("#failure-rule").inner_text()
+    tab.fits()
+    page.get_by_role("link", name="Show the 2 unranked entries").click()
+    page.wait_for_load_state()
+    assert rows.count() == 3
+    crashy = rows.filter(has_text="Crashy")
+    assert crashy.locator(".failed-badge").inner_text() == "3 failed recordings, not ranked"
+    # A dash for the eye, "unranked" for a screen reader.
+    assert crashy.locator("td").first.inner_text().split() == ["—", "unranked"]
+    copy = rows.filter(has_text="Copycat")
+    assert copy.locator(".duplicate-badge").is_visible()
+    assert "same image as Steady" not in copy.inner_text()  # names the algorithm, not title
+    assert "same image as steady 1.0, submitted earlier" in copy.inner_text()
+    tab.fits()
+    # The filter form's checkbox does the same without the link (and without JavaScript).
+    page.get_by_role("link", name="Hide the 2 unranked entries").click()
+    page.wait_for_load_state()
+    assert rows.count() == 1
+    page.get_by_label("Show unranked entries").check()
+    page.get_by_role("button", name="Apply").click()
+    page.wait_for_load_state()
+    assert rows.count() == 3
+    tab.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_times_estimate_and_scoring_state(browser: Any, site: Site, width: int) -> None:
+    tab = Tab(browser, width)
+    page = tab.page
+    tab.sign_in(site.url, OWNER)
+    page.goto(f"{site.url}/evaluations/{site.ids['waiting']}")
+    assert page.locator("#eval-state").inner_text() == "scoring"
+    assert page.get_by_role("button", name="Cancel").count() == 0
+    assert "3 / 3 recordings, all run; computing the scores" in page.inner_text("main")
+    page.goto(f"{site.url}/evaluations/{site.ids['running']}")
+    assert page.locator("#eval-state").inner_text() == "running"
+    eta = page.locator("#eta").inner_text()
+    # 10 min for 1 of 3: about 20 min left, from the elapsed time (held-out data).
+    assert eta.startswith("About ")
+    assert "an estimate from the time elapsed" in eta
+    assert page.get_by_role("button", name="Cancel").count() == 1
+    page.goto(f"{site.url}/evaluations/{site.ids['crashy']}")
+    times = page.locator("#times").inner_text()
+    for label in ("Submitted", "Started", "Finished"):
+        assert label in times
+    assert " UTC" in page.locator("#times dd").nth(2).inner_text()
+    assert "3 failed recordings: not a normal result" in page.inner_text("main")
+    tab.fits()
+    page.goto(f"{site.url}/submissions")
+    row = page.locator(f"tr[data-evaluation-id='{site.ids['waiting']}']")
+    assert row.locator("[data-field='status']").inner_text() == "scoring"
+    assert row.get_by_role("button", name=f"Cancel evaluation {site.ids['waiting']}").count() == 0
+    tab.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_admin_overview_and_error_pages(browser: Any, site: Site, width: int) -> None:
+    tab = Tab(browser, width)
+    page = tab.page
+    tab.sign_in(site.url, ADMIN)
+    page.goto(f"{site.url}/admin")
+    counts = page.locator("ul.counts").inner_text()
+    assert "failed 1" in " ".join(counts.split())
+    assert "finished with failed recordings" in page.locator("#incomplete-note").inner_text()
+    tab.fits()
+    tab.expect_status = True
+    page.goto(f"{site.url}/leaderboards/held?order=up")
+    main = page.inner_text("main")
+    assert "The link gives order as 'up', which this page cannot use" in main
+    assert "query.order" not in main
+    # The signed-in navigation stays (collapsed behind "Menu" on a phone).
+    assert page.locator("nav a[href='/admin']").count() == 1
+    assert page.locator("nav a[href='/submissions']").count() == 1
+    assert page.locator("#account-link").text_content() == "Ada (admin)"
+    tab.fits()
+    page.goto(f"{site.url}/algorithms/abc")
+    assert "The address gives algorithm_id as 'abc'" in page.inner_text("main")
+    assert page.locator("nav a[href='/submissions']").count() == 1
+    tab.close()
