@@ -195,3 +195,17 @@ def test_web_sign_ins_are_named_apart_and_the_name_is_reserved(
         is None
     )
     assert db_session.get(User, user.id) is not None
+
+
+def test_an_existing_email_sign_up_points_to_sign_in_and_reset(
+    client: TestClient, db_session: Session
+) -> None:
+    f.user(db_session, email="here@example.org", password=OLD)
+    r = client.post(
+        "/api/v1/auth/signup", json={"email": "Here@example.org", "password": "signup-secret-81"}
+    )
+    assert r.status_code == 409
+    assert r.json()["detail"] == (
+        "email: an account with here@example.org exists already: sign in "
+        "(POST /api/v1/auth/login) or reset its password (ask an admin for a reset link)"
+    )

@@ -66,14 +66,25 @@ def signup(request: Request, body: SignupIn, session: SessionDep) -> UserOut:
     settings = get_settings()
     if not settings.allow_signup or settings.centre_mode:
         raise Forbidden("sign-up is closed on this server; ask an admin for an account")
-    user = service.create_user(
-        session,
-        email=body.email,
-        password=body.password,
-        name=body.name,
-        role=Role.RESEARCHER,
-        verified=False,
-    )
+    try:
+        user = service.create_user(
+            session,
+            email=body.email,
+            password=body.password,
+            name=body.name,
+            role=Role.RESEARCHER,
+            verified=False,
+        )
+    except Conflict:
+        reset = (
+            "POST /api/v1/auth/password-reset/request"
+            if mail.enabled()
+            else "ask an admin for a reset link"
+        )
+        raise Conflict(
+            f"email: an account with {body.email.strip().lower()} exists already: sign in "
+            f"(POST /api/v1/auth/login) or reset its password ({reset})"
+        ) from None
     if mail.enabled():
         accounts.send_verification(user, str(request.base_url))
     return UserOut.model_validate(user)
