@@ -39,8 +39,11 @@ class Settings(BaseSettings):
     # worker may not (not root, watched directory); it needs `rm`. Empty: the run's image.
     runner_helper_image: str = ""
     runner_log_bytes: int = 1024**2  # container logs kept for admins (the tail)
+    # The tail of that log its owner sees on a public-sample run (never on held-out data).
+    owner_log_tail_chars: int = 20_000
     runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
     runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"
+    runner_cpu_pool: str = ""  # cores runs are pinned to ("0-15"); empty: own; "none": off
     runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
     runner_output_tmpfs: bool | None = None  # /output as a size-capped tmpfs; None: when root
     runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local
@@ -124,21 +127,12 @@ class Settings(BaseSettings):
     # finished, published or hidden results show at once (the cache key changes), other
     # edits such as an algorithm's title within this time.
     leaderboard_cache_s: float = 600.0
-    # A leaderboard answer checked against the database is served as it is for this long
-    # (seconds): no database round trip for hot leaderboards. 0 checks on every request.
-    leaderboard_fresh_s: float = 1.0
-    # The same two, for an evaluation's result and subjects and an algorithm's results:
-    # answers are rebuilt when the evaluation's (or algorithm's) facts change, or after
-    # results_cache_s; facts are read at most once per results_fresh_s (docs/api.md).
+    # The same for an evaluation's result and subjects and an algorithm's results: answers
+    # are rebuilt when the evaluation's (or algorithm's) facts change, or after this long.
     results_cache_s: float = 600.0
-    results_fresh_s: float = 1.0
-    # The served API takes its long-lived heap out of the garbage collector's full passes at
-    # start-up, and again after any full pass slower than this (the heap grew: caches
-    # filled); on a warm server each such pass stops every request. 0 turns the second off.
-    # A signed-in caller's token is read from the database at most once per token_fresh_s
-    # per process; a revoke through another API process takes effect within it (docs/api.md).
-    token_fresh_s: float = 1.0
-    gc_slow_pass_ms: float = 10.0
+    # Anonymous cached reads (leaderboards, results) are `Cache-Control: public` for this
+    # many seconds: a browser or reverse proxy may serve them that long without asking.
+    public_max_age_s: int = 10
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0
     confidence_level: float = 0.95

@@ -235,6 +235,19 @@ def _snippet(text: str, *paths: Path | str) -> str:
     return text
 
 
+def _row_text(tsv: Path, row: int) -> str | None:
+    """Line ``row`` (1-based, the header is 1) of the algorithm's TSV, so its owner sees what
+    the parser refused; shown only where :mod:`szbench.results.disclosure` allows details."""
+    try:
+        with tsv.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if number == row:
+                    return line[:MAX_SUBMITTER_DETAIL].decode("utf-8", "replace").rstrip("\r\n")
+    except OSError:
+        return None
+    return None
+
+
 def check_output(
     tsv: Path,
     *,
@@ -257,8 +270,15 @@ def check_output(
     try:
         annotations = read_annotations(tsv)
     except AnnotationError as exc:
-        where = f" row {exc.row}" if getattr(exc, "row", None) is not None else ""
-        reason = _snippet(str(getattr(exc, "reason", exc)), tsv, *hide)
+        row = getattr(exc, "row", None)
+        where = f" row {row}" if row is not None else ""
+        reason = str(getattr(exc, "reason", exc))
+        quoted = _row_text(tsv, row) if row is not None else None
+        if quoted is not None:
+            # Whitespace collapses in the snippet: tabs show as spaces, which is enough to
+            # spot the wrong field.
+            reason += f" (the row: {quoted})"
+        reason = _snippet(reason, tsv, *hide)
         return OutputCheck(RunOutcome.INVALID_OUTPUT, f"{shown}{where}: {reason}")
     except (UnicodeDecodeError, ValueError, OSError) as exc:
         reason = _snippet(str(exc), tsv, *hide)

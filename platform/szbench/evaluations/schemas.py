@@ -160,6 +160,12 @@ class RunOut(BaseModel):
         "for everyone else a fixed text per outcome (nothing a held-out run wrote or did)."
     )
     admin_log: str | None = Field(default=None, description="Admins only.")
+    log: str | None = Field(
+        default=None,
+        description="The tail of what the container wrote to stdout/stderr: admins, and the "
+        "owner of a public-sample run (the smoke test); null for everyone else and on "
+        "held-out data, where a run's output could carry the data out.",
+    )
     attempts: int
     event_tp: int | None
     event_fp: int | None

@@ -6,6 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
 from szbench.auth import policy
+from szbench.config import get_settings
 from szbench.errors import Forbidden, NotFound, Unauthorized
 from szbench.evaluations.queries import provenances
 from szbench.evaluations.schemas import DatasetResultOut, RunOut, RunProvenance, SubjectResultOut
@@ -24,7 +25,7 @@ from szbench.models import (
     SubjectResult,
     User,
 )
-from szbench.results import disclosure
+from szbench.results import disclosure, run_log
 
 METRICS = (
     "event_sensitivity",
@@ -121,8 +122,10 @@ def recording_runs(
         query = query.limit(limit)
     admin = policy.is_admin(viewer)
     details, resources = view.run_details, view.run_resources
+    runs = list(session.scalars(query))
+    logs = _logs(session, runs) if details else {}
     items = []
-    for run in session.scalars(query):
+    for run in runs:
         items.append(
             RunOut(
                 id=run.id,
@@ -133,6 +136,7 @@ def recording_runs(
                 exit_code=run.exit_code if details else None,
                 submitter_message=disclosure.run_message(view, run.outcome, run.submitter_message),
                 admin_log=run.admin_log if admin else None,
+                log=logs.get(run.id),
                 attempts=run.attempts,
                 event_tp=run.event_tp,
                 event_fp=run.event_fp,
@@ -160,6 +164,25 @@ def recording_runs(
             )
         )
     return items, total
+
+
+def _logs(session: Session, runs: list[RecordingRun]) -> dict[int, str]:
+    """Each run's container log tail (a reused run's is its donor's: the same image on the
+    same recording), for a viewer entitled to run details."""
+    limit = get_settings().owner_log_tail_chars
+    donors = {r.reused_from_id for r in runs if r.reused_from_id is not None}
+    donor_logs: dict[int, str] = {}
+    if donors:
+        query = select(RecordingRun.id, RecordingRun.admin_log).where(RecordingRun.id.in_(donors))
+        for donor_id, admin_log in session.execute(query):
+            donor_logs[donor_id] = admin_log
+    out = {}
+    for run in runs:
+        text = donor_logs.get(run.reused_from_id, "") if run.reused_from_id else run.admin_log
+        log = run_log.container_log(text or "", run.outcome, limit=limit)
+        if log is not None:
+            out[run.id] = log
+    return out
 
 
 def detections(
