@@ -142,3 +142,18 @@ def test_error_pages_keep_the_navigation_and_speak_plainly(
     for page in (bad, missing):
         assert 'href="/submissions"' in page.text  # the signed-in navigation
         assert 'id="account-link">Olga</a>' in page.text
+
+
+def test_admin_phases_page_sets_a_phase_override(client: TestClient, db_session: Session) -> None:
+    _seed(db_session)
+    phase = f.phase(db_session, slug="fp-round")
+    sign_in(client, "fp-admin@example.org")
+    action = "/admin/phases/fp-round/failed-recordings"
+    r = post_form(client, "/admin/phases", action, {"failed_recordings": "no_detections"})
+    assert "Phase fp-round: failed recordings now follow no_detections." in r.text
+    assert "Failed recordings: scored as no detections." in r.text
+    db_session.refresh(phase)
+    assert phase.failed_recordings == FailedRecordings.NO_DETECTIONS
+    r = post_form(client, "/admin/phases", action, {"failed_recordings": ""})
+    assert "Failed recordings: each dataset&#39;s own rule." in r.text
+    assert post_form(client, "/admin/phases", action, {"failed_recordings": "x"}).status_code == 400

@@ -526,6 +526,30 @@ def set_phase_disclosure(
     return redirect("/admin/publishing", f"Phase {slug} now discloses {shown}.")
 
 
+@router.post("/phases/{slug}/failed-recordings")
+def set_phase_failed_recordings(
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    failed_recordings: Annotated[str, Form(max_length=30)] = "",
+) -> Response:
+    """Override the datasets' rule for failed recordings (empty: remove the override)."""
+    phase = phases.get_phase(session, slug)
+    rule: FailedRecordings | None = None
+    if failed_recordings:
+        try:
+            rule = FailedRecordings(failed_recordings)
+        except ValueError:
+            raise BadRequest(
+                f"failed_recordings: unknown rule {failed_recordings[:30]!r} "
+                "(unranked or no_detections; empty: each dataset's own rule)"
+            ) from None
+    phases.update_phase(session, phase, failed_recordings=rule)
+    shown = rule.value if rule else "each dataset's own rule"
+    return redirect("/admin/phases", f"Phase {slug}: failed recordings now follow {shown}.")
+
+
 # --- queue -----------------------------------------------------------------------------------
 
 
