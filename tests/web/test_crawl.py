@@ -36,6 +36,8 @@ from .conftest import PASSWORD
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 DESKTOP, PHONE, SMALL_PHONE = 1280, 390, 360
+# Phone-width screenshots of every crawled page (CI keeps artifacts/).
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots" / "crawl"
 ADMIN = "ada@example.org"
 RESEARCHER = "alice@example.org"
 HEADER = "onset\tduration\teventType\tconfidence\tchannels\tdateTime\trecordingDuration\n"
@@ -238,6 +240,10 @@ def check_page(page: Any, where: str, problems: Problems) -> None:
         wide = overflow(page)
         if wide:
             problems.add(f"{where} at {width} px", wide)
+        if width == PHONE:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            name = re.sub(r"[^A-Za-z0-9]+", "-", where).strip("-")[:80]
+            page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
     resize(page, DESKTOP)
 
 
