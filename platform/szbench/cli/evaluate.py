@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-console = Console(stderr=True)
+from szbench.cli.console import make_console
+
+console = make_console(stderr=True)
 
 
 def _say(line: str) -> None:
@@ -121,7 +122,7 @@ def evaluate(
     if result.report is not None:
         from szbench.cli.results_table import report_table
 
-        Console().print(report_table(result.report, title=f"SzCORE scores, {source.sandbox}"))
+        make_console().print(report_table(result.report, title=f"SzCORE scores, {source.sandbox}"))
     for r in result.recordings:
         if r.outcome != "ok":
             # The message may quote what the container wrote: printed literally, never as markup.
