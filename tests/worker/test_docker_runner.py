@@ -39,6 +39,7 @@ from szbench_worker.docker_runner import (
     owner_token,
     pull_image,
 )
+from szbench_worker.docker_runner.cpus import CPU_LOCK_DIR
 from szbench_worker.runner import ImageError, Limits, RunResult
 from tests.worker.conftest import IMAGES_DIR, REPO, write_edf
 
@@ -83,7 +84,7 @@ def our_containers(client: object, runner: DockerRunner) -> list[object]:
 def assert_clean(client: object, runner: DockerRunner) -> None:
     """No container left, no staging directory left, no tmpfs left mounted."""
     assert our_containers(client, runner) == []
-    assert list(runner.work_dir.iterdir()) == []
+    assert [p for p in runner.work_dir.iterdir() if p.name != CPU_LOCK_DIR] == []
     assert str(runner.work_dir) not in Path("/proc/mounts").read_text()
 
 
@@ -433,7 +434,7 @@ def test_remove_leftovers_after_an_interrupted_cleanup(
     try:
         assert runner.remove_leftovers() == 1
         assert our_containers(docker_client, runner) == []
-        assert list(runner.work_dir.iterdir()) == [other]
+        assert [p for p in runner.work_dir.iterdir() if p.name != CPU_LOCK_DIR] == [other]
         assert _exists(live)
     finally:
         live.remove(force=True)
@@ -554,7 +555,8 @@ def test_image_with_volumes_runs_ok(
     assert "used its scratch folders" in result.admin_log
     (attrs,) = created
     assert volumes_of(attrs) == []
-    assert set(attrs["HostConfig"]["Tmpfs"]) == {"/tmp", "/scratch", "/home/algo/.cache"}  # type: ignore[index]
+    tmpfs = attrs["HostConfig"]["Tmpfs"]  # type: ignore[index]
+    assert set(tmpfs) == {"/tmp", "/tmp/home", "/scratch", "/home/algo/.cache"}
     assert volumes_left(docker_client, created) == set()
     assert_clean(docker_client, runner)
 
@@ -881,7 +883,7 @@ def test_cleanup_orphans_after_a_killed_worker(
     try:
         assert cleanup_orphans(docker_client, work_dir=work_dir, host="test-host") == 1  # type: ignore[arg-type]
         assert docker_client.containers.list(all=True, filters=label, ignore_removed=True) == []  # type: ignore[attr-defined]
-        assert list(work_dir.iterdir()) == [foreign]
+        assert [p for p in work_dir.iterdir() if p.name != CPU_LOCK_DIR] == [foreign]
         foreign.rmdir()
         assert str(work_dir) not in Path("/proc/mounts").read_text()
         live.reload()

@@ -119,7 +119,8 @@ def test_container_config_is_the_sandbox() -> None:
     )
     cfg = _config(limits)
     assert cfg["image"] == "sha256:" + "a" * 64
-    assert cfg["environment"] == {"INPUT": "rec_eeg.edf", "OUTPUT": "rec_events.tsv"}
+    env = cfg["environment"]
+    assert (env["INPUT"], env["OUTPUT"]) == ("rec_eeg.edf", "rec_events.tsv")  # type: ignore[index]
     assert cfg["network_mode"] == "none"
     assert cfg["read_only"] is True
     assert cfg["cap_drop"] == ["ALL"]
@@ -128,7 +129,8 @@ def test_container_config_is_the_sandbox() -> None:
     assert cfg["mem_limit"] == cfg["memswap_limit"] == 512 * MiB
     assert cfg["nano_cpus"] == 2_500_000_000
     assert cfg["user"] == ""
-    assert cfg["tmpfs"] == {"/tmp": f"rw,nosuid,nodev,size={32 * MiB},mode=1777"}
+    tmpfs = f"rw,nosuid,nodev,size={32 * MiB},mode=1777"
+    assert cfg["tmpfs"] == {"/tmp": tmpfs, "/tmp/home": tmpfs}
     assert cfg["device_requests"] == []
     assert cfg["labels"] == {"org.szbench.runner": "1"}
     mounts = {m["Target"]: m for m in cfg["mounts"]}  # type: ignore[attr-defined]
@@ -163,7 +165,12 @@ def test_image_volumes_become_bounded_tmpfs_mounts() -> None:
         scratch=("/home/app/.cache", "/scratch"),
     )
     options = f"rw,nosuid,nodev,size={32 * MiB},mode=1777"
-    assert cfg["tmpfs"] == {"/tmp": options, "/home/app/.cache": options, "/scratch": options}
+    assert cfg["tmpfs"] == {
+        "/tmp": options,
+        "/tmp/home": options,
+        "/home/app/.cache": options,
+        "/scratch": options,
+    }
     # The contract's mounts are untouched.
     assert {m["Target"] for m in cfg["mounts"]} == {"/data", "/output"}  # type: ignore[attr-defined]
     # Owned by the container's user when it is known, so a folder of its own stays its own.
@@ -177,7 +184,11 @@ def test_image_volumes_become_bounded_tmpfs_mounts() -> None:
         scratch=("/scratch",),
         scratch_owner=(1000, 100),
     )
-    assert owned["tmpfs"] == {"/tmp": options, "/scratch": options + ",uid=1000,gid=100"}
+    assert owned["tmpfs"] == {
+        "/tmp": options,
+        "/tmp/home": options + ",uid=1000,gid=100",
+        "/scratch": options + ",uid=1000,gid=100",
+    }
 
 
 @pytest.mark.parametrize(

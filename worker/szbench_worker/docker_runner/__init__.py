@@ -4,8 +4,8 @@ The only package of the project that imports the docker SDK (an import-linter co
 ``pyproject.toml`` holds it to that). One idea per module:
 
 - :mod:`.client`: the engine connection; :mod:`.images`: load, pull, inspect, build;
-- :mod:`.sandbox`: the container's configuration; :mod:`.cannot_start`: refusals that are
-  the image's doing;
+- :mod:`.sandbox`: the container's configuration and environment; :mod:`.cpus`: the cores
+  a run is pinned to; :mod:`.cannot_start`: refusals that are the image's doing;
 - :mod:`.ownership`: labels and owner tokens; :mod:`.mounts`: mount(2) for the ``/output``
   tmpfs; :mod:`.staging`: the per-run directory; :mod:`.output`: what ``/output`` costs;
 - :mod:`.run`: :class:`DockerRunner` itself; :mod:`.watchdog`: the thread beside each run;

@@ -53,3 +53,11 @@ def userns_base(client: docker.DockerClient) -> tuple[int, int] | None:
     if m is None:
         raise RunnerError("user-namespace remapping is on but its uid base is unknown")
     return int(m.group(1)), int(m.group(2))
+
+
+def cpuset_supported(client: docker.DockerClient) -> bool:
+    """Whether the engine can pin a container to cores (``--cpuset-cpus``)."""
+    try:
+        return bool(client.info().get("CPUSet"))
+    except (APIError, requests.RequestException) as exc:
+        raise RunnerError(f"docker info failed: {exc}") from exc

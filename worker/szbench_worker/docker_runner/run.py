@@ -14,6 +14,9 @@ What a run looks like (the SzCORE contract plus the platform's sandbox;
 - ``--network none``, read-only root, a bounded tmpfs ``/tmp``, ``--cap-drop ALL``,
   ``no-new-privileges``, a pids limit, memory == memory+swap, a CPU quota, an optional user,
   a size-capped json-file log, GPUs only through an explicit device request;
+- as many cores as the CPU limit rounded up, claimed from the host's pool (:mod:`.cpus`),
+  the thread variables set to that count and ``$HOME`` a capped tmpfs of its own
+  (:func:`~szbench_worker.docker_runner.sandbox.run_environment`);
 - a tmpfs as bounded as ``/tmp`` at each path the image declares as a ``VOLUME``: without a
   mount of its own there, the engine would put a writable anonymous volume on the host's
   disk at each such path, outside every limit (:func:`scratch_paths`);
@@ -52,7 +55,8 @@ from szbench_worker.docker_runner.cannot_start import (
     cannot_start_cause,
     config_refusal,
 )
-from szbench_worker.docker_runner.client import connect, userns_base
+from szbench_worker.docker_runner.client import connect, cpuset_supported, userns_base
+from szbench_worker.docker_runner.cpus import CPU_LOCK_DIR, NO_PINNING, CpuPool, cores_for
 from szbench_worker.docker_runner.mounts import shares_mounts_with_dockerd, umount
 from szbench_worker.docker_runner.output import output_ok
 from szbench_worker.docker_runner.ownership import (
@@ -119,6 +123,7 @@ class DockerRunner:
         host: str | None = None,
         output_tmpfs: bool | None = None,
         helper_image: str | None = None,
+        cpu_pool: str = "",
     ) -> None:
         self.client = client or connect()
         self.helper_image = helper_image or None
@@ -135,6 +140,13 @@ class DockerRunner:
             output_tmpfs = os.geteuid() == 0 and shares_mounts_with_dockerd()
         self.output_tmpfs = output_tmpfs
         self._userns = userns_base(self.client)
+        self.cpu_pool: CpuPool | None = None
+        if cpuset_supported(self.client):
+            # Lock files next to the staging directories: every worker of this engine's host
+            # shares the work directory already.
+            self.cpu_pool = CpuPool.from_setting(cpu_pool, self.work_dir / CPU_LOCK_DIR)
+        elif cpu_pool.strip().lower() not in NO_PINNING:
+            log.warning("the Docker engine cannot pin containers to cores; runs are not pinned")
 
     @property
     def owner(self) -> str:
@@ -154,6 +166,7 @@ class DockerRunner:
             work_dir=work_dir_from_settings(settings),
             output_tmpfs=settings.runner_output_tmpfs,
             helper_image=settings.runner_helper_image,
+            cpu_pool=settings.runner_cpu_pool,
         )
 
     # The Runner protocol.
@@ -199,9 +212,18 @@ class DockerRunner:
             return self._refused(
                 image_obj, recording, gpus, CANNOT_START_MESSAGES[cause], detail=detail
             )
-        run_dir = Path(
-            tempfile.mkdtemp(prefix=f"run-{host_tag(self.host)}-{owner}-", dir=self.work_dir)
-        )
+        try:
+            claim = self.cpu_pool.claim(cores_for(limits.cpus)) if self.cpu_pool else None
+        except OSError as exc:
+            raise RunnerError(f"cannot claim CPU cores for the run: {exc}") from exc
+        try:
+            run_dir = Path(
+                tempfile.mkdtemp(prefix=f"run-{host_tag(self.host)}-{owner}-", dir=self.work_dir)
+            )
+        except BaseException:
+            if claim is not None:
+                claim.release()
+            raise
         try:
             return self._run_staged(
                 image_obj,
@@ -213,8 +235,12 @@ class DockerRunner:
                 output_name,
                 run_dir,
                 scratch,
+                cpuset=claim.cores if claim is not None else (),
             )
         finally:
+            # After the container is gone (_run_staged removes it on every path).
+            if claim is not None:
+                claim.release()
             if self.output_tmpfs:
                 umount(run_dir / "output")
             self._remove_staging(run_dir, image_obj.id)
@@ -249,8 +275,11 @@ class DockerRunner:
         output_name: str,
         run_dir: Path,
         scratch: tuple[str, ...],
+        *,
+        cpuset: tuple[int, ...] = (),
     ) -> RunResult:
-        image_user = (image_obj.attrs.get("Config") or {}).get("User") or ""
+        image_config = image_obj.attrs.get("Config") or {}
+        image_user = image_config.get("User") or ""
         ids = numeric_uid(limits.user if limits.user is not None else image_user)
         data, out = self._stage(run_dir, recording, limits, ids)
         name = container_name(run_dir)
@@ -268,6 +297,8 @@ class DockerRunner:
             name=name,
             scratch=scratch,
             scratch_owner=None if ids is None else (ids[0], ids[0] if ids[1] is None else ids[1]),
+            image_env=image_config.get("Env") or (),
+            cpuset=cpuset,
         )
         watchdog = Watchdog(out if not self.output_tmpfs else None, limits, self.poll_interval_s)
         try:

@@ -1,5 +1,6 @@
 """The container's configuration: the whole sandbox as arguments to ``containers.create``,
-and where it mounts scratch space for the image's ``VOLUME`` paths. Pure; unit-tested."""
+its environment (the contract's variables, thread counts, a home), and where it mounts
+scratch space for the image's ``VOLUME`` paths. Pure; unit-tested."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
+from szbench_worker.docker_runner.cpus import cores_for
 from szbench_worker.runner import (
     CONTAINER_DATA_DIR,
     CONTAINER_OUTPUT_DIR,
@@ -29,6 +31,52 @@ def device_requests(gpus: tuple[str, ...]) -> list[DeviceRequest]:
 #: Paths the kernel and the engine mount in every container: no image volume may go there.
 _RUNTIME_PATHS = ("/proc", "/sys", "/dev", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
 TMP_DIR = "/tmp"  # noqa: S108 (the container's /tmp)
+
+
+#: Every run's ``$HOME``: a tmpfs of its own inside ``/tmp``'s, empty, writable and capped.
+HOME_DIR = "/tmp/home"  # noqa: S108 (inside the container)
+
+#: What the common runtimes read for the size of their thread pools. Without them a run
+#: limited to 2 CPUs on a 64-core host starts dozens of threads that throttle each other.
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",  # OpenMP: PyTorch, scikit-learn, OpenBLAS/MKL built with OpenMP
+    "OPENBLAS_NUM_THREADS",  # OpenBLAS (numpy and scipy wheels)
+    "MKL_NUM_THREADS",  # Intel MKL (PyTorch, conda's numpy)
+    "BLIS_NUM_THREADS",  # BLIS (AMD's BLAS)
+    "VECLIB_MAXIMUM_THREADS",  # Apple Accelerate
+    "NUMEXPR_NUM_THREADS",  # numexpr (pandas)
+    "NUMEXPR_MAX_THREADS",  # numexpr's ceiling, which it otherwise sets from the host
+    "NUMBA_NUM_THREADS",  # Numba's parallel loops
+    "TF_NUM_INTRAOP_THREADS",  # TensorFlow
+    "TF_NUM_INTEROP_THREADS",
+    "RAYON_NUM_THREADS",  # Rust's rayon (polars, Hugging Face tokenizers)
+    "POLARS_MAX_THREADS",
+)
+
+
+def run_environment(
+    *, input_name: str, output_name: str, threads: int, image_env: Iterable[str] = ()
+) -> dict[str, str]:
+    """The run's environment on top of the image's own.
+
+    ``INPUT`` and ``OUTPUT`` are the contract's and always the platform's. ``$HOME`` and the
+    thread variables are set only where the image's configuration (``image_env``, its
+    ``Config.Env``: ``NAME=value`` items) leaves them unset: an image that sets them chose
+    them, and the CPU quota and the pinned cores bound its run whatever it chose.
+
+    Examples
+    --------
+    >>> env = run_environment(input_name="r.edf", output_name="r.tsv", threads=2,
+    ...                       image_env=["OMP_NUM_THREADS=1", "PATH=/usr/bin"])
+    >>> "OMP_NUM_THREADS" in env, env["MKL_NUM_THREADS"], env["HOME"]
+    (False, '2', '/tmp/home')
+    """
+    own = {item.partition("=")[0] for item in image_env}
+    env = {"INPUT": input_name, "OUTPUT": output_name}
+    env |= {name: str(threads) for name in THREAD_VARIABLES if name not in own}
+    if "HOME" not in own:
+        env["HOME"] = HOME_DIR
+    return env
 
 
 class VolumeRefused(ValueError):
@@ -109,11 +157,16 @@ def container_config(
     name: str | None = None,
     scratch: tuple[str, ...] = (),
     scratch_owner: tuple[int, int] | None = None,
+    image_env: Iterable[str] = (),
+    cpuset: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """Keyword arguments for ``client.containers.create``: the whole sandbox in one place.
 
     ``scratch``: the image's ``VOLUME`` paths (:func:`scratch_paths`), each a tmpfs like
-    ``/tmp``, owned by ``scratch_owner`` (the container's ``uid, gid``) when it is known.
+    ``/tmp``, owned by ``scratch_owner`` (the container's ``uid, gid``) when it is known; the
+    home (:data:`HOME_DIR`) is one more. ``cpuset``: the cores the run is pinned to (none: not
+    pinned); the thread variables count them, or the CPU limit rounded up without them.
+    ``image_env``: the image's ``Config.Env`` (:func:`run_environment`).
     """
     # Each tmpfs is capped on its own, and all of them count against the memory limit (the
     # kernel charges tmpfs pages to the container that writes them): however many volumes an
@@ -127,7 +180,12 @@ def container_config(
     return {
         "image": image_id,
         "name": name,
-        "environment": {"INPUT": input_name, "OUTPUT": output_name},
+        "environment": run_environment(
+            input_name=input_name,
+            output_name=output_name,
+            threads=len(cpuset) or cores_for(limits.cpus),
+            image_env=image_env,
+        ),
         "mounts": [
             Mount(target=CONTAINER_DATA_DIR, source=str(data_dir), type="bind", read_only=True),
             Mount(
@@ -136,7 +194,8 @@ def container_config(
         ],
         "network_mode": "bridge" if limits.network else "none",
         "read_only": True,
-        "tmpfs": {TMP_DIR: tmpfs, **dict.fromkeys(scratch, owned)},
+        # The engine mounts the shallower path first: the home lands inside /tmp's tmpfs.
+        "tmpfs": {TMP_DIR: tmpfs, HOME_DIR: owned, **dict.fromkeys(scratch, owned)},
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "pids_limit": limits.pids,
@@ -144,6 +203,7 @@ def container_config(
         # Equal to mem_limit: no swap, so the limit is real and an OOM kill is visible.
         "memswap_limit": limits.memory_bytes,
         "nano_cpus": int(limits.cpus * 1e9),
+        **({"cpuset_cpus": ",".join(map(str, cpuset))} if cpuset else {}),
         "user": limits.user or "",
         "ulimits": [
             Ulimit(name="core", soft=0, hard=0),
