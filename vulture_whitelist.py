@@ -73,3 +73,15 @@ _.advance
 _.alive
 _.eeg_file
 _.annotations_file
+
+# Stamp fields of the stamped caches' facts: compared as a whole, read by name for debugging.
+_.result_id
+_.last_id
+_.last_finished_at
+_.published_ids
+_.done_ids
+_.shown_ids
+_.scored_as_empty_ids
+
+# prometheus_client calls a registered collector's collect() (szbench.ops.service).
+_.collect

@@ -15,11 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from szbench import __version__
 from szbench.algorithms.router import router as algorithms_router
-from szbench.api.cache import EndFreshnessOnWrite, ReadFront
 from szbench.api.errors import install_error_handlers
 from szbench.api.headers import SzbenchFastAPI
 from szbench.auth.csrf import refuse_cross_site_writes
-from szbench.auth.dependencies import viewer_from_memory
 from szbench.auth.router import router as auth_router
 from szbench.compare.router import router as compare_router
 from szbench.config import get_settings
@@ -27,8 +25,6 @@ from szbench.datasets.router import router as datasets_router
 from szbench.evaluations.router import router as evaluations_router
 from szbench.leaderboards.router import router as leaderboards_router
 from szbench.logging import RequestIdMiddleware, configure_logging
-from szbench.ops import heap
-from szbench.ops.heap import FreezeAfterSlowPass
 from szbench.ops.middleware import RequestMetrics
 from szbench.ops.router import router as ops_router
 from szbench.ops.service import DatabaseCollector
@@ -94,10 +90,7 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DatabaseCollector())
     app.state.metrics_registry = registry
-    # Innermost: metrics and request ids still see what it answers.
-    app.add_middleware(ReadFront, resolve_viewer=viewer_from_memory)
     app.add_middleware(RequestMetrics, registry=registry, api_prefix=API_PREFIX)
-    app.add_middleware(EndFreshnessOnWrite)
     app.add_middleware(RequestIdMiddleware)
     return app
 
@@ -106,17 +99,11 @@ def create_production_app() -> FastAPI:
     """The served application: structured logs as the settings say, then :func:`create_app`.
 
     uvicorn configures its own logging before it calls this factory, so ours replaces it.
-    Tests build apps with :func:`create_app` and keep pytest's log capture (and a garbage
-    collector that collects everything).
+    Tests build apps with :func:`create_app` and keep pytest's log capture.
     """
     configure_logging()
     app = create_app()
     install_upload_sweeper(app, get_settings().upload_sweep_interval_s)
-    # The long-lived heap out of the collector's full passes (szbench.ops.heap): now, with
-    # everything imported and built, and again whenever a full pass shows that it grew.
-    slow_pass_s = get_settings().gc_slow_pass_ms / 1000
-    app.add_middleware(FreezeAfterSlowPass, slow_pass_s=slow_pass_s)
-    heap.freeze()
     return app
 
 

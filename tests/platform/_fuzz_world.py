@@ -36,7 +36,6 @@ from szbench.api.deps import get_session, get_side_session
 from szbench.app import create_app
 from szbench.auth import service as auth
 from szbench.auth.cookies import set_session_cookie
-from szbench.auth.token_cache import tokens
 from szbench.config import get_settings
 from szbench.datasets.service import create_dataset, register_dataset_version
 from szbench.leaderboards import service as leaderboards
@@ -181,7 +180,6 @@ class World:
         statistics.clear_cache()
         leaderboards.clear_cache()
         results.clear_cache()
-        tokens.end_freshness()
         self.client.cookies.clear()
         try:
             yield

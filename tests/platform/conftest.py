@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session
 
 from szbench.api.deps import get_session, get_side_session
 from szbench.app import create_app
-from szbench.auth.token_cache import tokens
 from szbench.config import get_settings
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import statistics
@@ -22,11 +21,6 @@ from szbench.results import service as results
 def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastAPI]:
     # Cheap password hashes keep the suite fast; the cost is a setting.
     settings_env.setenv("SZBENCH_PASSWORD_SCRYPT_N", "1024")
-    # Visibility tests read results right after changing them: no freshness window
-    # (test_read_cache sets one where it tests the window itself).
-    settings_env.setenv("SZBENCH_LEADERBOARD_FRESH_S", "0")
-    settings_env.setenv("SZBENCH_RESULTS_FRESH_S", "0")
-    settings_env.setenv("SZBENCH_TOKEN_FRESH_S", "0")
     get_settings.cache_clear()
     application = create_app()
 
@@ -46,7 +40,6 @@ def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastA
     statistics.clear_cache()
     leaderboards.clear_cache()
     results.clear_cache()
-    tokens.end_freshness()
     yield application
     statistics.clear_cache()
     leaderboards.clear_cache()

@@ -8,14 +8,12 @@ may learn at the default level.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from szbench.config import get_settings
 from szbench.models import (
     DatasetKind,
     Disclosure,
@@ -274,23 +272,11 @@ def test_the_admin_page_sets_the_level(
     assert world.evaluation.dataset_version.dataset.disclosure == Disclosure.SUBJECT
 
 
-@pytest.fixture
-def results_window(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[float], None]]:
-    def set_window(seconds: float) -> None:
-        monkeypatch.setenv("SZBENCH_RESULTS_FRESH_S", str(seconds))
-        get_settings.cache_clear()
-
-    yield set_window
-    get_settings.cache_clear()
-
-
 def test_cached_answers_never_mix_admins_and_others(
     client: TestClient,
     db_session: Session,
     world: World,
-    results_window: Callable[[float], None],
 ) -> None:
-    results_window(3600)
     _set_level(client, db_session, world, "subject")
     e = world.evaluation.id
     admin = f.headers(db_session, world.admin)

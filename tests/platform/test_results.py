@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from szbench.config import get_settings
 from szbench.models import (
     AlgorithmVersion,
     DatasetKind,
@@ -431,23 +428,9 @@ def test_leaderboard_statistics(client: TestClient, world: World) -> None:
     assert again["items"][1]["ci"] == alpha["ci"]
 
 
-@pytest.fixture
-def fresh_window(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[float], None]]:
-    """Set SZBENCH_LEADERBOARD_FRESH_S for one test."""
-
-    def set_window(seconds: float) -> None:
-        monkeypatch.setenv("SZBENCH_LEADERBOARD_FRESH_S", str(seconds))
-        get_settings.cache_clear()
-
-    yield set_window
-    monkeypatch.delenv("SZBENCH_LEADERBOARD_FRESH_S", raising=False)
-    get_settings.cache_clear()
-
-
 def test_leaderboard_cache_sees_new_results_at_once(
-    client: TestClient, world: World, db_session: Session, fresh_window: Callable[[float], None]
+    client: TestClient, world: World, db_session: Session
 ) -> None:
-    fresh_window(0)
     before = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert before["total"] == 2
     newcomer = f.algorithm(db_session, world.carol, name="epsilon")
@@ -460,34 +443,3 @@ def test_leaderboard_cache_sees_new_results_at_once(
     newcomer.visibility = Visibility.PRIVATE
     db_session.flush()
     assert client.get("/api/v1/leaderboards/chb-heldout").json()["total"] == 2
-
-
-def test_hot_leaderboard_is_served_without_the_database_within_the_window(
-    client: TestClient, world: World, db_session: Session, fresh_window: Callable[[float], None]
-) -> None:
-    fresh_window(3600)
-    statements: list[str] = []
-
-    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
-        statements.append(statement)
-
-    engine = db_session.get_bind()
-    first = client.get("/api/v1/leaderboards/chb-heldout").json()
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        again = client.get("/api/v1/leaderboards/chb-heldout").json()
-        # A new result is not seen inside the window...
-        newcomer = f.algorithm(db_session, world.carol, name="epsilon")
-        ev = f.evaluation(db_session, f.version(db_session, newcomer), world.dv)
-        f.result(db_session, ev, _subjects([0.95, 0.95, 0.95]))
-        statements.clear()
-        stale = client.get("/api/v1/leaderboards/chb-heldout").json()
-        # (The test's session override releases a savepoint per request; no query is made.)
-        assert [s for s in statements if "SAVEPOINT" not in s] == []
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
-    assert again == first
-    assert stale["total"] == first["total"] == 2
-    # ...and is, once the window is over.
-    fresh_window(0)
-    assert client.get("/api/v1/leaderboards/chb-heldout").json()["total"] == 3

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from szbench import queue
 from szbench.api.deps import get_session
 from szbench.app import create_app
-from szbench.auth.token_cache import tokens
 from szbench.leaderboards import statistics
 
 PASSWORD = "correct-horse-9"
@@ -49,7 +48,6 @@ def app(db_session: Session, settings_env: pytest.MonkeyPatch) -> Iterator[FastA
 
     application.dependency_overrides[get_session] = session_override
     statistics.clear_cache()
-    tokens.end_freshness()
     yield application
     statistics.clear_cache()
 

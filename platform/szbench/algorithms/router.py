@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import anyio
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Query, status
 
 from szbench.algorithms import service
 from szbench.algorithms.schemas import (
@@ -16,14 +15,12 @@ from szbench.algorithms.schemas import (
     VersionCreate,
     VersionOut,
 )
-from szbench.api.deps import BareSessionDep, SessionDep, run_in_slot
+from szbench.api.deps import SessionDep, SideSessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
-from szbench.auth.dependencies import Anyone, SignedIn, Submitter
+from szbench.auth.dependencies import Anyone, SignedIn, StreamingSubmitter, Submitter
 from szbench.leaderboards import service as leaderboards
-from szbench.models import Algorithm
 from szbench.uploads import service as uploads
-from szbench.uploads.service import UploadSession
 
 router = APIRouter(prefix="/algorithms", tags=["algorithms"], responses=ERROR_RESPONSES)
 
@@ -98,48 +95,37 @@ def list_versions(
 @router.post(
     "/{algorithm_id}/versions", response_model=VersionOut, status_code=status.HTTP_201_CREATED
 )
-async def submit_version(
-    request: Request,
+def submit_version(
     algorithm_id: IdPath,
     body: VersionCreate,
-    session: BareSessionDep,
-    caller: Submitter,
+    session: SideSessionDep,
+    caller: StreamingSubmitter,
 ) -> VersionOut:
     """Submit a version (a finished upload or a pinned image reference); starts its smoke test."""
     user = caller.user
     assert user is not None
     upload_id = body.upload_id if body.image_reference is None else None
-
-    def find() -> tuple[Algorithm, UploadSession | None]:
-        algorithm = service.get_managed_algorithm(session, algorithm_id, user=user)
-        if upload_id is None:
-            return algorithm, None
-        return algorithm, uploads.get_upload(session, user, upload_id)
-
-    algorithm, upload = await run_in_slot(request, session, find)
+    algorithm = service.get_managed_algorithm(session, algorithm_id, user=user)
+    upload = uploads.get_upload(session, user, upload_id) if upload_id is not None else None
+    # The archive check reads all of it: with no database connection held (the session is
+    # outside the request slots), so that large submissions arriving together cannot take
+    # the pool.
+    session.commit()
     checked = None
     if upload is not None:
-        # The archive check reads all of it: in a worker thread, holding no database
-        # connection, so that large submissions arriving together cannot take the pool.
         try:
-            checked = await anyio.to_thread.run_sync(service.check_upload, upload)
+            checked = service.check_upload(upload)
         except service.ARCHIVE_REFUSALS as exc:
             # Refused for good: its bytes go now, not at the session's expiry.
-            reason = exc.detail
-            await run_in_slot(
-                request, session, lambda: uploads.refuse_upload(session, upload.id, reason)
-            )
+            uploads.refuse_upload(session, upload.id, exc.detail)
+            session.commit()
             raise
-
-    def create() -> VersionOut:
-        row = service.submit_version(
-            session, algorithm=algorithm, user=user, checked=checked, **body.model_dump()
-        )
-        session.flush()
-        return VersionOut.model_validate(row)
-
-    # Committed (and the smoke test enqueued) before the answer, as with SessionDep.
-    return await run_in_slot(request, session, create)
+    row = service.submit_version(
+        session, algorithm=algorithm, user=user, checked=checked, **body.model_dump()
+    )
+    session.flush()
+    # Committed (and the smoke test enqueued) before the answer, by the session dependency.
+    return VersionOut.model_validate(row)
 
 
 @router.get("/{algorithm_id}/versions/{version_id}", response_model=VersionOut)

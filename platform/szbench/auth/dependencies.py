@@ -10,19 +10,17 @@ state changes are refused app-wide before any of this (:mod:`szbench.auth.csrf`)
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from szbench.api.deps import BareSessionDep, get_side_session, run_in_slot
+from szbench.api.deps import SessionDep, get_side_session
 from szbench.api.openapi import no_credentials
 from szbench.auth import accounts, service
 from szbench.auth.cookies import read_session_cookie
-from szbench.auth.token_cache import tokens
 from szbench.config import get_settings
 from szbench.errors import Forbidden, Unauthorized
 from szbench.models import ApiToken, Role, User
@@ -104,7 +102,7 @@ def _mark_admin_scope(token: ApiToken, user: User) -> None:
 
 
 def _resolve(request: Request, session: Session, credential: tuple[str, bool] | None) -> Principal:
-    """The caller, read from the database now (in a worker thread)."""
+    """The caller, read from the database."""
     if credential is None:
         request.state.user_id = None
         return Principal(None)
@@ -122,48 +120,12 @@ _bearer = HTTPBearer(
 )
 
 
-async def get_principal(
+def get_principal(
     request: Request,
-    session: BareSessionDep,
+    session: SessionDep,
     _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    # Anonymous callers (most public reads) cost no database access and no worker thread.
-    credential = _credential(request)
-    if credential is None:
-        return _resolve(request, session, None)
-    secret, via_cookie = credential
-    # Known tokens are resolved from memory (szbench.auth.token_cache); a token read ends its
-    # own transaction (keeping the token's last-used time whatever the route does) and gives
-    # its connection back at once.
-    found = await tokens.resolve(session, secret, lambda work: run_in_slot(request, session, work))
-    return _principal(request, found, via_cookie)
-
-
-def viewer_from_memory(scope: MutableMapping[str, Any]) -> tuple[bool, User | None]:
-    """Who calls, for :class:`szbench.api.cache.ReadFront`, when that is known without any
-    I/O and :data:`Anyone` would let them read: ``(True, None)`` for an anonymous caller
-    while anonymous reads are on, ``(True, user)`` for a bearer token fresh in the token
-    cache that has the read scope. ``(False, None)`` otherwise: a cookie (signed, and the
-    web's business), a token that must be read, a malformed header; the route decides.
-
-    The user is a detached copy: its columns may be read, nothing else.
-    """
-    authorization = None
-    for key, value in scope.get("headers", ()):
-        if key == b"authorization":
-            authorization = value
-        elif key == b"cookie":
-            return False, None
-    if authorization is None:
-        return get_settings().anonymous_read, None
-    secret = _bearer_secret(authorization.decode("latin-1"))
-    if secret is None:
-        return False, None
-    found = tokens.peek(secret)
-    if found is None or "read" not in found[0].scopes:
-        return False, None
-    _mark_admin_scope(*found)  # the same for every request with this token
-    return True, found[1]
+    return _resolve(request, session, _credential(request))
 
 
 def _check_scope(request: Request, principal: Principal, *, admin: bool = False) -> None:

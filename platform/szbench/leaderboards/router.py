@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from szbench.api.cache import serve, viewer_key
-from szbench.api.deps import BareSessionDep, SessionDep
+from szbench.api.cache import cached_json
+from szbench.api.deps import SessionDep
 from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import PageDep
@@ -45,10 +45,10 @@ def list_leaderboards(session: SessionDep, caller: Anyone) -> list[LeaderboardIn
 
 
 @router.get("/{slug}", response_model=Leaderboard)
-async def get_leaderboard(
+def get_leaderboard(
     request: Request,
     slug: str,
-    session: BareSessionDep,
+    session: SessionDep,
     caller: Anyone,
     page: PageDep,
     version: Version = None,
@@ -58,14 +58,13 @@ async def get_leaderboard(
     unranked: Unranked = False,
 ) -> Response:
     """A dataset version's leaderboard: SzCORE rank, metrics, bootstrap CIs, rank stability."""
-    viewer = caller.user
 
     def build() -> bytes:
         board = service.leaderboard(
             session,
             slug=slug,
             version=version,
-            viewer=viewer,
+            viewer=caller.user,
             sort=sort,
             order=order,
             versions=versions,
@@ -75,25 +74,15 @@ async def get_leaderboard(
         )
         return board.model_dump_json().encode()
 
-    return await serve(
-        service.answers,
-        request,
+    answer = service.leaderboard_answer(
         session,
-        (slug, version),
-        viewer=viewer,
-        variant=lambda viewer: (
-            viewer_key(viewer),
-            sort,
-            order,
-            versions,
-            unranked,
-            page.limit,
-            page.offset,
-        ),
-        authorize=lambda viewer, facts: None,  # what a viewer may see is in the variant
+        slug,
+        version,
+        viewer=caller.user,
+        variant=(sort, order, versions, unranked, page.limit, page.offset),
         build=build,
-        missing=lambda: service.missing(session, slug, version),
     )
+    return cached_json(request, answer, signed_in=caller.user is not None)
 
 
 @router.get(

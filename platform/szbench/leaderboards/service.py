@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from szbench.api.cache import StampedCache
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
@@ -56,6 +56,7 @@ from szbench.models import (
     Visibility,
 )
 from szbench.results.queries import METRICS
+from szbench.stamped_cache import Answer, StampedCache, viewer_key
 
 RANKING_RULE = "event_f1 (per-subject mean) desc, then event_sensitivity desc (SzCORE)"
 SORT_KEYS = ("rank", *METRICS, "algorithm", "subjects", "recordings")
@@ -477,90 +478,95 @@ def leaderboard(
     )
 
 
-def _facts(session: Session, subjects: list[tuple[str, str | None]]) -> dict[Any, Any]:
-    """Per (slug, version asked for): the dataset version it means, and a stamp of its
-    evaluations that changes whenever a result appears, finishes, is published or hidden.
+class LeaderboardFacts(NamedTuple):
+    """What a leaderboard depends on: the dataset version that the slug and version asked
+    for mean, its rules, and a stamp of its evaluations that changes whenever a result
+    appears, finishes, is published or hidden (the sums are weighted by evaluation id so
+    that two changes, one published and another hidden, rarely cancel out)."""
 
-    Two queries for any number of subjects: the background refresh of a busy server asks
-    for every leaderboard read in the last second at once. The sums are weighted by
-    evaluation id so that two changes (one published, another hidden) rarely cancel out.
-    """
-    versions: dict[str, list[tuple[int, str, bool]]] = {}
-    rules: dict[int, str] = {}
-    for slug, dv_id, name, active, rule in session.execute(
-        select(
-            Dataset.slug,
-            DatasetVersion.id,
-            DatasetVersion.version,
-            DatasetVersion.is_active,
-            Dataset.failed_recordings,
+    dataset_version_id: int
+    failed_recordings: str
+    disclosure: str
+    evaluations: int
+    last_id: int | None
+    last_finished_at: datetime | None
+    shown_ids: int | None
+    done_ids: int | None
+    scored_as_empty_ids: int | None
+
+
+def _facts(session: Session, subject: tuple[str, str | None]) -> LeaderboardFacts | None:
+    slug, version = subject
+    # As datasets.get_version: the named version, or the newest active one.
+    meant = session.execute(
+        select(DatasetVersion.id, Dataset.failed_recordings, Dataset.disclosure)
+        .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
+        .where(
+            Dataset.slug == slug,
+            DatasetVersion.is_active.is_(True)
+            if version is None
+            else DatasetVersion.version == version,
         )
-        .join(DatasetVersion, DatasetVersion.dataset_id == Dataset.id)
-        .where(Dataset.slug.in_({slug for slug, _ in subjects}))
-        .order_by(DatasetVersion.id)
-    ):
-        versions.setdefault(slug, []).append((dv_id, name, active))
-        rules[dv_id] = str(rule)
-    meant: dict[tuple[str, str | None], int] = {}
-    for slug, version in subjects:
-        # As datasets.get_version: the named version, or the newest active one.
-        ids = [
-            dv_id
-            for dv_id, name, active in versions.get(slug, ())
-            if (version is None and active) or name == version
-        ]
-        if ids:
-            meant[(slug, version)] = ids[-1]
-    if not meant:
-        return {}
+        .order_by(DatasetVersion.id.desc())
+        .limit(1)
+    ).first()
+    if meant is None:
+        return None
+    dv_id, rule, level = meant
     # A withdrawal (or its undoing) changes both sums, so every viewer's answer is rebuilt.
     listed = Algorithm.withdrawn_at.is_(None)
     shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC, listed)
     done = and_(Evaluation.status == EvaluationStatus.DONE, listed)
     # A phase's failed-recordings override moves entries in or out of the ranking.
     scored_as_empty = Phase.failed_recordings == FailedRecordings.NO_DETECTIONS
-    stamps = {
-        row[0]: (*row[1:], rules.get(row[0]))
-        for row in session.execute(
-            select(
-                Evaluation.dataset_version_id,
-                func.count(Evaluation.id),
-                func.max(Evaluation.id),
-                func.max(Evaluation.finished_at),
-                func.sum(case((shown, Evaluation.id), else_=0)),
-                func.sum(case((done, Evaluation.id), else_=0)),
-                func.sum(case((scored_as_empty, Evaluation.id), else_=0)),
-            )
-            .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
-            .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
-            .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
-            .where(Evaluation.dataset_version_id.in_(set(meant.values())))
-            .group_by(Evaluation.dataset_version_id)
+    stamp = session.execute(
+        select(
+            func.count(Evaluation.id),
+            func.max(Evaluation.id),
+            func.max(Evaluation.finished_at),
+            func.sum(case((shown, Evaluation.id), else_=0)),
+            func.sum(case((done, Evaluation.id), else_=0)),
+            func.sum(case((scored_as_empty, Evaluation.id), else_=0)),
         )
-    }
-    empty = (0, None, None, None, None, None)
-    return {
-        key: (dv_id, stamps.get(dv_id, (*empty, rules.get(dv_id)))) for key, dv_id in meant.items()
-    }
+        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+        .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
+        .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
+        .where(Evaluation.dataset_version_id == dv_id)
+    ).one()
+    return LeaderboardFacts(dv_id, str(rule), str(level), *stamp)
 
 
-answers = StampedCache(
+answers: StampedCache[tuple[str, str | None], LeaderboardFacts] = StampedCache(
     "leaderboards",
     _facts,
     kept=512,
-    window_s=lambda: get_settings().leaderboard_fresh_s,
     ttl_s=lambda: get_settings().leaderboard_cache_s,
 )
-"""Leaderboard answers per (slug, version asked for); see :mod:`szbench.api.cache`."""
+"""Leaderboard answers per (slug, version asked for); see :mod:`szbench.stamped_cache`."""
 
 
 def clear_cache() -> None:
     answers.clear()
 
 
-def missing(session: Session, slug: str, version: str | None) -> None:
-    """Raise the not-found error for a dataset or version that does not exist."""
-    datasets.get_version(session, datasets.get_dataset(session, slug), version)
+def leaderboard_answer(
+    session: Session,
+    slug: str,
+    version: str | None,
+    *,
+    viewer: User | None,
+    variant: Hashable,
+    build: Callable[[], bytes],
+) -> Answer:
+    """A leaderboard's answer for this viewer and variant (query parameters), kept while
+    its facts are unchanged. What a viewer may see is decided in :func:`leaderboard`, so
+    each viewer has their own answer."""
+    facts = answers.facts(session, (slug, version))
+    if facts is None:
+        # The not-found error names what is missing: the dataset or its version.
+        datasets.get_version(session, datasets.get_dataset(session, slug), version)
+        raise AssertionError("get_version raises for a version that does not exist")
+    return answers.answer((slug, version), facts, (viewer_key(viewer), variant), build)
 
 
 def index(session: Session, *, viewer: User | None) -> list[LeaderboardIndexRow]:

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy.orm import Session
 
 from szbench.algorithms import service as algorithms
-from szbench.api.cache import serve, viewer_key
-from szbench.api.deps import BareSessionDep, SessionDep
+from szbench.api.cache import cached_json
+from szbench.api.deps import SessionDep
 from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
-from szbench.auth import policy
-from szbench.auth.dependencies import Anyone, Principal
+from szbench.auth.dependencies import Anyone
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.queries import provenances
 from szbench.evaluations.schemas import DatasetResultOut, RunOut, SubjectResultsPage
-from szbench.models import Evaluation, RunOutcome
+from szbench.models import RunOutcome
 from szbench.results import queries, service
 from szbench.results.schemas import AlgorithmResultRow, AlgorithmResults
 
@@ -32,73 +29,53 @@ _DOWNLOAD: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _evaluation_answer(
-    request: Request, session: Session, caller: Principal, evaluation_id: int, variant: Hashable,
-    build: Callable[[Evaluation], BaseModel],
-    authorize: Callable[[Any, int, Any], None] = service.authorize_evaluation,
-) -> Response:  # fmt: skip
-    """A cached answer about one evaluation that every viewer allowed to see it shares:
-    one for admins, one for everyone else (what differs is in szbench.results.disclosure,
-    and for non-admins it depends on the evaluation, never on who asks)."""
-    return await serve(
-        service.evaluation_answers,
-        request,
-        session,
-        evaluation_id,
-        viewer=caller.user,
-        variant=lambda viewer: (variant, policy.is_admin(viewer)),
-        authorize=lambda viewer, facts: authorize(viewer, evaluation_id, facts),
-        build=lambda: (
-            build(evaluations.get_evaluation(session, evaluation_id, viewer=caller.user))
-            .model_dump_json()
-            .encode()
-        ),
-        missing=lambda: evaluations.get_evaluation(session, evaluation_id, viewer=caller.user),
-    )
-
-
 @router.get("/evaluations/{evaluation_id}/result", response_model=DatasetResultOut)
-async def get_result(
-    request: Request, evaluation_id: IdPath, session: BareSessionDep, caller: Anyone
+def get_result(
+    request: Request, evaluation_id: IdPath, session: SessionDep, caller: Anyone
 ) -> Response:
     """Dataset-level figures of an evaluation (per-subject means ranked on, std, pooled)."""
-    return await _evaluation_answer(
-        request,
-        session,
-        caller,
-        evaluation_id,
-        "result",
-        lambda e: queries.dataset_result(session, e, viewer=caller.user),
+
+    def build() -> bytes:
+        evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
+        return _json(queries.dataset_result(session, evaluation, viewer=caller.user))
+
+    answer = service.evaluation_answer(
+        session, evaluation_id, viewer=caller.user, variant="result", build=build
     )
+    return cached_json(request, answer, signed_in=caller.user is not None)
 
 
 @router.get("/evaluations/{evaluation_id}/subjects", response_model=SubjectResultsPage)
-async def list_subject_results(
-    request: Request, evaluation_id: IdPath, session: BareSessionDep, caller: Anyone, page: PageDep
+def list_subject_results(
+    request: Request, evaluation_id: IdPath, session: SessionDep, caller: Anyone, page: PageDep
 ) -> Response:
     """Per-subject results of an evaluation."""
 
-    def build(evaluation: Evaluation) -> SubjectResultsPage:
+    def build() -> bytes:
+        evaluation = evaluations.get_evaluation(session, evaluation_id, viewer=caller.user)
         items, total = queries.subject_results(
             session, evaluation, viewer=caller.user, limit=page.limit, offset=page.offset
         )
-        return SubjectResultsPage(
-            items=items,
-            total=total,
-            limit=page.limit,
-            offset=page.offset,
-            provenance=provenances(session, [evaluation], viewer=caller.user)[evaluation.id],
+        provenance = provenances(session, [evaluation], viewer=caller.user)[evaluation.id]
+        return _json(
+            SubjectResultsPage(
+                items=items,
+                total=total,
+                limit=page.limit,
+                offset=page.offset,
+                provenance=provenance,
+            )
         )
 
-    return await _evaluation_answer(
-        request,
+    answer = service.evaluation_answer(
         session,
-        caller,
         evaluation_id,
-        ("subjects", page.limit, page.offset),
-        build,
+        viewer=caller.user,
+        variant=("subjects", page.limit, page.offset),
+        build=build,
         authorize=service.authorize_subjects,
     )
+    return cached_json(request, answer, signed_in=caller.user is not None)
 
 
 @router.get("/evaluations/{evaluation_id}/recordings", response_model=Page[RunOut])
@@ -179,10 +156,10 @@ def download_recording_results(
 
 
 @router.get("/algorithms/{algorithm_id}/results", response_model=AlgorithmResults)
-async def algorithm_results(
+def algorithm_results(
     request: Request,
     algorithm_id: IdPath,
-    session: BareSessionDep,
+    session: SessionDep,
     caller: Anyone,
     page: PageDep,
     official_only: Annotated[bool, Query(description="Only default-parameter scoring.")] = True,
@@ -215,7 +192,7 @@ async def algorithm_results(
             )
             for e in window
         ]
-        return (
+        return _json(
             AlgorithmResults(
                 algorithm_id=algorithm.id,
                 algorithm=algorithm.name,
@@ -224,19 +201,17 @@ async def algorithm_results(
                 limit=page.limit,
                 offset=page.offset,
             )
-            .model_dump_json()
-            .encode()
         )
 
-    return await serve(
-        service.algorithm_answers,
-        request,
+    answer = service.algorithm_answer(
         session,
         algorithm_id,
         viewer=caller.user,
-        # What a viewer sees of an algorithm's evaluations depends on who they are.
-        variant=lambda viewer: (viewer_key(viewer), official_only, page.limit, page.offset),
-        authorize=lambda viewer, facts: service.authorize_algorithm(viewer, algorithm_id, facts),
+        variant=(official_only, page.limit, page.offset),
         build=build,
-        missing=lambda: algorithms.get_algorithm(session, algorithm_id, viewer=caller.user),
     )
+    return cached_json(request, answer, signed_in=caller.user is not None)
+
+
+def _json(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode()

@@ -1,15 +1,15 @@
 """Cached answers of the hot result reads: an evaluation's result and subjects, an
-algorithm's results side by side (see :mod:`szbench.api.cache`)."""
+algorithm's results side by side (see :mod:`szbench.stamped_cache`)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
+from datetime import datetime
+from typing import NamedTuple
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from szbench.api.cache import StampedCache
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.errors import NotFound
@@ -20,6 +20,7 @@ from szbench.models import (
     DatasetKind,
     DatasetResult,
     DatasetVersion,
+    Disclosure,
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
@@ -28,13 +29,45 @@ from szbench.models import (
     Visibility,
 )
 from szbench.results import disclosure
+from szbench.stamped_cache import Answer, StampedCache, viewer_key
 
 
-def _evaluation_facts(session: Session, ids: list[int]) -> dict[Any, Hashable]:
-    """Who may see each evaluation, and what its results depend on, in one query."""
-    rows = session.execute(
+class EvaluationFacts(NamedTuple):
+    """Who may see an evaluation, and what its results depend on."""
+
+    owner_id: int
+    visibility: Visibility
+    published: bool
+    kind: EvaluationKind
+    status: EvaluationStatus
+    finished_at: datetime | None
+    recordings_done: int
+    result_id: int | None
+    # What the disclosure rules need (see disclosure_view): a change of level changes the
+    # facts, so no answer built under the old level is served again.
+    dataset_kind: DatasetKind
+    dataset_disclosure: Disclosure | None
+    phase_disclosure: Disclosure | None
+
+
+class AlgorithmFacts(NamedTuple):
+    """An algorithm's owner and visibility, and a stamp of its evaluations (a new one, a
+    finish, a publish or hide changes it: the sums are weighted by id so that two changes
+    rarely cancel out)."""
+
+    owner_id: int
+    visibility: Visibility
+    name: str
+    evaluations: int
+    last_id: int | None
+    last_finished_at: datetime | None
+    published_ids: int | None
+    done_ids: int | None
+
+
+def _evaluation_facts(session: Session, evaluation_id: int) -> EvaluationFacts | None:
+    row = session.execute(
         select(
-            Evaluation.id,
             Algorithm.owner_id,
             Algorithm.visibility,
             Evaluation.published,
@@ -43,8 +76,6 @@ def _evaluation_facts(session: Session, ids: list[int]) -> dict[Any, Hashable]:
             Evaluation.finished_at,
             Evaluation.recordings_done,
             DatasetResult.id,
-            # What the disclosure rules need (see disclosure_view): a change of level
-            # changes the facts, so no answer built under the old level is served again.
             Dataset.kind,
             Dataset.disclosure,
             Phase.disclosure,
@@ -55,18 +86,14 @@ def _evaluation_facts(session: Session, ids: list[int]) -> dict[Any, Hashable]:
         .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
         .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
         .outerjoin(DatasetResult, DatasetResult.evaluation_id == Evaluation.id)
-        .where(Evaluation.id.in_(ids))
-    )
-    return {row[0]: tuple(row[1:]) for row in rows}
+        .where(Evaluation.id == evaluation_id)
+    ).first()
+    return EvaluationFacts(*row) if row is not None else None
 
 
-def _algorithm_facts(session: Session, ids: list[int]) -> dict[Any, Hashable]:
-    """Per algorithm: its owner and visibility, and a stamp of its evaluations (a new one,
-    a finish, a publish or hide changes it: the sums are weighted by id so that two changes
-    rarely cancel out)."""
-    rows = session.execute(
+def _algorithm_facts(session: Session, algorithm_id: int) -> AlgorithmFacts | None:
+    row = session.execute(
         select(
-            Algorithm.id,
             Algorithm.owner_id,
             Algorithm.visibility,
             Algorithm.name,
@@ -78,22 +105,20 @@ def _algorithm_facts(session: Session, ids: list[int]) -> dict[Any, Hashable]:
         )
         .outerjoin(AlgorithmVersion, AlgorithmVersion.algorithm_id == Algorithm.id)
         .outerjoin(Evaluation, Evaluation.algorithm_version_id == AlgorithmVersion.id)
-        .where(Algorithm.id.in_(ids))
+        .where(Algorithm.id == algorithm_id)
         .group_by(Algorithm.id, Algorithm.owner_id, Algorithm.visibility, Algorithm.name)
-    )
-    return {row[0]: tuple(row[1:]) for row in rows}
+    ).first()
+    return AlgorithmFacts(*row) if row is not None else None
 
 
-evaluation_answers = StampedCache(
+evaluation_answers: StampedCache[int, EvaluationFacts] = StampedCache(
     "evaluation results",
     _evaluation_facts,
-    window_s=lambda: get_settings().results_fresh_s,
     ttl_s=lambda: get_settings().results_cache_s,
 )
-algorithm_answers = StampedCache(
+algorithm_answers: StampedCache[int, AlgorithmFacts] = StampedCache(
     "algorithm results",
     _algorithm_facts,
-    window_s=lambda: get_settings().results_fresh_s,
     ttl_s=lambda: get_settings().results_cache_s,
 )
 
@@ -103,42 +128,76 @@ def clear_cache() -> None:
     algorithm_answers.clear()
 
 
-def authorize_evaluation(viewer: User | None, evaluation_id: int, facts: Any) -> None:
-    """:func:`policy.can_view_evaluation` on the cached facts; the same not-found error."""
-    owner_id, visibility, published, kind = facts[:4]
+def authorize_evaluation(viewer: User | None, evaluation_id: int, facts: EvaluationFacts) -> None:
+    """:func:`policy.can_view_evaluation` on the facts; the same not-found error."""
     if not policy.may_view_results(
         viewer,
-        owner_id=owner_id,
-        public=visibility == Visibility.PUBLIC,
-        published=published,
-        smoke_test=kind == EvaluationKind.SMOKE_TEST,
+        owner_id=facts.owner_id,
+        public=facts.visibility == Visibility.PUBLIC,
+        published=facts.published,
+        smoke_test=facts.kind == EvaluationKind.SMOKE_TEST,
     ):
         raise NotFound(f"evaluation {evaluation_id} does not exist")
 
 
-def disclosure_view(viewer: User | None, facts: Any) -> disclosure.View:
-    """:func:`disclosure.view_of` on the cached facts of an evaluation."""
-    owner_id = facts[0]
-    dataset_kind, dataset_level, phase_level = facts[8:11]
+def disclosure_view(viewer: User | None, facts: EvaluationFacts) -> disclosure.View:
+    """:func:`disclosure.view_of` on the facts of an evaluation."""
     return disclosure.View(
         admin=policy.is_admin(viewer),
-        owner=viewer is not None and viewer.id == owner_id,
-        held_out=dataset_kind != DatasetKind.PUBLIC_SAMPLE,
-        level=disclosure.level_of(dataset_kind, dataset_level, phase_level),
+        owner=viewer is not None and viewer.id == facts.owner_id,
+        held_out=facts.dataset_kind != DatasetKind.PUBLIC_SAMPLE,
+        level=disclosure.level_of(
+            facts.dataset_kind, facts.dataset_disclosure, facts.phase_disclosure
+        ),
         signed_in=viewer is not None,
     )
 
 
-def authorize_subjects(viewer: User | None, evaluation_id: int, facts: Any) -> None:
+def authorize_subjects(viewer: User | None, evaluation_id: int, facts: EvaluationFacts) -> None:
     """:func:`authorize_evaluation`, and the per-subject figures must be disclosed."""
     authorize_evaluation(viewer, evaluation_id, facts)
     disclosure_view(viewer, facts).require_subjects(evaluation_id)
 
 
-def authorize_algorithm(viewer: User | None, algorithm_id: int, facts: Any) -> None:
-    """:func:`policy.can_view_algorithm` on the cached facts; the same not-found error."""
-    owner_id, visibility = facts[:2]
+def authorize_algorithm(viewer: User | None, algorithm_id: int, facts: AlgorithmFacts) -> None:
+    """:func:`policy.can_view_algorithm` on the facts; the same not-found error."""
     if not policy.may_view_algorithm(
-        viewer, owner_id=owner_id, public=visibility == Visibility.PUBLIC
+        viewer, owner_id=facts.owner_id, public=facts.visibility == Visibility.PUBLIC
     ):
         raise NotFound(f"algorithm {algorithm_id} does not exist")
+
+
+def evaluation_answer(
+    session: Session,
+    evaluation_id: int,
+    *,
+    viewer: User | None,
+    variant: Hashable,
+    build: Callable[[], bytes],
+    authorize: Callable[[User | None, int, EvaluationFacts], None] = authorize_evaluation,
+) -> Answer:
+    """An answer about one evaluation, shared by every viewer who sees the same: admins,
+    the owner, everyone else (what differs is in :mod:`szbench.results.disclosure`)."""
+    facts = evaluation_answers.facts(session, evaluation_id)
+    if facts is None:
+        raise NotFound(f"evaluation {evaluation_id} does not exist")
+    authorize(viewer, evaluation_id, facts)
+    view = disclosure_view(viewer, facts)
+    return evaluation_answers.answer(evaluation_id, facts, (variant, view.admin, view.owner), build)
+
+
+def algorithm_answer(
+    session: Session,
+    algorithm_id: int,
+    *,
+    viewer: User | None,
+    variant: Hashable,
+    build: Callable[[], bytes],
+) -> Answer:
+    """An answer about one algorithm's evaluations: what a viewer sees of them depends on
+    who they are, so each viewer has their own."""
+    facts = algorithm_answers.facts(session, algorithm_id)
+    if facts is None:
+        raise NotFound(f"algorithm {algorithm_id} does not exist")
+    authorize_algorithm(viewer, algorithm_id, facts)
+    return algorithm_answers.answer(algorithm_id, facts, (viewer_key(viewer), variant), build)
