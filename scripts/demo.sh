@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The main job end to end on the embedded default: SQLite, the embedded worker, synthetic
 # EEG, the bundled baseline algorithm; then the web UI on http://127.0.0.1:8000 with the
-# result on the leaderboard.
+# result on the leaderboard. Like a real deployment it has a public sample (public-sample:
+# the smoke test of each upload, downloadable) and a held-out dataset (synthetic-demo):
+# sign up, upload an image (the "How to submit" page says how) and the embedded worker of
+# `szbench serve` smoke-tests it, evaluates it on the held-out set and ranks it.
 #
 #   DEMO_SERVE=0    stop after printing the scores (no web server)
 #   DEMO_PORT=8000  port of the web UI
@@ -13,32 +16,10 @@ cd "$(dirname "$0")/.."
 export SZBENCH_DATA_DIR=${SZBENCH_DATA_DIR:-$PWD/var/demo/data}
 unset SZBENCH_DATABASE_URL SZBENCH_BROKER_URL
 SZ=.venv/bin/szbench
-EEG=var/demo/eeg
-mkdir -p var/demo
-
-if [ ! -f "$EEG/.complete" ]; then
-    echo "== Synthetic EEG: 4 subjects x 2 h (19 channels, 256 Hz, with seizures)"
-    rm -rf "$EEG"
-    "$SZ" synth "$EEG" --subjects 4 --hours 2 --seed 7
-    touch "$EEG/.complete"
-fi
-
-algo=(--image szbench/baseline:latest)
-if docker info >/dev/null 2>&1; then
-    echo "== Docker engine found: the baseline runs sandboxed in a container"
-    ./scripts/build-base-images.sh
-    docker build -q -t szbench/baseline:latest examples/baseline >/dev/null
-else
-    echo "== No Docker engine answers on this machine."
-    echo "   The baseline runs as a TRUSTED LOCAL PROCESS (not sandboxed); run 'make services'"
-    echo "   (root, Debian) to install and start Docker and get the sandboxed path."
-    algo=(--local-process "$PWD/.venv/bin/python examples/baseline/detect.py")
-fi
-
-echo "== Evaluating the baseline on the synthetic dataset"
-"$SZ" evaluate "${algo[@]}" --dataset "$EEG" --name baseline --dataset-name synthetic-demo --public-sample \
-    --json var/demo/scores.json
-echo "== Scores written to var/demo/scores.json"
+# Without Docker the embedded worker runs the baseline as a trusted local process for every
+# upload; the venv's python has numpy.
+export SZBENCH_RUNNER_LOCAL_COMMAND=${SZBENCH_RUNNER_LOCAL_COMMAND:-"$PWD/.venv/bin/python $PWD/examples/baseline/detect.py"}
+./scripts/demo-seed.sh
 "$SZ" leaderboard synthetic-demo
 
 # A local admin account, so the timelines and the admin pages can be seen (loopback only).
@@ -50,6 +31,7 @@ fi
 if [ "${DEMO_SERVE:-1}" != 0 ]; then
     port=${DEMO_PORT:-8000}
     echo "== Web UI: http://127.0.0.1:$port/leaderboards/synthetic-demo"
-    echo "   sign in as demo@example.org / demo-password to see recording timelines; Ctrl-C stops"
+    echo "   sign up and upload an image (http://127.0.0.1:$port/how-to-submit), or sign in as"
+    echo "   demo@example.org / demo-password (admin) to see every recording's timeline; Ctrl-C stops"
     exec "$SZ" serve --host 127.0.0.1 --port "$port"
 fi
