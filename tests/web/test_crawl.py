@@ -418,3 +418,27 @@ def test_submit_page_without_javascript_says_that_it_needs_it(site: Site, browse
                 assert not button.is_visible()
         finally:
             context.close()
+
+
+def test_api_docs_with_an_operation_open_is_accessible(site: Site, browser: Any) -> None:
+    # The crawl sees the docs page as it loads (every operation closed); opened, with its
+    # parameters, "Try it out" and a response, it is a different page for axe-core.
+    from szbench.app import create_app
+
+    operation = create_app().openapi()["paths"]["/api/v1/leaderboards"]["get"]
+    element_id = f"operations-{operation['tags'][0]}-{operation['operationId']}"
+    for width in (DESKTOP, PHONE):
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        try:
+            page.goto(f"{site.url}/api/v1/docs")
+            block = page.locator(f"#{element_id}")
+            block.locator(".opblock-summary").click()
+            block.get_by_role("button", name="Try it out").click()
+            block.get_by_role("button", name="Execute").click()
+            block.locator(".live-responses-table").wait_for()
+            assert_no_axe_violations(page, f"/api/v1/docs, one operation run, at {width} px")
+            assert overflow(page) is None
+        finally:
+            context.close()

@@ -17,4 +17,16 @@
     validatorUrl: null,
     presets: [SwaggerUIBundle.presets.apis, SwaggerUIBundle.SwaggerUIStandalonePreset],
   });
+  // Swagger UI's copy buttons are icons without a name (a screen reader would say "button"
+  // and nothing else), and its code blocks scroll sideways on a phone without a keyboard
+  // stop. Both appear as operations are opened, hence the observer.
+  function fixUp() {
+    for (const button of root.querySelectorAll(".copy-to-clipboard button:not([aria-label])")) {
+      button.setAttribute("aria-label", "Copy to clipboard");
+    }
+    for (const pre of root.querySelectorAll("pre:not([tabindex])")) {
+      pre.setAttribute("tabindex", "0");
+    }
+  }
+  new MutationObserver(fixUp).observe(root, { childList: true, subtree: true });
 })();
