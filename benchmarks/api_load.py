@@ -11,8 +11,8 @@ What it does, in one run:
    run it) on that database, and the floor, a minimal FastAPI app whose one endpoint
    returns a constant;
 3. drives each endpoint with 100 concurrent clients, anonymous and signed in with the
-   token, and prints p50/p90/p99/p99.9 latency, requests/s and the ratio to the floor.
-   Goal: p99 under 50 ms and at least half the floor's throughput.
+   token, and prints p50/p90/p99/p99.9 latency, requests/s and the ratio to the floor
+   (the figure to compare between runs and machines: absolute ones move with the load).
 
 Each scenario is warmed up first, untimed: one request per distinct path (the answers of a
 cold server are computed then), then the same load as the measurement for
@@ -431,14 +431,12 @@ def main() -> None:
             f"worker(s), {len(evals)} results in PostgreSQL\n"
         )
         print(f"{'scenario':38} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'p99.9 ms':>8} "
-              f"{'req/s':>7} {'x floor':>7} {'p99<50':>6} {'>=0.5x':>6} {'errors':>6}")  # fmt: skip
+              f"{'req/s':>7} {'x floor':>7} {'errors':>6}")  # fmt: skip
         for label, r in measured.items():
             ratio = r["rps"] / floor["rps"]
             print(
                 f"{label:38} {r['p50_ms']:7.1f} {r['p90_ms']:7.1f} {r['p99_ms']:7.1f} "
-                f"{r['p99.9_ms']:8.1f} {r['rps']:7.0f} {ratio:7.2f} "
-                f"{'yes' if r['p99_ms'] < 50 else 'no':>6} {'yes' if ratio >= 0.5 else 'no':>6} "
-                f"{r['errors']:6d}"
+                f"{r['p99.9_ms']:8.1f} {r['rps']:7.0f} {ratio:7.2f} {r['errors']:6d}"
             )
     finally:
         for proc in procs:

@@ -413,10 +413,8 @@ def open_world(engine: Engine, tmp: Path) -> Iterator[World]:
         env.setenv("SZBENCH_DATA_DIR", str(tmp / "data"))
         for var in ("SZBENCH_DATABASE_URL", "SZBENCH_BROKER_URL"):
             env.delenv(var, raising=False)
-        # As tests/platform/conftest.py: cheap hashes, no freshness windows.
+        # As tests/platform/conftest.py: cheap hashes.
         env.setenv("SZBENCH_PASSWORD_SCRYPT_N", "1024")
-        for var in ("LEADERBOARD_FRESH_S", "RESULTS_FRESH_S", "TOKEN_FRESH_S"):
-            env.setenv(f"SZBENCH_{var}", "0")
         get_settings.cache_clear()
         db.reset_engine()
         conn = engine.connect()

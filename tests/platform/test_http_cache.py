@@ -134,7 +134,9 @@ def test_cached_answers_carry_validators_and_answer_304(
     assert again.status_code == 304
     assert again.content == b""
     assert (again.headers["etag"], again.headers["vary"]) == (tag, "Cookie, Authorization")
-    assert client.get(path, headers={"If-None-Match": f'"other", W/{tag}'}).status_code == 304
+    assert tag.startswith('W/"')
+    # Weak comparison: with or without W/, in a list.
+    assert client.get(path, headers={"If-None-Match": f'"other", {tag[2:]}'}).status_code == 304
     assert client.get(path, headers={"If-None-Match": '"other"'}).status_code == 200
     signed_in = client.get(path, headers=f.headers(s, alice))
     assert signed_in.headers["cache-control"] == "private, no-cache"

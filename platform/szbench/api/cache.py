@@ -1,7 +1,8 @@
 """HTTP caching of the answers kept by :mod:`szbench.stamped_cache`.
 
 Each answer carries its ETag; a client that sends it back in ``If-None-Match`` gets ``304
-Not Modified`` with no body. Answers differ per viewer (admins, owners and everyone else see
+Not Modified`` with no body. The tag is weak (``W/``): a compressing layer may send other
+bytes for the same answer. Answers differ per viewer (admins, owners and everyone else see
 different facts on held-out data), and the ETag differs with them, so every cached answer
 says ``Vary: Cookie, Authorization``. Anonymous answers are ``public`` for a short while
 (``SZBENCH_PUBLIC_MAX_AGE_S``), so that a reverse proxy can take the bulk of anonymous reads;
@@ -34,7 +35,7 @@ def cached_json(request: Request, answer: Answer, *, signed_in: bool) -> Respons
         cache_control = "private, no-cache"
     else:
         cache_control = f"public, max-age={get_settings().public_max_age_s}"
-    headers = {"ETag": answer.etag, "Cache-Control": cache_control, "Vary": VARY}
+    headers = {"ETag": f"W/{answer.etag}", "Cache-Control": cache_control, "Vary": VARY}
     if _matches(request.headers.get("if-none-match"), answer.etag):
         return Response(status_code=304, headers=headers)
     return Response(answer.body, media_type="application/json", headers=headers)
