@@ -263,9 +263,15 @@ def test_evaluation_list_get_progress(
     progress = client.get(f"/api/v1/evaluations/{ev.id}/progress").json()
     assert progress == {
         "status": "done",
+        "state": "done",
         "recordings_done": 2,
         "recordings_total": 2,
         "outcomes": {"ok": 1, "failed": 1},
+        # A count per evaluation once it is over (issue 16 point 1); no estimate when done.
+        "failed_recordings": 1,
+        "complete": False,
+        "estimated_remaining_s": None,
+        "estimate_basis": None,
     }
     filtered = client.get("/api/v1/evaluations", params={"status": "running"}).json()
     assert [e["id"] for e in filtered["items"]] == [world.evals["b1_running"].id]
