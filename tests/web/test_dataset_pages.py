@@ -192,3 +192,20 @@ def test_how_to_submit_reads_the_limits_and_offers_the_starter(
         assert dockerfile is not None
         assert b"ENTRYPOINT" in dockerfile.read()
         assert "szbench-starter/detect.py" in archive.getnames()
+
+
+def test_admins_set_the_page_facts_through_the_api(
+    client: TestClient, db_session: Session, tmp_path: Path
+) -> None:
+    _dataset(db_session, tmp_path, "facts", DatasetKind.HELD_OUT)
+    admin = f.headers(db_session, f.user(db_session, Role.ADMIN))
+    researcher = f.headers(db_session, f.user(db_session))
+    db_session.commit()
+    body = {"licence": "CC-BY-NC-4.0", "citation": "Roe R. 2025."}
+    assert client.patch("/api/v1/datasets/facts", json=body, headers=researcher).status_code == 403
+    r = client.patch("/api/v1/datasets/facts", json=body, headers=admin)
+    assert r.status_code == 200, r.text
+    assert (r.json()["licence"], r.json()["citation"]) == ("CC-BY-NC-4.0", "Roe R. 2025.")
+    # Omitted fields are unchanged.
+    assert r.json()["description"] == "Scalp EEG of an epilepsy monitoring unit."
+    assert "CC-BY-NC-4.0" in client.get("/datasets/facts").text
