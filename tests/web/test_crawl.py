@@ -278,6 +278,10 @@ def crawl(page: Any, base: str, role: str, starts: list[str], problems: Problems
         visited.append(target)
         check_page(page, f"[{role}] {target}", problems)
         queue_.extend(link for link in links_of(page, base) if link not in seen)
+    left = [t for t in queue_ if t not in seen and per_shape.get(shape(t), 0) < PER_SHAPE]
+    if left:
+        # Never a silent cut: pages past the cap would go unchecked.
+        problems.add(f"[{role}]", f"the crawl stopped at MAX_PAGES={MAX_PAGES}; raise it")
     return visited
 
 
