@@ -209,3 +209,12 @@ def test_admins_set_the_page_facts_through_the_api(
     # Omitted fields are unchanged.
     assert r.json()["description"] == "Scalp EEG of an epilepsy monitoring unit."
     assert "CC-BY-NC-4.0" in client.get("/datasets/facts").text
+
+
+def test_the_leaderboard_links_its_dataset_page(
+    client: TestClient, db_session: Session, tmp_path: Path
+) -> None:
+    _dataset(db_session, tmp_path, "linked", DatasetKind.HELD_OUT)
+    assert (
+        'href="/datasets/linked">About this dataset</a>' in client.get("/leaderboards/linked").text
+    )
