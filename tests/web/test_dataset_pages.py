@@ -218,3 +218,10 @@ def test_the_leaderboard_links_its_dataset_page(
     assert (
         'href="/datasets/linked">About this dataset</a>' in client.get("/leaderboards/linked").text
     )
+
+
+def test_the_submit_page_links_how_to_submit(client: TestClient, db_session: Session) -> None:
+    f.user(db_session, email="r@example.org", password=PASSWORD)
+    db_session.commit()
+    sign_in(client, "r@example.org")
+    assert '<a href="/how-to-submit">How to submit</a>' in client.get("/submit").text
