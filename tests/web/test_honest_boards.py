@@ -4,8 +4,8 @@ page's counts, an evaluation's times, estimate and "scoring" state, the admin ov
 failed count, and error pages that keep the signed-in navigation and speak plainly.
 
 The app runs under uvicorn on loopback on a small seeded site (the real PostgreSQL, no
-worker); every page is watched for console errors, and the main content must not need
-sideways scrolling at either width.
+worker); every page is watched for console errors, and the pages checked must pass
+axe-core and not need sideways scrolling at either width.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome
 from tests.platform import factories as f
 from tests.worker._pipeline_factories import truncate_all
 
+from .axe import assert_no_axe_violations
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -148,6 +149,8 @@ class Tab:
             " return m.scrollWidth - m.clientWidth; }"
         )
         assert overflow <= 1, (self.page.url, overflow)
+        # The badges, notes and toggles added here pass axe-core as every page must.
+        assert_no_axe_violations(self.page, self.page.url)
 
     def sign_in(self, base: str, email: str) -> None:
         self.page.goto(f"{base}/login")
@@ -169,6 +172,7 @@ def test_failed_and_duplicate_entries_are_set_apart(browser: Any, site: Site, wi
     page.goto(f"{site.url}/")
     counts = page.locator("table.data tbody tr").first.locator("td").last
     assert counts.inner_text() == "1 (+2 unranked)"
+    tab.fits()
     page.get_by_role("link", name="Held out").click()
     page.wait_for_load_state()
     rows = page.locator("table.leaderboard tbody tr")
@@ -226,6 +230,7 @@ def test_times_estimate_and_scoring_state(browser: Any, site: Site, width: int) 
     row = page.locator(f"tr[data-evaluation-id='{site.ids['waiting']}']")
     assert row.locator("[data-field='status']").inner_text() == "scoring"
     assert row.get_by_role("button", name=f"Cancel evaluation {site.ids['waiting']}").count() == 0
+    tab.fits()
     tab.close()
 
 
