@@ -169,6 +169,9 @@ def test_evaluation_end_to_end_with_fake_runner(env: Env) -> None:
         assert evaluation.status == EvaluationStatus.DONE
         assert (evaluation.recordings_done, evaluation.recordings_total) == (4, 4)
         assert "1 of 4 recordings" in evaluation.message
+        # Not presented as a normal score (issue 16 point 1): whether it ranks is a rule.
+        assert "an incomplete result" in evaluation.message
+        assert "decides whether it is ranked" in evaluation.message
         runs = {r.recording.key: r for r in evaluation.runs}
         crashed = runs["sub-02_ses-01_task-szMonitoring_run-01"]
         assert crashed.outcome == RunOutcome.CRASHED

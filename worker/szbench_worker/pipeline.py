@@ -695,8 +695,12 @@ def _finalize_locked(session: Session, evaluation: Evaluation) -> bool:
     failed = sum(run.outcome != RunOutcome.OK for run in runs)
     evaluation.status = EvaluationStatus.DONE
     evaluation.finished_at = _now()
+    # Scored as no detections so that the figures exist; whether they rank is the
+    # benchmark's failed-recordings rule (szbench.leaderboards.service), not implied here.
     evaluation.message = (
-        f"{failed} of {len(runs)} recordings produced no usable output and count as no detections."
+        f"{failed} of {len(runs)} recordings produced no usable output: an incomplete result. "
+        "Its figures count them as no detections; the benchmark's rule for failed recordings "
+        "decides whether it is ranked."
         if failed
         else ""
     )
