@@ -67,6 +67,9 @@ def test_leaderboard_page_sets_failures_and_duplicates_apart(
     # The algorithm page says that the copy is the same image as an earlier submission.
     copy = client.get(f"/algorithms/{ids['copycat-algo']}").text
     assert "is the same image (digest) as" in copy
+    crashy = client.get(f"/algorithms/{ids['crashy-algo']}").text
+    assert 'failed-badge">2 failed recordings</span>' in crashy
+    assert "failed-badge" not in client.get(f"/algorithms/{ids['steady-algo']}").text
 
 
 def test_no_detections_rule_is_shown_and_marks_ranked_failures(

@@ -145,7 +145,7 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
         .order_by(Evaluation.id.desc())
     )
     records = session.execute(query).all()
-    failed = _failed_counts(session, [record[0] for record in records])
+    failed = failed_counts(session, [record[0] for record in records])
     rows = []
     for record in records:
         (eid, avid, aver, aid, aname, atitle, owner_id, owner, published, digest, scorer,
@@ -225,7 +225,7 @@ def failures_rule(evaluation: Evaluation) -> FailedRecordings:
     return evaluation.dataset_version.dataset.failed_recordings
 
 
-def _failed_counts(session: Session, evaluation_ids: list[int]) -> dict[int, int]:
+def failed_counts(session: Session, evaluation_ids: list[int]) -> dict[int, int]:
     """Recordings that ended as the algorithm's failure, per evaluation.
 
     A count per evaluation is what every viewer may know of a finished evaluation (see

@@ -278,6 +278,8 @@ def algorithm_page(
         "results": shown,
         "selected": selected,
         "labels": METRIC_LABELS,
+        # A count per finished evaluation: what every viewer of the result may know.
+        "failed": leaderboards.failed_counts(session, [e.id for e in shown if e.status.finished]),
         "same_image": leaderboards.earlier_same_image(
             session, list(algorithm.versions), viewer=caller.user
         ),
