@@ -255,3 +255,24 @@ def test_a_running_evaluation_whose_recordings_all_finished_is_scoring(
 def test_the_datasets_rule_is_in_its_api_body(client: TestClient, board: Board) -> None:
     body = client.get("/api/v1/datasets/held").json()
     assert body["failed_recordings"] == FailedRecordings.UNRANKED.value
+
+
+def test_a_phase_may_keep_failures_unranked_on_a_lenient_dataset(
+    client: TestClient, board: Board, db_session: Session
+) -> None:
+    admin = f.headers(db_session, board.admin, scopes=["read", "write", "admin"])
+    client.patch(
+        "/api/v1/datasets/held", json={"failed_recordings": "no_detections"}, headers=admin
+    )
+    made = client.post("/api/v1/phases", json={"slug": "strict"}, headers=admin).json()
+    version = db_session.get(AlgorithmVersion, board.crashed.algorithm_version_id)
+    assert version is not None
+    version.phase_id = made["id"]
+    db_session.flush()
+    assert ("crashy", 3) in _names(client.get("/api/v1/leaderboards/held").json())
+    # The cached answer must not survive the override (its stamp holds the phases' rules).
+    r = client.patch("/api/v1/phases/strict", json={"failed_recordings": "unranked"}, headers=admin)
+    assert r.status_code == 200, r.text
+    body = client.get("/api/v1/leaderboards/held").json()
+    assert _names(body) == [("good", 1), ("other", 2)]
+    assert body["failed_recordings"] == "no_detections"  # the dataset's; the phase overrides

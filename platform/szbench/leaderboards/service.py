@@ -493,6 +493,7 @@ class LeaderboardFacts(NamedTuple):
     shown_ids: int | None
     done_ids: int | None
     scored_as_empty_ids: int | None
+    kept_unranked_ids: int | None
 
 
 def _facts(session: Session, subject: tuple[str, str | None]) -> LeaderboardFacts | None:
@@ -517,8 +518,10 @@ def _facts(session: Session, subject: tuple[str, str | None]) -> LeaderboardFact
     listed = Algorithm.withdrawn_at.is_(None)
     shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC, listed)
     done = and_(Evaluation.status == EvaluationStatus.DONE, listed)
-    # A phase's failed-recordings override moves entries in or out of the ranking.
+    # A phase's failed-recordings override moves entries in or out of the ranking, either
+    # way (a phase may keep failures unranked on a dataset that scores them).
     scored_as_empty = Phase.failed_recordings == FailedRecordings.NO_DETECTIONS
+    kept_unranked = Phase.failed_recordings == FailedRecordings.UNRANKED
     stamp = session.execute(
         select(
             func.count(Evaluation.id),
@@ -527,6 +530,7 @@ def _facts(session: Session, subject: tuple[str, str | None]) -> LeaderboardFact
             func.sum(case((shown, Evaluation.id), else_=0)),
             func.sum(case((done, Evaluation.id), else_=0)),
             func.sum(case((scored_as_empty, Evaluation.id), else_=0)),
+            func.sum(case((kept_unranked, Evaluation.id), else_=0)),
         )
         .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
         .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
