@@ -134,6 +134,10 @@ class Settings(BaseSettings):
     # many seconds: a browser or reverse proxy may serve them that long without asking.
     public_max_age_s: int = 10
     bootstrap_resamples: int = 1000
+    # Bootstrap intervals and rank stability resample the per-subject figures; over fewer
+    # subjects than this they would give those figures away, so where a held-out dataset
+    # does not disclose per-subject figures non-admins see them only from this many on.
+    intervals_min_subjects: int = 10
     bootstrap_seed: int = 0
     confidence_level: float = 0.95
     # Random sign flips of the paired permutation test on the comparison page, used past 16

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from szbench.config import get_settings
 from szbench.models import (
     AlgorithmVersion,
     DatasetKind,
@@ -416,7 +417,12 @@ def test_dataset_detail_hides_admin_fields(
     assert admin["run_limits"] == {}
 
 
-def test_leaderboard_statistics(client: TestClient, world: World) -> None:
+def test_leaderboard_statistics(
+    client: TestClient, world: World, settings_env: pytest.MonkeyPatch
+) -> None:
+    # Three subjects: shown to anyone once the minimum for intervals allows it (below).
+    settings_env.setenv("SZBENCH_INTERVALS_MIN_SUBJECTS", "3")
+    get_settings.cache_clear()
     board = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert board["statistics"]["status"] == "ok"
     beta, alpha = board["items"]
@@ -432,6 +438,34 @@ def test_leaderboard_statistics(client: TestClient, world: World) -> None:
     # Cached: the same set of entries gives the same (seeded) figures.
     again = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert again["items"][1]["ci"] == alpha["ci"]
+
+
+def test_leaderboard_intervals_over_few_subjects_only_where_subjects_are_disclosed(
+    client: TestClient, world: World, db_session: Session, settings_env: pytest.MonkeyPatch
+) -> None:
+    # A percentile bootstrap over 3 subjects has the per-subject figures for bounds: at the
+    # default (aggregate) level non-admins get no interval and no rank stability below
+    # SZBENCH_INTERVALS_MIN_SUBJECTS (10); admins, and everyone at the subject level, do.
+    def entries(headers: dict[str, str]) -> list[dict[str, object]]:
+        return client.get("/api/v1/leaderboards/chb-heldout", headers=headers).json()["items"]
+
+    for headers in ({}, f.headers(db_session, world.alice)):
+        for entry in entries(headers):
+            assert entry["subjects"] == 3
+            assert entry["ci"] is None
+            assert entry["rank_stability"] is None
+    download = client.get("/api/v1/leaderboards/chb-heldout/download?format=csv").text
+    assert all(row["event_f1_ci_low"] == "" for row in csv.DictReader(io.StringIO(download)))
+    admin = f.headers(db_session, world.admin)
+    assert all(e["ci"] is not None and e["rank_stability"] for e in entries(admin))
+    world.dv.dataset.disclosure = Disclosure.SUBJECT
+    db_session.commit()
+    assert all(e["ci"] is not None and e["rank_stability"] for e in entries({}))
+    world.dv.dataset.disclosure = Disclosure.AGGREGATE
+    db_session.commit()
+    settings_env.setenv("SZBENCH_INTERVALS_MIN_SUBJECTS", "3")
+    get_settings.cache_clear()
+    assert all(e["ci"] is not None and e["rank_stability"] for e in entries({}))
 
 
 def test_leaderboard_cache_sees_new_results_at_once(

@@ -19,9 +19,7 @@ write without the write scope are refused.
 A failure names the operation, the caller and the check, and prints a curl command that
 repeats the request (the credential is filtered: the caller says which one it was).
 ``FUZZ_REPORT=file`` lists every failure of a run in that file instead of stopping at the
-first. Leaks known to be open are listed in ``KNOWN_LEAKS``: the main test skips exactly
-those failures and ``test_known_leak`` expects each (strict xfail: it flips when the fix
-lands).
+first.
 """
 
 from __future__ import annotations
@@ -29,13 +27,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from schemathesis.core.transport import Response
 from schemathesis.specs.openapi.checks import (
@@ -84,47 +81,6 @@ FUZZ_SETTINGS = settings(
 )
 
 
-@dataclass(frozen=True)
-class KnownLeak:
-    """A failure the fuzzer finds today: ``check`` on ``method path`` as ``caller``, with
-    ``detail`` in its text."""
-
-    method: str
-    path: str
-    caller: str
-    check: str
-    detail: str
-    reason: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.method} {self.path} as {self.caller}: {self.check} {self.detail}"
-
-    def matches(self, case: Any, caller: str, check: str, what: str) -> bool:
-        return (case.method, case.path, caller, check) == (
-            self.method,
-            self.path,
-            self.caller,
-            self.check,
-        ) and self.detail in what
-
-
-# Leaks the fuzzer finds on today's tree, each for another work stream of issue 13.
-KNOWN_LEAKS: tuple[KnownLeak, ...] = tuple(
-    KnownLeak(
-        "GET",
-        path,
-        caller,
-        "leak",
-        "per-subject figure",
-        "issue 13 point 2: the leaderboard's bootstrap interval over a held-out dataset's "
-        "2 subjects is exactly the two per-subject figures (at the default aggregate level)",
-    )
-    for path in ("/api/v1/leaderboards/{slug}", "/api/v1/leaderboards/{slug}/download")
-    for caller in ("anonymous", "researcher", "readonly", "unscoped")
-)
-
-
 # The world of the running module; the steering hook reads it at draw time (hooks are
 # registered at import, the world exists only once the fixture has run).
 _CURRENT: list[World] = []
@@ -158,45 +114,15 @@ def flatmap_case(context: schemathesis.HookContext, case: Any) -> st.SearchStrat
 @schema.parametrize()
 @FUZZ_SETTINGS
 def test_fuzz(case, world: World) -> None:  # type: ignore[no-untyped-def]
-    """Each generated request, as each caller, passes every check but the known leaks."""
+    """Each generated request, as each caller, passes every check."""
     for caller in CALLERS:
-
-        def unknown(check: str, what: str, caller: str = caller) -> bool:
-            return not any(leak.matches(case, caller, check, what) for leak in KNOWN_LEAKS)
-
         world.exchange(
             case,
             caller,
             schema_checks=SCHEMA_CHECKS,
-            raises=unknown,
             # Lists every failure of a run in that file instead of stopping at the first.
             report=os.environ.get("FUZZ_REPORT"),
         )
-
-
-@pytest.mark.parametrize(
-    "leak",
-    [
-        pytest.param(leak, id=leak.id, marks=pytest.mark.xfail(strict=True, reason=leak.reason))
-        for leak in KNOWN_LEAKS
-    ],
-)
-def test_known_leak(leak: KnownLeak, world: World) -> None:
-    """Each known leak is still found (strict xfail: fixing it fails this until it is
-    taken off the list, and the main test then checks that operation fully again)."""
-    operation = schema[leak.path][leak.method]
-
-    @given(case=operation.as_strategy(hooks=schema.hooks))
-    @FUZZ_SETTINGS
-    def fuzz(case) -> None:  # type: ignore[no-untyped-def]
-        world.exchange(
-            case,
-            leak.caller,
-            schema_checks=[],
-            raises=lambda check, what: leak.matches(case, leak.caller, check, what),
-        )
-
-    fuzz()
 
 
 def _answer(body: bytes, media_type: str) -> Response:

@@ -46,6 +46,7 @@ from szbench.models import (
     DatasetKind,
     DatasetResult,
     DatasetVersion,
+    Disclosure,
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
@@ -55,6 +56,7 @@ from szbench.models import (
     User,
     Visibility,
 )
+from szbench.results import disclosure
 from szbench.results.queries import METRICS
 from szbench.stamped_cache import Answer, StampedCache, viewer_key
 
@@ -85,6 +87,7 @@ class Row:
     submitted_at: datetime | None = None
     started_at: datetime | None = None
     failures_rule: FailedRecordings = FailedRecordings.UNRANKED
+    disclosure: Disclosure = Disclosure.AGGREGATE
     failed_recordings: int = 0
     metrics: dict[str, float | None] = field(default_factory=dict)
     rank: int | None = 0
@@ -95,6 +98,22 @@ class Row:
     @property
     def complete(self) -> bool:
         return self.failed_recordings == 0
+
+
+def _intervals_disclosed(row: Row, viewer: User | None) -> bool:
+    """Whether ``viewer`` may see ``row``'s bootstrap intervals and rank stability.
+
+    Both resample the per-subject figures: over a few subjects their bounds are those
+    figures (with two subjects the interval's ends are exactly the two values), so where
+    per-subject figures are not disclosed they are shown only for entries over
+    ``SZBENCH_INTERVALS_MIN_SUBJECTS`` subjects or more.
+    """
+    if (
+        policy.is_admin(viewer)
+        or disclosure.View(admin=False, owner=False, held_out=True, level=row.disclosure).subjects
+    ):
+        return True
+    return row.subjects >= get_settings().intervals_min_subjects
 
 
 def _desc_key(value: float | None) -> float:
@@ -122,6 +141,9 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
             Evaluation.started_at,
             Phase.failed_recordings,
             Dataset.failed_recordings,
+            Phase.disclosure,
+            Dataset.disclosure,
+            Dataset.kind,
             DatasetResult.subjects,
             DatasetResult.recordings,
             *(getattr(DatasetResult, m) for m in METRICS),
@@ -149,8 +171,8 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
     rows = []
     for record in records:
         (eid, avid, aver, aid, aname, atitle, owner_id, owner, published, digest, scorer,
-         params, finished, submitted, started, phase_rule, dataset_rule, subjects, recordings,
-         *values) = record  # fmt: skip
+         params, finished, submitted, started, phase_rule, dataset_rule, phase_level,
+         dataset_level, kind, subjects, recordings, *values) = record  # fmt: skip
         rows.append(
             Row(
                 evaluation_id=eid,
@@ -169,6 +191,7 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
                 submitted_at=submitted,
                 started_at=started,
                 failures_rule=FailedRecordings(phase_rule or dataset_rule),
+                disclosure=disclosure.level_of(kind, dataset_level, phase_level),
                 failed_recordings=failed.get(eid, 0),
                 subjects=subjects,
                 recordings=recordings,
@@ -393,6 +416,8 @@ def leaderboard(
     items = []
     for row in window:
         entry_stats = stats.by_evaluation.get(row.evaluation_id)
+        if entry_stats is not None and not _intervals_disclosed(row, viewer):
+            entry_stats = None
         twin = row.duplicate_of
         items.append(
             LeaderboardEntry(
