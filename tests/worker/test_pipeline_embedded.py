@@ -315,3 +315,19 @@ def test_embedded_worker_resends_lost_work_only_as_the_sole_worker(
     assert worker.recovery.resent == [("szbench.evaluation.start", evaluation_id)]
     assert ev.status == EvaluationStatus.DONE
     assert len(runner.calls) == 2  # each recording once
+
+    # The transport only hides what was consumed; the next sole worker deletes it, so the
+    # queue file does not grow with every message ever sent.
+    broker = sqlite3.connect(settings.data_dir / "broker.sqlite3")
+    try:
+        hidden = broker.execute("SELECT count(*) FROM kombu_message WHERE NOT visible").fetchone()
+        assert hidden[0] >= 4  # start, two runs, finalize
+        worker = start_embedded_worker(upgrade_database=False)
+        worker.stop()
+        assert worker.recovery.consumed_deleted >= hidden[0]
+        assert (
+            broker.execute("SELECT count(*) FROM kombu_message WHERE NOT visible").fetchone()[0]
+            == 0
+        )
+    finally:
+        broker.close()

@@ -13,7 +13,9 @@ no visibility timeout, so that message never comes back. Each embedded worker th
 starts with :func:`recover_interrupted`: it removes the containers and staging folders of
 dead processes, and, when it is the only embedded worker on this data directory (an
 exclusive lock on ``data_dir/embedded-worker.lock``), sends again the task of every
-unfinished evaluation or run that has no message waiting in the queue.
+unfinished evaluation or run that has no message waiting in the queue. The transport also
+never deletes a message once consumed, it only hides it; the sole worker deletes the hidden
+ones, so the queue file stays the size of what is waiting.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class Recovery:
     containers_removed: int = 0
     sole_worker: bool = False
     resent: list[tuple[str, int]] = field(default_factory=list)
+    consumed_deleted: int = 0
 
 
 def _lock_data_dir(settings: Settings) -> int | None:
@@ -174,6 +177,26 @@ def _waiting_messages(settings: Settings) -> set[tuple[str, int]]:
     return waiting
 
 
+def _delete_consumed(settings: Settings) -> int:
+    """Delete the messages the transport hid once consumed; how many went.
+
+    Only the sole worker calls this: each hidden message was acknowledged, or taken by a
+    process that has died (whose work :func:`_resend_unfinished` sends again).
+    """
+    path = Path(settings.data_dir) / "broker.sqlite3"
+    if not path.is_file():
+        return 0
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        with conn:
+            deleted = conn.execute("DELETE FROM kombu_message WHERE NOT visible").rowcount
+    except sqlite3.OperationalError:  # no table yet: nothing was ever sent
+        return 0
+    finally:
+        conn.close()
+    return deleted
+
+
 def _resend_unfinished(settings: Settings) -> list[tuple[str, int]]:
     """Send again the task of each unfinished evaluation and run that has none waiting."""
     waiting = _waiting_messages(settings)
@@ -233,6 +256,7 @@ def recover_interrupted(settings: Settings, *, sole_worker: bool) -> Recovery:
             "removed %d container(s) an interrupted process left", recovery.containers_removed
         )
     if sole_worker:
+        recovery.consumed_deleted = _delete_consumed(settings)
         recovery.resent = _resend_unfinished(settings)
         if recovery.resent:
             log.warning("continuing interrupted work: sent again %s", recovery.resent)
