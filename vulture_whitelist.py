@@ -82,6 +82,7 @@ _.published_ids
 _.done_ids
 _.shown_ids
 _.scored_as_empty_ids
+_.kept_unranked_ids
 
 # prometheus_client calls a registered collector's collect() (szbench.ops.service).
 _.collect
