@@ -257,6 +257,7 @@ def recover_interrupted(settings: Settings, *, sole_worker: bool) -> Recovery:
         )
     if sole_worker:
         recovery.consumed_deleted = _delete_consumed(settings)
+        log.info("deleted %d consumed message(s) from the queue", recovery.consumed_deleted)
         recovery.resent = _resend_unfinished(settings)
         if recovery.resent:
             log.warning("continuing interrupted work: sent again %s", recovery.resent)
