@@ -336,6 +336,11 @@ def _evaluation_charts(
         )
         statistics_status = board.statistics.status
         entry = next((e for e in board.items if e.evaluation_id == evaluation.id), None)
+        if entry is not None and entry.rank_stability is None and statistics_status == "ok":
+            statistics_status = (
+                f"not disclosed: over {entry.subjects} subject(s) the resampled ranks would "
+                "show per-subject results, which this held-out dataset does not disclose"
+            )
         if entry is not None and entry.rank_stability is not None:
             stability = {"entry": entry, "rs": entry.rank_stability, "board_size": board.total}
             rank_chart = charts.rank_histogram(
