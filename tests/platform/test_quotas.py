@@ -341,6 +341,32 @@ def test_reruns_count_against_the_daily_held_out_limit_and_the_refusal_names_it(
     assert "held-out evaluations" in r.json()["detail"]
 
 
+def test_rescores_on_held_out_data_count_against_the_daily_limit(
+    client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch, sent: list[Any]
+) -> None:
+    # A re-score runs no container but asks the held-out annotations about the stored
+    # detections with parameters the user picks: each is one more query, so it is charged.
+    settings_env.setenv("SZBENCH_HELD_OUT_RUNS_PER_DAY", "3")
+    get_settings.cache_clear()
+    owner, version, dv = _held_out_world(db_session)  # the version: 1 of 3
+    done = f.evaluation(db_session, version, dv)
+    h = f.headers(db_session, owner)
+    params = {"scoring_params": {"tolerance_start_s": 10}}
+
+    for _ in range(2):
+        r = client.post(f"/api/v1/evaluations/{done.id}/rescore", headers=h, json=params)
+        assert r.status_code == 201, r.text
+    r = client.post(f"/api/v1/evaluations/{done.id}/rescore", headers=h, json=params)
+    assert r.status_code == 429
+    assert "re-score" in r.json()["detail"]
+    quota = client.get("/api/v1/users/me/quota", headers=h).json()
+    assert quota["held_out_runs"]["remaining"] == 0
+    # Admins are exempt.
+    admin = f.headers(db_session, f.user(db_session, Role.ADMIN))
+    r = client.post(f"/api/v1/evaluations/{done.id}/rescore", headers=admin, json=params)
+    assert r.status_code == 201, r.text
+
+
 def test_public_sample_evaluations_and_admins_are_not_charged(
     client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch, sent: list[Any]
 ) -> None:

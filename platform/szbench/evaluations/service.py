@@ -230,7 +230,8 @@ def rescore_evaluation(
     """Score the stored detections of a finished evaluation again, with other parameters.
 
     No container runs. The result is official only when the parameters are SzCORE's
-    defaults. Raises Conflict unless the source evaluation is done.
+    defaults. Raises Conflict unless the source evaluation is done. On held-out data a
+    re-score ``created_by`` a user is charged to their daily held-out limit.
     """
     from szbench_scoring import SCORER_VERSION
 
@@ -243,6 +244,12 @@ def rescore_evaluation(
             f"evaluation {source.id} is {source.status.value}; only done ones are re-scored"
         )
     params, official = scoring_params_dict(scoring_params)
+    if created_by is not None:
+        quotas.check_rescore(
+            session,
+            user=created_by,
+            held_out=source.dataset_version.dataset.kind == DatasetKind.HELD_OUT,
+        )
     rescore = Evaluation(
         algorithm_version_id=source.algorithm_version_id,
         dataset_version_id=source.dataset_version_id,

@@ -110,14 +110,18 @@ def _version_times(session: Session, where: list[ColumnElement[bool]]) -> list[d
     return [_aware(v.created_at) for v in versions if not _infrastructure_failed(session, v)]
 
 
-def _evaluation_times(session: Session, where: list[ColumnElement[bool]]) -> list[datetime]:
+def _evaluation_times(
+    session: Session,
+    where: list[ColumnElement[bool]],
+    kinds: tuple[EvaluationKind, ...] = (EvaluationKind.FULL,),
+) -> list[datetime]:
     rows = session.scalars(
         select(Evaluation.created_at)
         .join(AlgorithmVersion, AlgorithmVersion.id == Evaluation.algorithm_version_id)
         .join(DatasetVersion, DatasetVersion.id == Evaluation.dataset_version_id)
         .join(Dataset, Dataset.id == DatasetVersion.dataset_id)
         .where(
-            Evaluation.kind == EvaluationKind.FULL,
+            Evaluation.kind.in_(kinds),
             Evaluation.status != EvaluationStatus.FAILED,
             *where,
         )
@@ -135,7 +139,11 @@ def _windowed(limit: int | None, times: list[datetime]) -> Usage:
 
 
 def held_out_usage(session: Session, user: User, *, now: datetime | None = None) -> Usage:
-    """The user's held-out evaluations of the last 24 h against ``held_out_runs_per_day``."""
+    """The user's held-out evaluations of the last 24 h against ``held_out_runs_per_day``.
+
+    Re-scores count too: each asks the held-out annotations about the stored detections
+    with parameters the user chooses (tolerances, thresholds), so each is one more query.
+    """
     since = (now or _now()) - DAY
     limit = None if policy.is_admin(user) else get_settings().held_out_runs_per_day
     times = _version_times(
@@ -147,6 +155,7 @@ def held_out_usage(session: Session, user: User, *, now: datetime | None = None)
             Evaluation.created_at >= since,
             Dataset.kind == DatasetKind.HELD_OUT,
         ],
+        kinds=(EvaluationKind.FULL, EvaluationKind.RESCORE),
     )
     return _windowed(limit, times)
 
@@ -186,7 +195,7 @@ def _check_held_out(session: Session, user: User) -> None:
     if usage.remaining == 0:
         raise QuotaExceeded(
             f"held-out evaluations: you have used all {usage.limit} of the last 24 hours "
-            f"(each submission and each re-run is one){_when(usage.resets_at)}"
+            f"(each submission, re-run and re-score is one){_when(usage.resets_at)}"
         )
 
 
@@ -233,6 +242,17 @@ def check_evaluation(
     _check_phase(session, user, algorithm_version.phase)
     if held_out:
         _check_held_out(session, user)
+
+
+def check_rescore(session: Session, *, user: User, held_out: bool) -> None:
+    """Raise :class:`QuotaExceeded` unless ``user`` may re-score on held-out data now.
+
+    Takes the user's lock: the caller records the re-score in the same transaction.
+    """
+    if policy.is_admin(user) or not held_out:
+        return
+    lock_user(session, user)
+    _check_held_out(session, user)
 
 
 @dataclass(frozen=True)
