@@ -8,8 +8,6 @@ still shows (and runs) every operation.
 from __future__ import annotations
 
 import gzip
-import threading
-import time
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from typing import Any
@@ -20,6 +18,8 @@ from fastapi.testclient import TestClient
 
 from szbench import db
 from szbench.config import get_settings
+
+from .browsing import serve
 
 DOCS = "/api/v1/docs"
 JAVASCRIPT = {"text/javascript", "application/javascript"}
@@ -145,29 +145,15 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 @pytest.fixture
 def docs_server(pg_url: str, settings_env: pytest.MonkeyPatch) -> Iterator[str]:
     """The app under uvicorn on loopback (the API's reads on the test database)."""
-    import uvicorn
-
     from szbench.app import create_app
 
     settings_env.setenv("SZBENCH_DATABASE_URL", pg_url)
     get_settings.cache_clear()
     db.reset_engine()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        assert thread.is_alive(), "uvicorn stopped"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        with serve(create_app()) as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(15)
         db.reset_engine()
 
 

@@ -10,8 +10,6 @@ scrolling at either width.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,13 +18,11 @@ from typing import Any
 
 import pytest
 
-from szbench import db, queue
-from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import DatasetKind, Disclosure, Role
 from tests.platform import factories as f
-from tests.worker._pipeline_factories import truncate_all
 
+from .browsing import Watched, fits, seeded_site, sign_in
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -70,87 +66,16 @@ def seed() -> dict[str, int]:
 
 @pytest.fixture
 def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    import uvicorn
-
-    from szbench.app import create_app
-
-    for key, value in {
+    env = {
         "SZBENCH_DATABASE_URL": pg_url,
         "SZBENCH_PASSWORD_SCRYPT_N": "1024",
         "SZBENCH_SECRET_KEY": "journeys-test-secret-key",
         "SZBENCH_LEADERBOARD_CACHE_S": "0",
         "SZBENCH_LEADERBOARD_FRESH_S": "0",
         "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
-    }.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    with session_scope() as session:
-        truncate_all(session)
-    ids = seed()
-    queue.set_sender(lambda name, q, kwargs: None)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        assert thread.is_alive(), "uvicorn stopped"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield Site(f"http://127.0.0.1:{port}", ids)
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        queue.set_sender(None)
-        with session_scope() as session:
-            truncate_all(session)
-        db.reset_engine()
-
-
-class Watched:
-    """A browser context at one width whose pages report console errors."""
-
-    def __init__(self, browser: Any, width: int) -> None:
-        self.context = browser.new_context(viewport={"width": width, "height": 900})
-        self.errors: list[str] = []
-        self.allowed: list[str] = []
-
-    def page(self) -> Any:
-        page = self.context.new_page()
-        page.on("console", self._console)
-        page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
-        return page
-
-    def _console(self, msg: Any) -> None:
-        if msg.type == "error" and not any(a in msg.text for a in self.allowed):
-            self.errors.append(f"{msg.text} ({msg.location.get('url', '')})")
-
-    def close(self) -> None:
-        self.context.close()
-        assert self.errors == []
-
-
-def fits(page: Any) -> None:
-    """The main content needs no sideways scrolling (wide tables and charts scroll inside
-    their own boxes)."""
-    overflow = page.evaluate(
-        "() => { const m = document.querySelector('main'); return m.scrollWidth - m.clientWidth; }"
-    )
-    assert overflow <= 1, (page.url, overflow)
-
-
-def sign_in(page: Any, base: str, email: str, password: str = PASSWORD) -> None:
-    page.goto(f"{base}/login")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_load_state()
-    # Present (on a phone it sits in the collapsed navigation).
-    assert page.locator("form[action='/logout']").count() == 1
+    }
+    with seeded_site(settings_env, env, seed) as (url, ids):
+        yield Site(url, ids)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -13,8 +13,6 @@ the page at 390 px and 360 px, and no console error.
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +21,12 @@ from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import pytest
 
-from szbench import db, queue
-from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import DatasetKind, EvaluationStatus, Role, VersionStatus
 from tests.platform import factories as f
-from tests.worker._pipeline_factories import truncate_all
 
 from .axe import assert_no_axe_violations, describe, violations
+from .browsing import seeded_site, sign_in
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -133,46 +129,16 @@ class Site:
 
 @pytest.fixture
 def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    import uvicorn
-
-    from szbench.app import create_app
-
-    for key, value in {
+    env = {
         "SZBENCH_DATABASE_URL": pg_url,
         "SZBENCH_PASSWORD_SCRYPT_N": "1024",
         "SZBENCH_SECRET_KEY": "crawl-test-secret-key",
         "SZBENCH_ALLOW_SIGNUP": "true",
         "SZBENCH_LEADERBOARD_CACHE_S": "0",
         "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
-    }.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    with session_scope() as session:
-        truncate_all(session)
-    seed(tmp_path / "datasets")
-    sent: list[Any] = []
-    queue.set_sender(lambda name, q, kwargs: sent.append((name, q, kwargs)))
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        assert thread.is_alive(), "uvicorn stopped"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield Site(f"http://127.0.0.1:{port}")
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        queue.set_sender(None)
-        with session_scope() as session:
-            truncate_all(session)
-        db.reset_engine()
+    }
+    with seeded_site(settings_env, env, lambda: seed(tmp_path / "datasets")) as (url, _):
+        yield Site(url)
 
 
 def shape(path_and_query: str) -> str:
@@ -248,16 +214,6 @@ def check_page(page: Any, where: str, problems: Problems) -> None:
             name = re.sub(r"[^A-Za-z0-9]+", "-", where).strip("-")[:80]
             page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
     resize(page, DESKTOP)
-
-
-def sign_in(page: Any, base: str, email: str) -> None:
-    page.goto(f"{base}/login")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_load_state()
-    # In the DOM, visible or not: on a phone it is inside the collapsed menu.
-    assert page.locator("form[action='/logout']").count() == 1, page.url
 
 
 def crawl(page: Any, base: str, role: str, starts: list[str], problems: Problems) -> list[str]:

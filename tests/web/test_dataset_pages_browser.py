@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import io
 import tarfile
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +15,13 @@ from typing import Any
 
 import pytest
 
-from szbench import db, queue
-from szbench.config import get_settings
 from szbench.datasets import service as dataset_service
 from szbench.db import session_scope
 from szbench.models import DatasetKind, EvaluationKind, RunOutcome
 from tests.platform import factories as f
-from tests.worker._pipeline_factories import truncate_all
 
+from .browsing import Watched, fits, seeded_site, sign_in
 from .conftest import PASSWORD
-from .test_browser_journeys import Watched, fits, sign_in
 from .test_dataset_pages import _prepared
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -81,43 +76,14 @@ def _seed(tmp_path: Path) -> dict[str, int]:
 
 @pytest.fixture
 def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    import uvicorn
-
-    from szbench.app import create_app
-
-    for key, value in {
+    env = {
         "SZBENCH_DATABASE_URL": pg_url,
         "SZBENCH_PASSWORD_SCRYPT_N": "1024",
         "SZBENCH_SECRET_KEY": "dataset-pages-test-secret-key",
         "SZBENCH_RUNNER_TIMEOUT_S": "777",
-    }.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    with session_scope() as session:
-        truncate_all(session)
-    ids = _seed(tmp_path)
-    queue.set_sender(lambda name, q, kwargs: None)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        assert thread.is_alive(), "uvicorn stopped"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield Site(f"http://127.0.0.1:{port}", ids)
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        queue.set_sender(None)
-        with session_scope() as session:
-            truncate_all(session)
-        db.reset_engine()
+    }
+    with seeded_site(settings_env, env, lambda: _seed(tmp_path)) as (url, ids):
+        yield Site(url, ids)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

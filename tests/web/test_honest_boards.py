@@ -10,8 +10,6 @@ axe-core and not need sideways scrolling at either width.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,14 +18,12 @@ from typing import Any
 
 import pytest
 
-from szbench import db, queue
-from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome
 from tests.platform import factories as f
-from tests.worker._pipeline_factories import truncate_all
 
 from .axe import assert_no_axe_violations
+from .browsing import seeded_site, sign_in
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -83,45 +79,16 @@ def seed() -> dict[str, int]:
 
 @pytest.fixture
 def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    import uvicorn
-
-    from szbench.app import create_app
-
-    for key, value in {
+    env = {
         "SZBENCH_DATABASE_URL": pg_url,
         "SZBENCH_PASSWORD_SCRYPT_N": "1024",
         "SZBENCH_SECRET_KEY": "honest-boards-test-secret-key",
         "SZBENCH_LEADERBOARD_CACHE_S": "0",
         "SZBENCH_LEADERBOARD_FRESH_S": "0",
         "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
-    }.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    with session_scope() as session:
-        truncate_all(session)
-    ids = seed()
-    queue.set_sender(lambda name, q, kwargs: None)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        assert thread.is_alive(), "uvicorn stopped"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield Site(f"http://127.0.0.1:{port}", ids)
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        queue.set_sender(None)
-        with session_scope() as session:
-            truncate_all(session)
-        db.reset_engine()
+    }
+    with seeded_site(settings_env, env, seed) as (url, ids):
+        yield Site(url, ids)
 
 
 class Tab:
@@ -153,12 +120,7 @@ class Tab:
         assert_no_axe_violations(self.page, self.page.url)
 
     def sign_in(self, base: str, email: str) -> None:
-        self.page.goto(f"{base}/login")
-        self.page.get_by_label("Email").fill(email)
-        self.page.get_by_label("Password").fill(PASSWORD)
-        self.page.get_by_role("button", name="Sign in").click()
-        self.page.wait_for_load_state()
-        assert self.page.locator("form[action='/logout']").count() == 1
+        sign_in(self.page, base, email)
 
     def close(self) -> None:
         self.context.close()
