@@ -512,15 +512,7 @@ def set_phase_disclosure(
 ) -> Response:
     """Override the datasets' disclosure for a phase's results (empty: remove the override)."""
     phase = phases.get_phase(session, slug)
-    if disclosure:
-        try:
-            level: Disclosure | None = Disclosure(disclosure)
-        except ValueError:
-            raise BadRequest(
-                f"disclosure: unknown level {disclosure!r} (aggregate, subject or recording)"
-            ) from None
-    else:
-        level = None
+    level = _level(disclosure)  # the form caps it at 30 characters, as _level's message does
     phases.update_phase(session, phase, disclosure=level)
     shown = level.value if level else "each dataset's own level"
     return redirect("/admin/publishing", f"Phase {slug} now discloses {shown}.")
