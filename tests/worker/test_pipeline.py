@@ -91,8 +91,9 @@ def script(recording: Path) -> FakeRun:
     return FakeRun(tsv=events_tsv(600))
 
 
-@pytest.fixture
-def env(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Env]:
+@pytest.fixture(name="env")
+def pipeline_env(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Env]:
+    """Real PostgreSQL, the fake runner, sends captured (test_reconcile uses it too)."""
     settings_env.setenv("SZBENCH_DATABASE_URL", pg_url)
     get_settings.cache_clear()
     db.reset_engine()

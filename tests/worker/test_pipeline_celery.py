@@ -86,13 +86,22 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(
-        self, name: str, *, timeout_s: float = 60, entry: str = "celery"
+        self,
+        name: str,
+        *,
+        timeout_s: float = 60,
+        entry: str = "celery",
+        pool: str = "solo",
+        queues: str = "cpu",
+        beat: bool = False,
     ) -> subprocess.Popen[bytes]:
         """Start ``python -m <entry> worker`` (``entry``: celery's, or a test's wrapper)."""
         log = self.log_dir / f"{name}.log"
         cmd = [sys.executable, "-m", entry, "-A", "szbench_worker.celery_app", "worker"]
-        cmd += ["--pool", "solo", "--concurrency", "1", "-Q", "cpu", "-n", f"{name}@%h"]
+        cmd += ["--pool", pool, "--concurrency", "1", "-Q", queues, "-n", f"{name}@%h"]
         cmd += ["--without-mingle", "--without-gossip", "--loglevel", "INFO"]
+        if beat:
+            cmd += ["--beat"]
         proc = subprocess.Popen(
             cmd,
             cwd=REPO,
@@ -108,7 +117,7 @@ class Workers:
             if proc.poll() is not None:
                 break
             time.sleep(0.2)
-        raise AssertionError(f"worker {name} did not start:\n{log.read_text()[-3000:]}")
+        raise AssertionError(f"worker {name} did not start:\n{self.logs()}")
 
     def logs(self) -> str:
         return "\n".join(

@@ -7,47 +7,27 @@ for real (workers killed, Redis restarted empty) is in ``test_reconcile_celery``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from szbench import db, queue
+from szbench import queue
 from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import Evaluation, EvaluationStatus, RecordingRun, RunOutcome
 from szbench_worker import pipeline, reconcile
 
-from ._pipeline_factories import make_prepared_dataset, truncate_all
-from .fakes import FakeRunner
-from .test_pipeline import DIGEST, RECS, Env, deliver, new_evaluation, script
+from .test_pipeline import (  # noqa: F401 (pipeline_env: the fixture env)
+    DIGEST,
+    RECS,
+    Env,
+    deliver,
+    new_evaluation,
+    pipeline_env,
+)
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture(name="env")
-def pipeline_env(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Env]:
-    """test_pipeline's world: real PostgreSQL, the fake runner, sends captured."""
-    settings_env.setenv("SZBENCH_DATABASE_URL", pg_url)
-    get_settings.cache_clear()
-    db.reset_engine()
-    sent: list[tuple[str, str, dict[str, Any]]] = []
-    queue.set_sender(lambda name, q, kwargs: sent.append((name, q, kwargs)))
-    runner = FakeRunner(script=script, image_digest=DIGEST)
-    pipeline.set_dependencies(
-        pipeline.Dependencies(runner=runner, resolve_image=lambda v: v.image_digest)
-    )
-    prepared = make_prepared_dataset(tmp_path / "prepared", RECS)
-    try:
-        yield Env(sent=sent, runner=runner, prepared=prepared)
-    finally:
-        queue.set_sender(None)
-        pipeline.set_dependencies(None)
-        with session_scope() as session:
-            truncate_all(session)
 
 
 def beat(

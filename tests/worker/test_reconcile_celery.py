@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,7 +31,7 @@ from szbench.evaluations import service as evaluations
 from szbench.models import DatasetResult, Evaluation, EvaluationStatus, RecordingRun, RunOutcome
 
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world, truncate_all
-from .test_pipeline_celery import LIMITS, SLOW_GOOD, add_version, our_containers
+from .test_pipeline_celery import LIMITS, SLOW_GOOD, Workers, add_version, our_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
@@ -72,58 +71,6 @@ class OwnRedis:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-
-
-class Workers:
-    """Real ``celery worker`` processes for one test, with the options each fault needs."""
-
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
-        self.env = env
-        self.log_dir = log_dir
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(
-        self, name: str, *, pool: str = "solo", queues: str = "cpu", beat: bool = False
-    ) -> subprocess.Popen[bytes]:
-        log = self.log_dir / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", "szbench_worker.celery_app", "worker"]
-        cmd += ["--pool", pool, "--concurrency", "1", "-Q", queues, "-n", f"{name}@%h"]
-        cmd += ["--without-mingle", "--without-gossip", "--loglevel", "INFO"]
-        if beat:
-            cmd += ["--beat"]
-        proc = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            env=self.env,
-            stdout=open(log, "wb"),  # noqa: SIM115 (closed with the process)
-            stderr=subprocess.STDOUT,
-        )
-        self.procs.append(proc)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if "ready." in log.read_text(errors="replace"):
-                return proc
-            if proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise AssertionError(f"worker {name} did not start:\n{self.logs()}")
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
-            for p in self.log_dir.glob("*.log")
-        )
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, w: Workers) -> None:
