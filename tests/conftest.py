@@ -20,6 +20,18 @@ PG_ADMIN_URL = os.environ.get(
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what needs the Docker engine or a browser by the fixtures a test uses, so the
+    fast stage (``-m "not docker and not browser"``, scripts/test.sh --fast) cannot pick up
+    an engine or browser test that forgot its marker."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "docker_client" in names:
+            item.add_marker(pytest.mark.docker)
+        if "browser" in names:
+            item.add_marker(pytest.mark.browser)
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session, migrated to head."""
