@@ -59,15 +59,36 @@ def reset_engine() -> None:
     get_sessionmaker.cache_clear()
 
 
-@contextmanager
-def session_scope() -> Iterator[Session]:
-    """A unit of work outside a request: commit on success, roll back on error."""
-    session = get_sessionmaker()()
+def end_unit_of_work(session: Session, *, failed: bool = False) -> None:
+    """End a unit of work: commit it (roll it back when it failed, or when the commit
+    fails), then close the session, which returns its connection to the pool.
+
+    The one ending of every unit of work: :func:`session_scope` and the request's session
+    dependencies (``szbench.api.deps``, which run it in a worker thread).
+    """
     try:
-        yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
+        if failed:
+            session.rollback()
+            return
+        try:
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
     finally:
         session.close()
+
+
+@contextmanager
+def session_scope(maker: sessionmaker[Session] | None = None) -> Iterator[Session]:
+    """A unit of work outside a request: commit on success, roll back on error.
+
+    ``maker``: where the session comes from (default: :func:`get_sessionmaker`).
+    """
+    session = (maker or get_sessionmaker())()
+    try:
+        yield session
+    except BaseException:
+        end_unit_of_work(session, failed=True)
+        raise
+    end_unit_of_work(session)

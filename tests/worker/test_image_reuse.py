@@ -23,14 +23,15 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
+from szbench.algorithms.image_check import check_image_archive, tarball_image_id
 from szbench_worker.docker_runner import (
     TarballIdCache,
     build_image,
     load_image_tarball,
-    tarball_image_id,
 )
 from szbench_worker.docker_runner import images as images_module
 from szbench_worker.runner import ImageError
+from tests.platform.images import docker_save
 from tests.worker.conftest import BASE_IMAGE
 
 images_module_tarball_image_id = images_module.tarball_image_id
@@ -163,6 +164,23 @@ def test_archives_without_one_verifiable_image_are_loaded(
     client = CountingClient(present=set(), loads_as="sha256:" + "1" * 64)
     load_image_tarball(archive, client)  # type: ignore[arg-type]
     assert client.images.loads == 1
+
+
+@pytest.mark.parametrize(
+    ("layout", "with_manifest_json"),
+    [("legacy", True), ("oci", True), ("oci", False)],
+    ids=["legacy", "oci", "bare oci index"],
+)
+@pytest.mark.parametrize("gzip", [False, True])
+def test_the_id_is_read_as_the_upload_check_reads_it(
+    tmp_path: Path, layout: str, with_manifest_json: bool, gzip: bool
+) -> None:
+    """One reader of ``docker save`` archives: every layout the upload check accepts gives
+    the worker the same image id, so an uploaded image already on the engine is reused
+    (a bare OCI layout, read through index.json, included)."""
+    path = tmp_path / ("img.tar.gz" if gzip else "img.tar")
+    image_id = docker_save(path, layout=layout, gzip=gzip, with_manifest_json=with_manifest_json)
+    assert tarball_image_id(path) == check_image_archive(path).digest == image_id
 
 
 def test_not_a_tar_archive_has_no_id(tmp_path: Path) -> None:

@@ -33,6 +33,8 @@ from szbench.models import (
 )
 from szbench_scoring import Annotations, ScoringParams, aggregate, score_recording
 from szbench_worker import pipeline
+from szbench_worker.pipeline.claim import Claim, claim_run
+from szbench_worker.pipeline.store import store_result
 from szbench_worker.runner import RunnerError
 
 from ._pipeline_factories import Rec, events_tsv, make_prepared_dataset, seed_world, truncate_all
@@ -271,16 +273,16 @@ def test_two_attempts_in_flight_store_one_result(env: Env) -> None:
     pipeline.start_evaluation(**kwargs)
     run_id = next(kw["run_id"] for n, _, kw in env.sent if n == queue.TASK_RUN_RECORDING)
     settings = get_settings()
-    first = pipeline._claim_run(run_id, settings)
-    second = pipeline._claim_run(run_id, settings)
-    assert isinstance(first, pipeline._Claim)
-    assert isinstance(second, pipeline._Claim)
+    first = claim_run(run_id, settings)
+    second = claim_run(run_id, settings)
+    assert isinstance(first, Claim)
+    assert isinstance(second, Claim)
     out = pipeline.work_dir() / "t"
     make = lambda: env.runner.run(  # noqa: E731
         image=DIGEST, recording=first.recording_path, output_dir=out, limits=first.limits
     )
-    assert pipeline._store_result(run_id, make()).stored
-    again = pipeline._store_result(run_id, make())
+    assert store_result(run_id, make()).stored
+    again = store_result(run_id, make())
     assert not again.stored
     assert "already finished" in again.skipped
     with session_scope() as session:

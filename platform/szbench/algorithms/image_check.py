@@ -216,10 +216,13 @@ def _scan_layer(fh: IO[bytes], name: str, budget: _Budget) -> bool:
 
 
 def _scan(
-    tar: tarfile.TarFile, budget: _Budget
+    tar: tarfile.TarFile, budget: _Budget | None
 ) -> tuple[dict[str, tarfile.TarInfo], dict[str, bytes], set[str]]:
     """Check and count every member in one pass (also for gzip); keep the small JSON
-    files' bytes, and return the names of the files that are tar archives (the layers)."""
+    files' bytes, and return the names of the files that are tar archives (the layers).
+
+    Without a ``budget`` nothing is counted and no layer is opened (an empty set of tars):
+    enough to read the image's id, a seek past each layer of a plain tar."""
     members: dict[str, tarfile.TarInfo] = {}
     kept: dict[str, bytes] = {}
     tars: set[str] = set()
@@ -228,7 +231,8 @@ def _scan(
         # tarfile lists every member it has read; the names kept here are enough.
         tar.members.clear()  # type: ignore[attr-defined]
         _check_member(member)
-        budget.outer(member)
+        if budget is not None:
+            budget.outer(member)
         name = _clean(member.name)
         members[name] = member
         # A later member of the same name replaces the earlier one (as it would on load).
@@ -245,11 +249,42 @@ def _scan(
                 data = head + fh.read()
                 kept[name] = data
                 kept_bytes += len(data)
-        else:
+        elif budget is not None:
             fh.seek(0)
             if _scan_layer(fh, name, budget):
                 tars.add(name)
     return members, kept, tars
+
+
+def _read(
+    path: Path, budget: _Budget | None
+) -> tuple[bool, dict[str, tarfile.TarInfo], dict[str, bytes], set[str]]:
+    """The one pass over the archive every reader makes (:func:`_scan`); whether it is
+    gzip-compressed first."""
+    gzip = _is_gzip(path)
+    try:
+        with tarfile.open(path, mode="r:gz" if gzip else "r:", tarinfo=_Header) as tar:
+            members, kept, tars = _scan(tar, budget)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        kind = "tar.gz" if gzip else "tar"
+        raise InvalidSubmission(f"the upload is not a readable {kind} archive ({exc})") from None
+    if not members:
+        raise InvalidSubmission("the archive is empty")
+    return gzip, members, kept, tars
+
+
+def _image_entry(
+    members: dict[str, tarfile.TarInfo], kept: dict[str, bytes]
+) -> tuple[str, str, list[str], list[str]]:
+    """``(layout, config path, layer paths, tags)`` of the archive's one image."""
+    if "manifest.json" in members:
+        layout = "oci" if "oci-layout" in members else "docker-save"
+        return (layout, *_from_docker_manifest(members, kept))
+    if "index.json" in members and "oci-layout" in members:
+        return ("oci", *_from_oci_index(members, kept))
+    raise InvalidSubmission(
+        "no manifest.json or index.json: not an image archive written by `docker save`"
+    )
 
 
 def _resolve(name: str, members: dict[str, tarfile.TarInfo]) -> str:
@@ -467,27 +502,9 @@ def check_image_archive(
     """Check the ``docker save`` archive at ``path``; its :class:`ImageInfo`, else
     :class:`~szbench.errors.InvalidSubmission` naming the problem, or
     :class:`~szbench.errors.PayloadTooLarge` naming the limit (default: the settings')."""
-    gzip = _is_gzip(path)
     budget = _Budget(limits or ArchiveLimits.from_settings())
-    try:
-        with tarfile.open(path, mode="r:gz" if gzip else "r:", tarinfo=_Header) as tar:
-            members, kept, tars = _scan(tar, budget)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        kind = "tar.gz" if gzip else "tar"
-        raise InvalidSubmission(f"the upload is not a readable {kind} archive ({exc})") from None
-    if not members:
-        raise InvalidSubmission("the archive is empty")
-
-    if "manifest.json" in members:
-        layout = "oci" if "oci-layout" in members else "docker-save"
-        config_name, layers, tags = _from_docker_manifest(members, kept)
-    elif "index.json" in members and "oci-layout" in members:
-        layout = "oci"
-        config_name, layers, tags = _from_oci_index(members, kept)
-    else:
-        raise InvalidSubmission(
-            "no manifest.json or index.json: not an image archive written by `docker save`"
-        )
+    gzip, members, kept, tars = _read(path, budget)
+    layout, config_name, layers, tags = _image_entry(members, kept)
     if not layers:
         raise InvalidSubmission("manifest.json: the image has no layers")
     for layer in layers:
@@ -531,6 +548,29 @@ def check_image_archive(
         layer_members=budget.layer_members,
         image_bytes=budget.image_bytes,
     )
+
+
+def tarball_image_id(path: Path) -> str | None:
+    """The image id in the ``docker save`` archive at ``path``, read without loading it
+    (the worker's question: is this image on the engine already?).
+
+    The same pass as :func:`check_image_archive`, without its limits, its layer count or
+    its user check: the config blob that the manifest names is hashed, and its sha256 must
+    be its name, or an archive could name an image it does not hold and have the engine's
+    copy run instead. ``None`` when the archive does not show exactly one image with a
+    matching config; loading it says why. A ``.tar`` costs a read of its headers; a
+    ``.tar.gz`` one pass of inflating it (layers are skipped, never kept).
+    """
+    try:
+        _, members, kept, _ = _read(path, None)
+        _, config_name, _, _ = _image_entry(members, kept)
+        _, raw = _json(_clean(config_name), members, kept)
+    except InvalidSubmission:
+        return None
+    digest_hex = hashlib.sha256(raw).hexdigest()
+    if posixpath.basename(config_name).removesuffix(".json") != digest_hex:
+        return None
+    return f"sha256:{digest_hex}"
 
 
 def _check_user(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
@@ -10,13 +11,20 @@ from anyio.lowlevel import RunVar
 from fastapi import Depends
 from sqlalchemy.orm import Session
 
-from szbench.db import get_engine, get_sessionmaker
+from szbench.db import end_unit_of_work, get_engine, get_sessionmaker, session_scope
 
 # One slot per pooled database connection, per event loop, held by a request from before
-# its first query until its transaction has ended. FastAPI ends a session dependency in a
-# worker thread of its own after the route returned; without the slots, requests waiting
-# for a connection take every worker thread while the ones holding connections wait for a
-# thread to commit: the pool runs dry (tests/platform/test_ops.py, one-connection pool).
+# its session exists until its transaction has ended.
+#
+# Why they stay (reconsidered once the read path became plain sync routes, issue 25): FastAPI
+# runs sync routes and the end of a session in worker threads (40 by default). With more
+# requests than connections, requests waiting for a connection block every worker thread
+# while the requests holding the connections wait for a thread to commit and give theirs
+# back: nothing moves until the pool's timeout answers 503. Measured with the plain session
+# (session_scope as the dependency, no slots): tests/platform/test_ops.py::
+# test_requests_queue_for_a_one_connection_pool_without_deadlock fails, its requests
+# answered "QueuePool limit of size 1 overflow 0 reached, connection timed out". A request
+# waiting for a slot holds no thread (it awaits), so a thread always finds a connection.
 _slots: RunVar[anyio.Semaphore] = RunVar("szbench_session_slots")
 
 
@@ -34,21 +42,22 @@ def _session_slots() -> anyio.Semaphore:
 async def get_session() -> AsyncIterator[Session]:
     """The request's unit of work: commit when the route returns, roll back when it raises.
 
-    The blocking calls (commit, rollback, close) run in worker threads; waiting for a slot
-    holds none.
+    It ends (:func:`~szbench.db.end_unit_of_work`) in a worker thread, shielded so that a
+    cancelled request still returns its connection; waiting for a slot holds no thread.
     """
     async with _session_slots():
         session = get_sessionmaker()()
+        failed = False
         try:
             yield session
-            await anyio.to_thread.run_sync(session.commit)
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(session.rollback)
+            failed = True
             raise
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(session.close)
+                await anyio.to_thread.run_sync(
+                    functools.partial(end_unit_of_work, session, failed=failed)
+                )
 
 
 def get_side_session() -> Iterator[Session]:
@@ -56,15 +65,9 @@ def get_side_session() -> Iterator[Session]:
     checks): its user commits as soon as it is done with the database, so the connection
     goes back to the pool while the route goes on.
     """
-    session = get_sessionmaker()()
-    try:
+    # The same sessionmaker as the request's sessions (one engine, one pool).
+    with session_scope(get_sessionmaker()) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 # scope="function": the commit happens before the response is sent, so a client that got

@@ -28,7 +28,6 @@ from szbench_worker.docker_runner.images import (
     inspect_image,
     load_image_tarball,
     pull_image,
-    tarball_image_id,
 )
 from szbench_worker.docker_runner.output import OutputUsage, output_usage
 from szbench_worker.docker_runner.ownership import (
@@ -74,5 +73,4 @@ __all__ = [
     "pull_image",
     "purge_output",
     "scratch_paths",
-    "tarball_image_id",
 ]

@@ -1,15 +1,16 @@
 """Images on the engine: loading a ``docker save`` tarball, pulling by digest, inspecting,
-building (tests and examples)."""
+building (tests and examples).
+
+The archive itself is read by the platform's one reader of ``docker save`` archives
+(:mod:`szbench.algorithms.image_check`, standard library only): its checks and limits at
+upload and before loading, and the image id that spares loading an image twice."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import posixpath
 import re
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 
-from szbench.algorithms.image_check import ArchiveLimits, check_image_archive
+from szbench.algorithms.image_check import ArchiveLimits, check_image_archive, tarball_image_id
 from szbench.errors import SzbenchError
 from szbench_worker.docker_runner.client import connect
 from szbench_worker.runner import (
@@ -52,61 +53,6 @@ def _info(image: Any) -> ImageInfo:
         tags=tuple(image.tags),
         repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
     )
-
-
-#: The JSON members of a ``docker save`` archive (manifest, config) are small; anything
-#: larger is a layer, skipped unread when looking for the image id.
-_MAX_ARCHIVE_JSON_BYTES = 8 * 1024**2
-
-
-def _member_name(name: str) -> str:
-    return posixpath.normpath(name).lstrip("/").removeprefix("./")
-
-
-def tarball_image_id(path: Path) -> str | None:
-    """The image id in the ``docker save`` archive at ``path``, read without loading it.
-
-    manifest.json names the image's config blob by its sha256 (``<hex>.json`` before
-    Docker 25, ``blobs/sha256/<hex>`` since), and that sha256 is the image id. The name is
-    not taken on trust: the blob's bytes are hashed and must match it, or an archive could
-    name an image it does not hold and have the engine's copy run instead. ``None`` when the
-    archive does not show exactly one image with a matching config; loading it says why.
-    A ``.tar`` costs a read of its headers; a ``.tar.gz`` one pass of inflating it
-    (layers are skipped, never kept).
-    """
-    hashes: dict[str, str] = {}
-    manifest: bytes | None = None
-    try:
-        # A plain tar's layers are seeked over; a gzip one's must be inflated to get past.
-        with tarfile.open(path, "r:*") as tar:
-            while (member := tar.next()) is not None:
-                tar.members.clear()  # type: ignore[attr-defined]  # keep no index of layers
-                if not member.isfile() or member.size > _MAX_ARCHIVE_JSON_BYTES:
-                    continue
-                fh = tar.extractfile(member)
-                if fh is None:
-                    continue
-                data = fh.read()
-                name = _member_name(member.name)
-                hashes[name] = hashlib.sha256(data).hexdigest()
-                if name == "manifest.json":
-                    manifest = data
-    except (tarfile.TarError, OSError, EOFError):
-        return None
-    try:
-        entries = json.loads(manifest) if manifest is not None else None
-    except ValueError:
-        return None
-    if not (isinstance(entries, list) and len(entries) == 1 and isinstance(entries[0], dict)):
-        return None
-    config = entries[0].get("Config")
-    if not isinstance(config, str):
-        return None
-    name = _member_name(config)
-    claimed = posixpath.basename(name).removesuffix(".json")
-    if hashes.get(name) != claimed:
-        return None
-    return f"sha256:{claimed}"
 
 
 _IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")

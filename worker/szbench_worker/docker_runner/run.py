@@ -42,6 +42,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -226,16 +227,18 @@ class DockerRunner:
             raise
         try:
             return self._run_staged(
-                image_obj,
-                recording,
-                output_dir,
-                limits,
-                gpus,
-                recording_duration_s,
-                output_name,
-                run_dir,
-                scratch,
-                cpuset=claim.cores if claim is not None else (),
+                _Run(
+                    image=image_obj,
+                    recording=recording,
+                    output_dir=output_dir,
+                    limits=limits,
+                    gpus=gpus,
+                    recording_duration_s=recording_duration_s,
+                    output_name=output_name,
+                    run_dir=run_dir,
+                    scratch=scratch,
+                    cpuset=claim.cores if claim is not None else (),
+                )
             )
         finally:
             # After the container is gone (_run_staged removes it on every path).
@@ -264,66 +267,88 @@ class DockerRunner:
             # Left for the next sweep (cleanup_orphans), which purges again.
             log.warning("could not remove all of the staging directory %s", run_dir)
 
-    def _run_staged(
-        self,
-        image_obj: Any,
-        recording: Path,
-        output_dir: Path,
-        limits: Limits,
-        gpus: tuple[str, ...],
-        recording_duration_s: float,
-        output_name: str,
-        run_dir: Path,
-        scratch: tuple[str, ...],
-        *,
-        cpuset: tuple[int, ...] = (),
-    ) -> RunResult:
-        image_config = image_obj.attrs.get("Config") or {}
-        image_user = image_config.get("User") or ""
-        ids = numeric_uid(limits.user if limits.user is not None else image_user)
-        data, out = self._stage(run_dir, recording, limits, ids)
-        name = container_name(run_dir)
-        config = container_config(
-            image_id=image_obj.id,
+    def _run_staged(self, run: _Run) -> RunResult:
+        """The run in its staging directory, step by step: stage, configure, execute (the
+        container removed on every path), judge, record."""
+        ids = numeric_uid(run.limits.user if run.limits.user is not None else run.image_user)
+        data, out = self._stage(run.run_dir, run.recording, run.limits, ids)
+        config = self._configure(run, data, out, ids)
+        watchdog = Watchdog(
+            out if not self.output_tmpfs else None, run.limits, self.poll_interval_s
+        )
+        ended = self._execute(run, config, watchdog, out)
+        if isinstance(ended, RunResult):
+            return ended  # the engine refused the image: no process of it ran
+        result = self._judge(run, ended, out)
+        result.admin_log = self._admin_log(run, ended, result)
+        log.info(
+            "run %s on %s: %s (exit %s, %.2f s)",
+            run.image.id[:19],
+            run.recording.name,
+            result.outcome,
+            ended.exit_code,
+            ended.duration_s,
+        )
+        return result
+
+    def _configure(
+        self, run: _Run, data: Path, out: Path, ids: tuple[int, int | None] | None
+    ) -> dict[str, Any]:
+        """The container's configuration (:func:`container_config`) for this run."""
+        return container_config(
+            image_id=run.image.id,
             data_dir=data,
             output_dir=out,
-            input_name=recording.name,
-            output_name=output_name,
-            limits=limits,
-            gpus=gpus,
+            input_name=run.recording.name,
+            output_name=run.output_name,
+            limits=run.limits,
+            gpus=run.gpus,
             labels=self._labels(),
             # Known before the container exists: an exception raised between the engine
             # creating it and ``create`` returning (a cold shutdown's) still finds it below.
-            name=name,
-            scratch=scratch,
+            name=container_name(run.run_dir),
+            scratch=run.scratch,
             scratch_owner=None if ids is None else (ids[0], ids[0] if ids[1] is None else ids[1]),
-            image_env=image_config.get("Env") or (),
-            cpuset=cpuset,
+            image_env=run.image_config.get("Env") or (),
+            cpuset=run.cpuset,
         )
-        watchdog = Watchdog(out if not self.output_tmpfs else None, limits, self.poll_interval_s)
+
+    def _execute(
+        self, run: _Run, config: dict[str, Any], watchdog: Watchdog, out: Path
+    ) -> _Ended | RunResult:
+        """Create, start, wait for (killed at the time limit) and remove the container.
+
+        A :class:`RunResult` when the engine refused the image (:func:`_start_failure`);
+        :class:`RunnerError` for the engine's own faults.
+        """
+        name = container_name(run.run_dir)
         try:
             try:
                 try:
                     container = self.client.containers.create(**config)
                 except APIError as exc:
-                    raise _start_failure("creating", exc, scratch, limits) from exc
+                    raise _start_failure("creating", exc, run.scratch, run.limits) from exc
                 watchdog.container = container
                 started = time.monotonic()
                 try:
                     container.start()
                 except APIError as exc:
-                    raise _start_failure("starting", exc, scratch, limits) from exc
+                    raise _start_failure("starting", exc, run.scratch, run.limits) from exc
             except _CannotStart as exc:
                 return self._refused(
-                    image_obj, recording, gpus, CANNOT_START_MESSAGES[exc.cause], detail=exc.detail
+                    run.image,
+                    run.recording,
+                    run.gpus,
+                    CANNOT_START_MESSAGES[exc.cause],
+                    detail=exc.detail,
                 )
             watchdog.start()
-            exit_code, timed_out = self._wait(container, limits, started)
+            exit_code, timed_out = self._wait(container, run.limits, started)
             duration_s = time.monotonic() - started
             watchdog.stop()
             container.reload()
             state = container.attrs.get("State") or {}
-            logs = self._logs(container, limits)
+            logs = self._logs(container, run.limits)
         except (APIError, requests.RequestException) as exc:
             raise RunnerError(f"Docker engine error during the run: {exc}") from exc
         finally:
@@ -331,61 +356,67 @@ class DockerRunner:
             # what follows it; remove_leftovers() sweeps up after one that lands here.
             self._remove_container(name)
             watchdog.stop()
-
-        end = RunEnd(
+        return _Ended(
             exit_code=exit_code,
             timed_out=timed_out,
-            oom_killed=bool(state.get("OOMKilled")),
-            output_over_limit=watchdog.output_exceeded or not output_ok(out, limits),
+            duration_s=duration_s,
+            oom_killed=state.get("OOMKilled"),
+            logs=logs,
+            peak_memory_bytes=watchdog.peak_memory_bytes,
+            output_over_limit=watchdog.output_exceeded or not output_ok(out, run.limits),
+        )
+
+    def _judge(self, run: _Run, ended: _Ended, out: Path) -> RunResult:
+        """The outcome: how the process ended (:func:`classify`), else its checked output."""
+        end = RunEnd(
+            exit_code=ended.exit_code,
+            timed_out=ended.timed_out,
+            oom_killed=bool(ended.oom_killed),
+            output_over_limit=ended.output_over_limit,
         )
         result = RunResult(
             outcome=RunOutcome.OK,
-            exit_code=exit_code,
-            duration_s=duration_s,
-            peak_memory_bytes=watchdog.peak_memory_bytes,
+            exit_code=ended.exit_code,
+            duration_s=ended.duration_s,
+            peak_memory_bytes=ended.peak_memory_bytes,
             submitter_message="",
             admin_log="",
             output_tsv=None,
             annotations=None,
-            image_digest=image_obj.id,
+            image_digest=run.image.id,
             worker_host=self.host,
-            gpu=describe_gpus(gpus),
+            gpu=describe_gpus(run.gpus),
         )
-        verdict = classify(end, limits)
+        verdict = classify(end, run.limits)
         if verdict is not None:
             result.outcome, result.submitter_message = verdict
         else:
             self._collect_output(
                 result,
-                out / output_name,
-                output_dir,
-                recording_duration_s=recording_duration_s,
-                hide=(run_dir, self.work_dir, output_dir, recording.parent),
+                out / run.output_name,
+                run.output_dir,
+                recording_duration_s=run.recording_duration_s,
+                hide=(run.run_dir, self.work_dir, run.output_dir, run.recording.parent),
             )
-        result.admin_log = bounded(
+        return result
+
+    def _admin_log(self, run: _Run, ended: _Ended, result: RunResult) -> str:
+        """Everything about the run for admins, bounded: the facts, then the log's tail."""
+        return bounded(
             "\n".join(
                 [
-                    f"outcome: {result.outcome.value}  exit code: {exit_code}  "
-                    f"duration: {duration_s:.2f} s  oom_killed: {state.get('OOMKilled')}  "
-                    f"peak memory: {watchdog.peak_memory_bytes}",
-                    f"image: {image_obj.id}  recording: {recording}",
-                    f"host: {self.host}  gpus: {gpus}",
+                    f"outcome: {result.outcome.value}  exit code: {ended.exit_code}  "
+                    f"duration: {ended.duration_s:.2f} s  oom_killed: {ended.oom_killed}  "
+                    f"peak memory: {ended.peak_memory_bytes}",
+                    f"image: {run.image.id}  recording: {run.recording}",
+                    f"host: {self.host}  gpus: {run.gpus}",
                     f"message: {result.submitter_message}",
                     "--- container log (tail) ---",
-                    logs,
+                    ended.logs,
                 ]
             ),
-            limits.log_bytes + 4096,
+            run.limits.log_bytes + 4096,
         )
-        log.info(
-            "run %s on %s: %s (exit %s, %.2f s)",
-            image_obj.id[:19],
-            recording.name,
-            result.outcome,
-            exit_code,
-            duration_s,
-        )
-        return result
 
     def _labels(self) -> dict[str, str]:
         return {LABEL_RUNNER: "1", LABEL_HOST: self.host, LABEL_OWNER: self.owner}
@@ -529,6 +560,48 @@ class DockerRunner:
         # The json-file driver already caps the file; cap again in case the engine does not.
         raw = raw[-limits.log_bytes :]
         return raw.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One run's facts, fixed before its container exists."""
+
+    image: Any  # the engine's image object
+    recording: Path
+    #: Where the validated TSV is copied for the caller.
+    output_dir: Path
+    limits: Limits
+    gpus: tuple[str, ...]
+    recording_duration_s: float
+    #: ``$OUTPUT``: the TSV's name inside ``/output``.
+    output_name: str
+    #: The staging directory (``data/``, ``output/``); the container is named after it.
+    run_dir: Path
+    #: Paths the image declares as ``VOLUME`` that get a bounded tmpfs.
+    scratch: tuple[str, ...]
+    cpuset: tuple[int, ...]
+
+    @property
+    def image_config(self) -> dict[str, Any]:
+        return self.image.attrs.get("Config") or {}
+
+    @property
+    def image_user(self) -> str:
+        return self.image_config.get("User") or ""
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How the container ended, read before it was removed (and ``/output`` after)."""
+
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    #: The engine's ``State.OOMKilled`` as it said it (``None`` when it did not say).
+    oom_killed: bool | None
+    logs: str
+    peak_memory_bytes: int | None
+    output_over_limit: bool
 
 
 class _CannotStart(Exception):

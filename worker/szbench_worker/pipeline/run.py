@@ -1,0 +1,80 @@
+"""One recording: claim the run, get the image, run the container (no lock held), store."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from szbench.config import Settings, get_settings
+from szbench_worker import gpu as gpu_assignment
+from szbench_worker.pipeline.claim import claim_run
+from szbench_worker.pipeline.deps import get_dependencies
+from szbench_worker.pipeline.faults import InfrastructureError
+from szbench_worker.pipeline.store import (
+    NOT_ALLOWED_MESSAGE,
+    RunStep,
+    refused_image_result,
+    store_infrastructure_failure,
+    store_refused,
+    store_result,
+)
+from szbench_worker.runner import ImageError, ImageRefused
+
+
+def work_dir(settings: Settings | None = None) -> Path:
+    """Where per-run outputs are written before they are stored (then removed)."""
+    settings = settings or get_settings()
+    return Path(settings.pipeline_work_dir or settings.data_dir / "work")
+
+
+def run_recording(run_id: int) -> RunStep:
+    """Run the algorithm on one recording, validate, score and store; bump progress.
+
+    Infrastructure faults raise (:class:`RunnerError`, database errors) so that the task
+    retries with backoff; everything the algorithm does ends in a stored outcome.
+    """
+    settings = get_settings()
+    claim = claim_run(run_id, settings)
+    if isinstance(claim, RunStep):
+        return claim
+    deps = get_dependencies()
+    gpus = gpu_assignment.gpus_for_queue(claim.queue, settings)
+    base = work_dir(settings) / f"eval-{claim.evaluation_id}"
+    base.mkdir(parents=True, exist_ok=True)
+    # Unique per attempt: two deliveries of one run on one host must not share a folder.
+    output_dir = Path(tempfile.mkdtemp(prefix=f"run-{run_id}-", dir=base))
+    try:
+        if not settings.image_is_allowed(
+            digest=claim.expected_digest, reference=claim.image.image_reference
+        ):
+            # The operator narrowed SZBENCH_ALLOWED_IMAGES after this run was queued: the
+            # run is refused for good (not retried, not the submitter's fault).
+            return store_refused(run_id, NOT_ALLOWED_MESSAGE)
+        try:
+            image = deps.resolve_image(claim.image)
+        except ImageRefused as exc:
+            # Over the archive limits (lowered since the upload): the submitter's fault, kept
+            # off the engine, not retried.
+            return store_result(run_id, refused_image_result(exc, claim.expected_digest))
+        except ImageError as exc:
+            # The image was accepted once (it has a digest) and is gone or unloadable now:
+            # the platform's problem, recorded for an admin, not retried forever.
+            return store_infrastructure_failure(run_id, f"image unavailable: {exc}")
+        local_digest = getattr(deps.runner, "digest", None)
+        if isinstance(local_digest, str) and local_digest != claim.expected_digest:
+            # A trusted local-process runner runs its own command, whatever the image: never
+            # let it stand in for an uploaded algorithm.
+            raise InfrastructureError(
+                "this worker has no Docker engine (local-process runner) and cannot run images"
+            )
+        result = deps.runner.run(
+            image=image,
+            recording=claim.recording_path,
+            output_dir=output_dir,
+            limits=claim.limits,
+            gpus=gpus,
+        )
+        return store_result(run_id, result)
+    finally:
+        shutil.rmtree(output_dir, ignore_errors=True)

@@ -1,0 +1,214 @@
+"""The smoke test: a new algorithm version runs on one public-sample recording first.
+
+It becomes ACTIVE (and a full evaluation is queued on every active held-out dataset
+version) or REJECTED with the submitter-safe reason; a platform fault leaves it waiting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from szbench.config import Settings, get_settings
+from szbench.db import session_scope
+from szbench.errors import SzbenchError
+from szbench.models import (
+    AlgorithmVersion,
+    Dataset,
+    DatasetKind,
+    DatasetVersion,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    Recording,
+    RecordingRun,
+    RunOutcome,
+    VersionStatus,
+)
+from szbench_scoring import SCORER_VERSION, ScoringParams
+from szbench_worker.pipeline.deps import get_dependencies
+from szbench_worker.pipeline.rows import lock, now
+from szbench_worker.pipeline.run import run_recording
+from szbench_worker.pipeline.store import NOT_ALLOWED_MESSAGE
+from szbench_worker.runner import ImageError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SmokeOutcome:
+    status: VersionStatus | None
+    message: str = ""
+    evaluations_queued: int = 0
+
+
+def smoke_test(algorithm_version_id: int) -> SmokeOutcome:
+    """Run a new algorithm version on one public-sample recording; accept or reject it.
+
+    On success the version becomes ACTIVE and a full evaluation is queued on every active
+    held-out dataset version. A run that the algorithm botches rejects it with the
+    submitter-safe reason. Infrastructure faults raise (the task retries) and leave the
+    version waiting: they never count against the submitter.
+    """
+    settings = get_settings()
+    with session_scope() as session:
+        version = lock(session, AlgorithmVersion, algorithm_version_id)
+        if version is None:
+            return SmokeOutcome(None, "no such algorithm version")
+        if version.status not in (
+            VersionStatus.PENDING,
+            VersionStatus.SMOKE_TESTING,
+            VersionStatus.REJECTED,
+        ):
+            return SmokeOutcome(version.status, "already decided")
+        version.status = VersionStatus.SMOKE_TESTING
+        version.status_message = "Smoke test running."
+    if not settings.image_is_allowed(
+        digest=version.image_digest, reference=version.image_reference
+    ):
+        return _decide_smoke(algorithm_version_id, None, rejected_because=NOT_ALLOWED_MESSAGE)
+    deps = get_dependencies()
+    try:
+        image = deps.resolve_image(version)
+    except ImageError as exc:
+        return _decide_smoke(algorithm_version_id, None, rejected_because=str(exc))
+    digest = image if image.startswith("sha256:") else (version.image_digest or image)
+    with session_scope() as session:
+        version = session.get_one(AlgorithmVersion, algorithm_version_id)
+        if not version.image_digest:
+            version.image_digest = digest
+        recording = _smoke_recording(session, settings)
+        if recording is None:
+            log.warning(
+                "no public-sample dataset %r: activating version %s without a smoke test",
+                settings.smoke_test_dataset,
+                algorithm_version_id,
+            )
+            run_id = None
+        else:
+            run_id = _smoke_run(session, version, recording)
+    if run_id is not None:
+        run_recording(run_id)
+    return _decide_smoke(algorithm_version_id, run_id)
+
+
+def _smoke_recording(session: Session, settings: Settings) -> Recording | None:
+    if not settings.smoke_test_dataset:
+        return None
+    return session.scalars(
+        select(Recording)
+        .join(DatasetVersion, DatasetVersion.id == Recording.dataset_version_id)
+        .join(Dataset, Dataset.id == DatasetVersion.dataset_id)
+        .where(Dataset.slug == settings.smoke_test_dataset, DatasetVersion.is_active.is_(True))
+        .order_by(DatasetVersion.id.desc(), Recording.id)
+    ).first()
+
+
+def _smoke_run(session: Session, version: AlgorithmVersion, recording: Recording) -> int:
+    evaluation = session.scalars(
+        select(Evaluation)
+        .where(
+            Evaluation.algorithm_version_id == version.id,
+            Evaluation.kind == EvaluationKind.SMOKE_TEST,
+            Evaluation.dataset_version_id == recording.dataset_version_id,
+            Evaluation.image_digest == version.image_digest,
+        )
+        .order_by(Evaluation.id.desc())
+    ).first()
+    if evaluation is None or evaluation.status.finished:
+        evaluation = Evaluation(
+            algorithm_version_id=version.id,
+            dataset_version_id=recording.dataset_version_id,
+            kind=EvaluationKind.SMOKE_TEST,
+            status=EvaluationStatus.RUNNING,
+            image_digest=version.image_digest or "",
+            scorer_version=SCORER_VERSION,
+            scoring_params=dataclasses.asdict(ScoringParams()),
+            official=False,
+            published=False,
+            queue="gpu" if version.wants_gpu else "cpu",
+            reuse_runs=False,
+            recordings_total=1,
+            recordings_done=0,
+            started_at=now(),
+        )
+        session.add(evaluation)
+        session.flush()
+    run = session.scalars(
+        select(RecordingRun).where(RecordingRun.evaluation_id == evaluation.id)
+    ).first()
+    if run is None:
+        run = RecordingRun(
+            evaluation_id=evaluation.id,
+            recording_id=recording.id,
+            image_digest=evaluation.image_digest,
+            recording_checksum=recording.checksum,
+            scorer_version=evaluation.scorer_version,
+            attempts=0,
+        )
+        session.add(run)
+        session.flush()
+    return run.id
+
+
+def _decide_smoke(
+    algorithm_version_id: int, run_id: int | None, *, rejected_because: str | None = None
+) -> SmokeOutcome:
+    from szbench.evaluations.service import create_evaluation
+
+    with session_scope() as session:
+        version = lock(session, AlgorithmVersion, algorithm_version_id)
+        if version is None:
+            return SmokeOutcome(None, "no such algorithm version")
+        if version.status != VersionStatus.SMOKE_TESTING:
+            return SmokeOutcome(version.status, "already decided")
+        if rejected_because is not None:
+            version.status = VersionStatus.REJECTED
+            version.status_message = f"Smoke test failed: {rejected_because}"
+            return SmokeOutcome(version.status, version.status_message)
+        run = session.get(RecordingRun, run_id) if run_id is not None else None
+        if run is not None and run.outcome == RunOutcome.INFRASTRUCTURE_ERROR:
+            # Not the submitter's fault: back to waiting, an admin re-queues it.
+            version.status = VersionStatus.PENDING
+            version.status_message = (
+                "The smoke test could not run because of a platform fault; it will be retried."
+            )
+            return SmokeOutcome(version.status, version.status_message)
+        if run is not None and run.outcome != RunOutcome.OK:
+            version.status = VersionStatus.REJECTED
+            version.status_message = (
+                f"Smoke test failed ({run.outcome.value if run.outcome else 'no result'}): "
+                f"{run.submitter_message}"
+            )
+            return SmokeOutcome(version.status, version.status_message)
+        version.status = VersionStatus.ACTIVE
+        version.status_message = (
+            "Smoke test passed."
+            if run is not None
+            else "Activated without a smoke test (none configured)."
+        )
+        targets = session.scalars(
+            select(DatasetVersion)
+            .join(Dataset, Dataset.id == DatasetVersion.dataset_id)
+            .where(Dataset.kind == DatasetKind.HELD_OUT, DatasetVersion.is_active.is_(True))
+            .order_by(DatasetVersion.id)
+        ).all()
+        queued = 0
+        for dataset_version in targets:
+            try:
+                with session.begin_nested():
+                    create_evaluation(
+                        session, algorithm_version=version, dataset_version=dataset_version
+                    )
+            except SzbenchError as exc:
+                # One unusable dataset version (no recordings, ...) must not block the rest.
+                log.warning(
+                    "not queueing version %s on %s: %s", version.id, dataset_version.id, exc
+                )
+                continue
+            queued += 1
+        return SmokeOutcome(version.status, version.status_message, queued)
