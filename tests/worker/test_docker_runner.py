@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -824,7 +825,7 @@ import sys
 from pathlib import Path
 from szbench_worker.docker_runner import DockerRunner
 from szbench_worker.runner import Limits
-runner = DockerRunner(work_dir=Path(sys.argv[1]), host="test-host")
+runner = DockerRunner(work_dir=Path(sys.argv[1]), host=sys.argv[5])
 print(runner.owner, flush=True)
 runner.run(image=sys.argv[2], recording=Path(sys.argv[3]), output_dir=Path(sys.argv[4]),
            limits=Limits(memory_bytes=64 * 1024**2, timeout_s=120))
@@ -839,6 +840,9 @@ def test_cleanup_orphans_after_a_killed_worker(
     tmp_path: Path,
 ) -> None:
     """SIGKILL a worker mid-run: its container and staging stay; the startup sweep removes them."""
+    # A host name of its own: the sweep with everything=True below removes every container of
+    # its host, which must not reach other tests' runs on the same engine.
+    host = f"test-host-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("platform", "worker", "scoring")),
@@ -852,6 +856,7 @@ def test_cleanup_orphans_after_a_killed_worker(
             test_images["sleeper"],
             str(recording),
             str(tmp_path),
+            host,
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -869,7 +874,7 @@ def test_cleanup_orphans_after_a_killed_worker(
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     assert docker_client.containers.list(all=True, filters=label, ignore_removed=True)  # type: ignore[attr-defined]
-    assert any(p.name.startswith(f"run-test-host-{token}-") for p in work_dir.iterdir())
+    assert any(p.name.startswith(f"run-{host}-{token}-") for p in work_dir.iterdir())
     # Another host's staging directory in a shared work dir is not this sweep's business.
     foreign = work_dir / "run-other-host-1.1-abc123"
     foreign.mkdir()
@@ -877,18 +882,18 @@ def test_cleanup_orphans_after_a_killed_worker(
     # A live worker's container is never touched by another worker's sweep.
     live = docker_client.containers.create(  # type: ignore[attr-defined]
         test_images["sleeper"],
-        labels={LABEL_RUNNER: "1", LABEL_HOST: "test-host", LABEL_OWNER: owner_token()},
+        labels={LABEL_RUNNER: "1", LABEL_HOST: host, LABEL_OWNER: owner_token()},
         network_mode="none",
     )
     try:
-        assert cleanup_orphans(docker_client, work_dir=work_dir, host="test-host") == 1  # type: ignore[arg-type]
+        assert cleanup_orphans(docker_client, work_dir=work_dir, host=host) == 1  # type: ignore[arg-type]
         assert docker_client.containers.list(all=True, filters=label, ignore_removed=True) == []  # type: ignore[attr-defined]
         assert [p for p in work_dir.iterdir() if p.name != CPU_LOCK_DIR] == [foreign]
         foreign.rmdir()
         assert str(work_dir) not in Path("/proc/mounts").read_text()
         live.reload()
         assert cleanup_orphans(docker_client, host="other-host") == 0  # type: ignore[arg-type]
-        assert cleanup_orphans(docker_client, host="test-host", everything=True) == 1  # type: ignore[arg-type]
+        assert cleanup_orphans(docker_client, host=host, everything=True) == 1  # type: ignore[arg-type]
     finally:
         if _exists(live):
             live.remove(force=True)
