@@ -178,6 +178,27 @@ class Settings(BaseSettings):
     # Staged recordings and run outputs; default data_dir / "work".
     pipeline_work_dir: Path | None = None
 
+    # --- Notifications (docs/api.md "Notifications", docs/security.md) ---------------------
+    # How often celery beat sends the notifications tick (maintenance queue), and how often
+    # the embedded worker runs it: it notices phases opening or closing by date, and sends
+    # deliveries that are due (retries, and any whose task was lost).
+    notify_interval_s: float = 30.0
+    # Attempts per delivery (mail or webhook) before it is marked failed; the n-th retry
+    # waits notify_backoff_base_s * 2**(n-1), at most notify_backoff_max_s.
+    notify_max_attempts: int = 6
+    notify_backoff_base_s: float = 60.0
+    notify_backoff_max_s: float = 3600.0
+    # Whole time one webhook call may take (connect, send, first bytes of the answer).
+    webhook_timeout_s: float = 10.0
+    # Networks (CIDR, comma-separated) a webhook may reach although they are not public
+    # internet addresses, e.g. "10.20.0.0/16" for an intranet chat server. Empty: public
+    # addresses only (private, loopback and link-local ones are refused: a webhook URL is
+    # chosen by any user, and must not become a way to probe the platform's own network).
+    # In centre mode webhooks reach these networks only (none when empty).
+    webhook_allowed_networks: str = ""
+    # Plain http:// webhook URLs, to the networks above only (never across the internet).
+    webhook_allow_http: bool = False
+
     # Logs (szbench.logging): level name, and "text" for a terminal or "json" for collectors.
     log_level: str = "INFO"
     log_format: str = "text"  # text | json
@@ -185,7 +206,8 @@ class Settings(BaseSettings):
     # shows each held-out run's outcome, so it is served only to a scraper holding this token.
     metrics_token: str = ""
     # Clinical-centre mode: no public sign-up and nothing is pushed off the host (no outbound
-    # publishing of results or notifications); see docs/self-hosting.md.
+    # publishing of results, no notification e-mails, webhooks only to the networks in
+    # webhook_allowed_networks); see docs/self-hosting.md.
     centre_mode: bool = False
     # Which algorithm images may run, comma-separated; empty allows every image. Each entry is
     # an image digest ("sha256:<64 hex>") or a reference prefix ("localhost:5000/approved/").

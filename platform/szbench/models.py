@@ -585,3 +585,120 @@ Index("ix_dataset_results_event_f1", DatasetResult.event_f1)
 # The quota checks count one user's versions and evaluations of the last 24 hours.
 Index("ix_evaluations_quota", Evaluation.created_by_id, Evaluation.created_at)
 Index("ix_algorithm_versions_quota", AlgorithmVersion.created_by_id, AlgorithmVersion.created_at)
+
+
+# --- notifications (szbench.notifications) --------------------------------------------------
+
+
+class NotificationKind(enum.StrEnum):
+    """What happened; each kind can be turned off per channel (docs/api.md)."""
+
+    SMOKE_TEST_FAILED = "smoke_test_failed"
+    EVALUATION_FINISHED = "evaluation_finished"
+    EVALUATION_FAILED = "evaluation_failed"
+    PHASE_OPENED = "phase_opened"
+    PHASE_CLOSED = "phase_closed"
+    # Asked for by its user ("send a test"): goes to them only, whatever their switches say.
+    TEST = "test"
+
+
+class NotificationChannel(enum.StrEnum):
+    MAIL = "mail"
+    WEBHOOK = "webhook"
+
+
+class DeliveryStatus(enum.StrEnum):
+    PENDING = "pending"  # waiting for its first attempt or its next retry
+    DELIVERED = "delivered"
+    FAILED = "failed"  # out of attempts, or refused (an address webhooks may not reach)
+
+
+class NotificationPreferences(Base):
+    """One user's notification switches and webhook; absent: every switch on, no webhook."""
+
+    __tablename__ = "notification_preferences"
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    webhook_url: Mapped[str] = mapped_column(String(2000), default="")
+    # Signs each webhook call (HMAC-SHA256); kept as is because signing needs it, shown to
+    # its user once, when it is made.
+    webhook_secret: Mapped[str] = mapped_column(String(200), default="")
+    # "<channel>:<kind>" pairs the user turned off.
+    muted: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Phase events of every phase, not only of the phases the user submitted to.
+    all_phases: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class NotificationEvent(Base):
+    """Something worth telling, recorded in the transaction that made it happen."""
+
+    __tablename__ = "notification_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[NotificationKind] = mapped_column(_enum(NotificationKind))
+    # One event per happening ("evaluation:12", "phase:3:2" for its second change...): a
+    # second recording of the same happening is a no-op.
+    key: Mapped[str] = mapped_column(String(200), unique=True)
+    evaluation_id: Mapped[int | None] = mapped_column(
+        ForeignKey("evaluations.id", ondelete="CASCADE")
+    )
+    algorithm_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("algorithm_versions.id", ondelete="CASCADE")
+    )
+    phase_id: Mapped[int | None] = mapped_column(ForeignKey("phases.id", ondelete="CASCADE"))
+    # The one recipient of a test event.
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # When its deliveries were made (None: not yet; the notifications tick makes them).
+    fanned_out_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class NotificationDelivery(Base):
+    """The outbox: one event to one user on one channel, with every attempt's outcome."""
+
+    __tablename__ = "notification_deliveries"
+    __table_args__ = (UniqueConstraint("event_id", "user_id", "channel"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    event_id: Mapped[int] = mapped_column(
+        ForeignKey("notification_events.id", ondelete="CASCADE"), index=True
+    )
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    channel: Mapped[NotificationChannel] = mapped_column(_enum(NotificationChannel))
+    status: Mapped[DeliveryStatus] = mapped_column(
+        _enum(DeliveryStatus), default=DeliveryStatus.PENDING
+    )
+    # The JSON body sent (and what an e-mail says): composed once, so retries send the same.
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # When the next attempt is due (also a claimed attempt's lease); None once it is over.
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    # Where the last attempt went (webhook URL or e-mail address) and what came back.
+    target: Mapped[str] = mapped_column(String(2000), default="")
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str] = mapped_column(String(500), default="")
+    # The start of the receiver's answer, bounded (szbench.notifications.webhook).
+    response_snippet: Mapped[str] = mapped_column(String(500), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class PhaseState(Base):
+    """Whether a phase took submissions when the notifications tick last looked, so that a
+    phase opening or closing by its dates (no write marks that moment) is told once."""
+
+    __tablename__ = "phase_states"
+
+    phase_id: Mapped[int] = mapped_column(
+        ForeignKey("phases.id", ondelete="CASCADE"), primary_key=True
+    )
+    # None: not looked at yet (phases that existed before notifications): the first look
+    # records the state without an event.
+    is_open: Mapped[bool | None] = mapped_column(Boolean)
+    # Changes seen so far: the event key of the next one.
+    changes: Mapped[int] = mapped_column(Integer, default=0)
+    checked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
