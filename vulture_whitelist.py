@@ -40,6 +40,9 @@ _.enqueued
 _.skipped
 _.ran_container
 _.evaluations_queued
+_.phase_events
+# When a phase's state last changed (szbench.models.PhaseState): for operators reading the table.
+_.changed_at
 
 # Framework hooks: uvicorn's app factory (docker/api.Dockerfile), Celery's Task.on_failure
 # and its arguments, the embedded worker's consumer bootstep, prometheus_client's
@@ -59,8 +62,10 @@ _.gname
 # The Celery client's connection pools, dropped so that a changed broker URL takes effect.
 _._pool
 _._producer_pool
-# A Celery task, registered by name through the project's task decorator.
+# Celery tasks, registered by name through the project's task decorator.
 _.reconcile_pipeline
+_.deliver_notification
+_.notifications_tick
 
 # Public API of the scorer library (szbench_scoring.Metrics), for its users.
 _.as_dict

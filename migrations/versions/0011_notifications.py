@@ -25,7 +25,6 @@ def upgrade() -> None:
         sa.Column('webhook_secret', sa.String(length=200), nullable=False),
         sa.Column('muted', sa.JSON(), nullable=False),
         sa.Column('all_phases', sa.Boolean(), nullable=False),
-        sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ['user_id'], ['users.id'],
             name=op.f('fk_notification_preferences_user_id_users'), ondelete='CASCADE',
@@ -123,7 +122,7 @@ def upgrade() -> None:
         sa.Column('phase_id', sa.Integer(), nullable=False),
         sa.Column('is_open', sa.Boolean(), nullable=True),
         sa.Column('changes', sa.Integer(), nullable=False),
-        sa.Column('checked_at', sa.DateTime(timezone=True), nullable=False),
+        sa.Column('changed_at', sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ['phase_id'], ['phases.id'],
             name=op.f('fk_phase_states_phase_id_phases'), ondelete='CASCADE',
@@ -133,7 +132,7 @@ def upgrade() -> None:
     # Phases made before notifications existed: their state is unknown (is_open NULL), so
     # the first look records it without telling anyone; a phase without a row is new.
     op.execute(
-        "INSERT INTO phase_states (phase_id, is_open, changes, checked_at) "
+        "INSERT INTO phase_states (phase_id, is_open, changes, changed_at) "
         "SELECT id, NULL, 0, CURRENT_TIMESTAMP FROM phases"
     )
 

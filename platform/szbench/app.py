@@ -25,6 +25,7 @@ from szbench.datasets.router import router as datasets_router
 from szbench.evaluations.router import router as evaluations_router
 from szbench.leaderboards.router import router as leaderboards_router
 from szbench.logging import RequestIdMiddleware, configure_logging
+from szbench.notifications.router import router as notifications_router
 from szbench.ops.middleware import RequestMetrics
 from szbench.ops.router import router as ops_router
 from szbench.ops.service import DatabaseCollector
@@ -41,6 +42,7 @@ API_PREFIX = "/api/v1"
 API_ROUTERS: tuple[APIRouter, ...] = (
     auth_router,
     users_router,
+    notifications_router,
     uploads_router,
     algorithms_router,
     phases_router,

@@ -629,7 +629,6 @@ class NotificationPreferences(Base):
     muted: Mapped[list[str]] = mapped_column(JSON, default=list)
     # Phase events of every phase, not only of the phases the user submitted to.
     all_phases: Mapped[bool] = mapped_column(Boolean, default=False)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class NotificationEvent(Base):
@@ -699,6 +698,6 @@ class PhaseState(Base):
     # None: not looked at yet (phases that existed before notifications): the first look
     # records the state without an event.
     is_open: Mapped[bool | None] = mapped_column(Boolean)
-    # Changes seen so far: the event key of the next one.
+    # Changes seen so far (each one's event key is "phase:<id>:<count>"), and the last one's time.
     changes: Mapped[int] = mapped_column(Integer, default=0)
-    checked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

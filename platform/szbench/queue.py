@@ -39,12 +39,15 @@ TASK_FINALIZE = "szbench.evaluation.finalize"  # kwargs: evaluation_id
 TASK_SMOKE_TEST = "szbench.algorithm.smoke_test"  # kwargs: algorithm_version_id
 TASK_RESCORE = "szbench.evaluation.rescore"  # kwargs: evaluation_id
 TASK_RECONCILE = "szbench.maintenance.reconcile"  # no kwargs
+TASK_NOTIFY = "szbench.notifications.deliver"  # kwargs: event_id
+TASK_NOTIFY_TICK = "szbench.notifications.tick"  # no kwargs
 
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
 QUEUES = (QUEUE_CPU, QUEUE_GPU)
-# The reconciler's own queue, consumed by the scheduler service (``worker --beat -Q
-# maintenance``): a backlog of hour-long runs on cpu or gpu must not hold it up.
+# The reconciler's and the notifications' queue, consumed by the scheduler service
+# (``worker --beat -Q maintenance``): a backlog of hour-long runs on cpu or gpu must not
+# hold them up.
 QUEUE_MAINTENANCE = "maintenance"
 _ALL_QUEUES = (*QUEUES, QUEUE_MAINTENANCE)
 
@@ -88,21 +91,26 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "visibility_timeout": settings.queue_visibility_timeout_s,
         }
     exchange = Exchange("szbench", type="direct")  # type: ignore[no-untyped-call]
-    # Beat sends the reconciler (szbench_worker.reconcile) to its own queue; a message older
-    # than one interval is dropped, so a scheduler that was away does not send a burst.
+    # Beat sends the reconciler (szbench_worker.reconcile) and the notifications tick
+    # (szbench.notifications.outbox) to their queue; a message older than one interval is
+    # dropped, so a scheduler that was away does not send a burst.
     beat_schedule = (
         {}
         if embedded
         else {
-            "reconcile": {
-                "task": TASK_RECONCILE,
-                "schedule": settings.reconcile_interval_s,
+            name: {
+                "task": task,
+                "schedule": interval,
                 "options": {
                     "queue": QUEUE_MAINTENANCE,
                     "routing_key": QUEUE_MAINTENANCE,
-                    "expires": settings.reconcile_interval_s,
+                    "expires": interval,
                 },
             }
+            for name, task, interval in (
+                ("reconcile", TASK_RECONCILE, settings.reconcile_interval_s),
+                ("notifications", TASK_NOTIFY_TICK, settings.notify_interval_s),
+            )
         }
     )
     return {

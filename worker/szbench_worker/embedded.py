@@ -66,6 +66,27 @@ class _Controller(WorkController):  # type: ignore[misc]
         self.ready.set()
 
 
+class _Notifier(threading.Thread):
+    """The notifications tick of the embedded mode, which has no celery beat: at start, then
+    every ``notify_interval_s`` (phases opening or closing, new events, due retries)."""
+
+    def __init__(self, interval_s: float) -> None:
+        super().__init__(name="szbench-notifier", daemon=True)
+        self.interval_s = interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        from szbench.notifications import outbox
+
+        while not self.stopped.is_set():
+            try:
+                outbox.tick()
+            except Exception:
+                # A database that is busy or away now may be back at the next round.
+                log.exception("notifications tick failed")
+            self.stopped.wait(self.interval_s)
+
+
 class EmbeddedWorker:
     """A running embedded worker; :meth:`stop` finishes the current task, then returns."""
 
@@ -75,11 +96,13 @@ class EmbeddedWorker:
         thread: threading.Thread,
         lock_fd: int | None = None,
         recovery: Recovery | None = None,
+        notifier: _Notifier | None = None,
     ) -> None:
         self.controller = controller
         self.thread = thread
         self.lock_fd = lock_fd
         self.recovery = recovery or Recovery()
+        self.notifier = notifier
 
     @property
     def alive(self) -> bool:
@@ -87,6 +110,9 @@ class EmbeddedWorker:
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Warm shutdown: the task in progress completes (or is re-delivered later)."""
+        if self.notifier is not None:
+            self.notifier.stopped.set()
+            self.notifier.join(timeout_s)
         if self.thread.is_alive():
             worker_state.should_stop = 0
             self.thread.join(timeout_s)
@@ -327,4 +353,6 @@ def start_embedded_worker(
     if not controller.ready.wait(ready_timeout_s):
         raise RuntimeError("the embedded worker did not start (see the log)")
     log.info("embedded worker consuming %s with %d slot(s)", ", ".join(queues), n)
-    return EmbeddedWorker(controller, thread, lock_fd, recovery)
+    notifier = _Notifier(settings.notify_interval_s)
+    notifier.start()
+    return EmbeddedWorker(controller, thread, lock_fd, recovery, notifier)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from szbench.config import Settings, get_settings
 from szbench.db import session_scope
@@ -46,6 +46,7 @@ from szbench.models import (
     RunOutcome,
     WorkerHeartbeat,
 )
+from szbench.notifications import service as notify
 from szbench.queue import (
     TASK_FINALIZE,
     TASK_RUN_RECORDING,
@@ -194,6 +195,9 @@ def _give_up(evaluation: Evaluation, what: str, now: datetime) -> None:
             run.finished_at = now
         finished += 1
     evaluation.recordings_done = finished
+    session = object_session(evaluation)
+    assert session is not None
+    notify.record_evaluation_end(session, evaluation)
     log.error(
         "reconciler: evaluation %s FAILED after %d round(s) without progress (%s)",
         evaluation.id,

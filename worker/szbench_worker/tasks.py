@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import logging
 
+from szbench.notifications import outbox
 from szbench.queue import (
     QUEUE_MAINTENANCE,
     TASK_FINALIZE,
+    TASK_NOTIFY,
+    TASK_NOTIFY_TICK,
     TASK_RECONCILE,
     TASK_RESCORE,
     TASK_RUN_RECORDING,
@@ -61,3 +64,17 @@ def reconcile_pipeline() -> None:
     """Send again the work that cannot be progressing (celery beat, every minute)."""
     report = reconcile.reconcile()
     log.info("reconciled: %s", report)
+
+
+@project_task(TASK_NOTIFY, queue=QUEUE_MAINTENANCE)
+def deliver_notification(*, event_id: int) -> None:
+    """Make an event's notification deliveries and their first attempts."""
+    attempted = outbox.deliver_event(event_id)
+    log.info("notification event %s: %d attempt(s)", event_id, len(attempted))
+
+
+@project_task(TASK_NOTIFY_TICK, queue=QUEUE_MAINTENANCE)
+def notifications_tick() -> None:
+    """Phases opening or closing, lost events, due retries (celery beat)."""
+    report = outbox.tick()
+    log.info("notifications tick: %s", report)

@@ -25,12 +25,22 @@ def compressed(files: StaticFiles) -> GZipMiddleware:
 
 def install(app: FastAPI) -> None:
     """Mount the web UI on ``app``."""
-    from szbench.web import account, admin, algorithms, compare, datasets, pages, submit_help
+    from szbench.web import (
+        account,
+        admin,
+        algorithms,
+        compare,
+        datasets,
+        notifications,
+        pages,
+        submit_help,
+    )
 
     app.include_router(pages.router)
     app.include_router(compare.router)
     app.include_router(algorithms.router)
     app.include_router(account.router)
+    app.include_router(notifications.router)
     app.include_router(admin.router)
     app.include_router(datasets.router)
     app.include_router(submit_help.router)

@@ -20,6 +20,7 @@ from szbench.models import (
     RecordingRun,
     RunOutcome,
 )
+from szbench.notifications import service as notify
 from szbench_scoring import aggregate, score_recording
 from szbench_scoring.report import DatasetReport, RecordingResult
 from szbench_worker.pipeline.report import store_report
@@ -58,6 +59,7 @@ def finalize_locked(session: Session, evaluation: Evaluation) -> bool:
             f"{len(broken)} of {len(runs)} recordings could not be run because of a platform "
             "fault; no score was computed. An administrator can re-run the evaluation."
         )
+        notify.record_evaluation_end(session, evaluation)
         return True
     report = _aggregate(session, evaluation, runs)
     store_report(session, evaluation, report)
@@ -73,6 +75,7 @@ def finalize_locked(session: Session, evaluation: Evaluation) -> bool:
         if failed
         else ""
     )
+    notify.record_evaluation_end(session, evaluation)
     return True
 
 

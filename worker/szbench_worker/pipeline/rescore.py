@@ -6,6 +6,7 @@ from sqlalchemy import select
 
 from szbench.db import session_scope
 from szbench.models import DatasetVersion, EvaluationStatus, RecordingRun, RunOutcome
+from szbench.notifications import service as notify
 from szbench_worker.pipeline.finish import finalize_locked
 from szbench_worker.pipeline.reuse import copy_run
 from szbench_worker.pipeline.rows import lock_evaluation, now
@@ -26,6 +27,7 @@ def rescore_evaluation(evaluation_id: int) -> bool:
             evaluation.status = EvaluationStatus.FAILED
             evaluation.message = "A re-score needs a source evaluation."
             evaluation.finished_at = now()
+            notify.record_evaluation_end(session, evaluation)
             return False
         evaluation.status = EvaluationStatus.RUNNING
         evaluation.started_at = evaluation.started_at or now()

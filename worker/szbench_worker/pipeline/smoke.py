@@ -29,6 +29,7 @@ from szbench.models import (
     RunOutcome,
     VersionStatus,
 )
+from szbench.notifications import service as notify
 from szbench_scoring import SCORER_VERSION, ScoringParams
 from szbench_worker.pipeline.deps import get_dependencies
 from szbench_worker.pipeline.rows import lock, now
@@ -169,6 +170,7 @@ def _decide_smoke(
         if rejected_because is not None:
             version.status = VersionStatus.REJECTED
             version.status_message = f"Smoke test failed: {rejected_because}"
+            notify.record_smoke_failure(session, version)
             return SmokeOutcome(version.status, version.status_message)
         run = session.get(RecordingRun, run_id) if run_id is not None else None
         if run is not None and run.outcome == RunOutcome.INFRASTRUCTURE_ERROR:
@@ -184,6 +186,7 @@ def _decide_smoke(
                 f"Smoke test failed ({run.outcome.value if run.outcome else 'no result'}): "
                 f"{run.submitter_message}"
             )
+            notify.record_smoke_failure(session, version)
             return SmokeOutcome(version.status, version.status_message)
         version.status = VersionStatus.ACTIVE
         version.status_message = (

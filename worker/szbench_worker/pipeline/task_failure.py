@@ -8,6 +8,7 @@ from typing import Any
 
 from szbench.db import session_scope
 from szbench.models import AlgorithmVersion, EvaluationStatus, VersionStatus
+from szbench.notifications import service as notify
 from szbench.queue import TASK_FINALIZE, TASK_RESCORE, TASK_RUN_RECORDING
 from szbench_worker.pipeline.rows import lock_evaluation, now
 from szbench_worker.pipeline.store import store_infrastructure_failure
@@ -41,6 +42,7 @@ def record_task_failure(task_name: str, kwargs: dict[str, Any], exc: BaseExcepti
                     "The evaluation failed because of a platform fault; an administrator has "
                     "the details and can re-run it."
                 )
+                notify.record_evaluation_end(session, evaluation)
                 log.error("evaluation %s failed:\n%s", evaluation.id, detail)
         return
     if task_name == TASK_SMOKE_TEST and "algorithm_version_id" in kwargs:

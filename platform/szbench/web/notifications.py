@@ -1,0 +1,171 @@
+"""The account's notifications page: what to be told and how (e-mail, a signed webhook), the
+webhook's secret, a test send and the delivery log (docs/web-ui.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+
+from szbench.api.deps import SessionDep
+from szbench.auth.dependencies import SignedIn
+from szbench.errors import SzbenchError
+from szbench.models import NotificationChannel, NotificationKind
+from szbench.notifications import outbox, service
+from szbench.notifications.router import delivery_out
+from szbench.notifications.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from szbench.web.common import CsrfChecked, redirect, render
+
+router = APIRouter(include_in_schema=False)
+
+PAGE = "/account/notifications"
+# Errors whose detail starts with one of these names are shown next to that field.
+_FIELDS = ("webhook_url", "secret")
+
+
+def _field_errors(exc: SzbenchError) -> dict[str, str]:
+    name, _, rest = exc.detail.partition(": ")
+    if name in _FIELDS and rest:
+        return {name: rest[:1].upper() + rest[1:]}
+    return {"form": exc.detail}
+
+
+def _channels() -> list[NotificationChannel]:
+    """The channels the page offers: e-mail only where this server sends it."""
+    mail = [NotificationChannel.MAIL] if service.mail_enabled() else []
+    return [*mail, NotificationChannel.WEBHOOK]
+
+
+def _page(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    *,
+    errors: dict[str, str] | None = None,
+    typed: dict[str, Any] | None = None,
+    new_secret: str | None = None,
+    status_code: int = 200,
+) -> Response:
+    assert caller.user is not None
+    prefs = service.preferences_of(session, caller.user)
+    rows, total = service.deliveries(session, caller.user, limit=50)
+    switches = service.switches(prefs)
+    if typed is not None:
+        # Show what was sent, not what is stored: nothing was saved.
+        switches = typed["switches"]
+    context = {
+        "title": "Notifications",
+        "kinds": service.KIND_LABELS,
+        "channels": _channels(),
+        "switches": switches,
+        "all_phases": typed["all_phases"] if typed is not None else prefs.all_phases,
+        "webhook_url": typed["webhook_url"] if typed is not None else prefs.webhook_url,
+        "secret_set": bool(prefs.webhook_secret),
+        "new_secret": new_secret,
+        "mail_enabled": service.mail_enabled(),
+        "mail_to": service.mail_address(caller.user),
+        "deliveries": [delivery_out(d) for d in rows],
+        "deliveries_total": total,
+        "errors": errors or {},
+        "signature_header": SIGNATURE_HEADER,
+        "timestamp_header": TIMESTAMP_HEADER,
+    }
+    return render(request, "notifications.html", caller, context, status_code=status_code)
+
+
+@router.get(PAGE, response_class=HTMLResponse)
+def notifications_page(request: Request, session: SessionDep, caller: SignedIn) -> Response:
+    """What the caller is told and how, their webhook, and the delivery log."""
+    return _page(request, session, caller)
+
+
+@router.post(PAGE, response_class=HTMLResponse)
+def save_notifications(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+    switch: Annotated[list[str] | None, Form()] = None,
+    all_phases: Annotated[str, Form(max_length=10)] = "",
+    webhook_url: Annotated[str, Form(max_length=2000)] = "",
+) -> Response:
+    """Save the switches and the webhook URL (a first URL gets a secret, shown once)."""
+    assert caller.user is not None
+    on = set(switch or [])
+    shown = _channels()
+    events: dict[NotificationKind, dict[NotificationChannel, bool | None]] = {
+        kind: {channel: _switch_name(kind, channel) in on for channel in shown}
+        for kind in service.SWITCHABLE
+    }
+    try:
+        secret = service.update_preferences(
+            session,
+            caller.user,
+            events=events,
+            all_phases=bool(all_phases),
+            webhook_url=webhook_url,
+        )
+    except SzbenchError as exc:
+        stored = service.switches(service.preferences_of(session, caller.user))
+        typed = {
+            # The channels not on the page keep their stored value.
+            "switches": {kind: {**stored[kind], **events[kind]} for kind in service.SWITCHABLE},
+            "all_phases": bool(all_phases),
+            "webhook_url": webhook_url,
+        }
+        return _page(
+            request, session, caller, errors=_field_errors(exc), typed=typed,
+            status_code=exc.status_code,
+        )  # fmt: skip
+    if secret is not None:
+        return _page(request, session, caller, new_secret=secret)
+    return redirect(PAGE, "Your notification settings are saved.")
+
+
+def _switch_name(kind: NotificationKind, channel: NotificationChannel) -> str:
+    return f"{channel.value}:{kind.value}"
+
+
+@router.post(f"{PAGE}/secret", response_class=HTMLResponse)
+def replace_secret(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+    secret: Annotated[str, Form(max_length=300)] = "",
+) -> Response:
+    """Replace the webhook's signing secret (the one typed, or a random one); shown once."""
+    assert caller.user is not None
+    try:
+        new = service.set_secret(session, caller.user, secret or None)
+    except SzbenchError as exc:
+        return _page(
+            request, session, caller, errors=_field_errors(exc), status_code=exc.status_code
+        )
+    return _page(request, session, caller, new_secret=new)
+
+
+@router.post(f"{PAGE}/test", response_class=HTMLResponse)
+def send_test(
+    request: Request, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
+) -> Response:
+    """Send a test notification on each channel now; say how each went."""
+    assert caller.user is not None
+    try:
+        event_id = service.record_test(session, caller.user)
+    except SzbenchError as exc:
+        return _page(
+            request, session, caller, errors=_field_errors(exc), status_code=exc.status_code
+        )
+    # Committed before any call: no transaction stays open while a receiver answers.
+    session.commit()
+    outbox.send_due(session, event_id=event_id)
+    rows, _ = service.deliveries(session, caller.user, limit=10, event_id=event_id)
+    parts = []
+    for d in sorted(rows, key=lambda d: d.channel.value):
+        name = "e-mail" if d.channel == NotificationChannel.MAIL else "webhook"
+        code = f" (HTTP {d.last_status_code})" if d.last_status_code else ""
+        outcome = "delivered" if d.delivered_at else f"failed: {d.last_error}"
+        parts.append(f"{name} {outcome}{code}")
+    return redirect(PAGE, "Test sent: " + "; ".join(parts) + ".")
