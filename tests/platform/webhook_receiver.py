@@ -16,7 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
-def verify(secret: str, timestamp: str, body: bytes, signature: str, *, max_age_s: int = 300) -> bool:
+def verify(
+    secret: str, timestamp: str, body: bytes, signature: str, *, max_age_s: int = 300
+) -> bool:
     """The receiver's side of the signature (the snippet in docs/api.md, as a function)."""
     if abs(time.time() - int(timestamp)) > max_age_s:
         return False

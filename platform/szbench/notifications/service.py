@@ -220,7 +220,7 @@ def _record(
     session: Session, kind: NotificationKind, key: str, *, enqueue: bool = True, **refs: int
 ) -> int:
     session.execute(
-        _insert(session, NotificationEvent)
+        _insert(session, NotificationEvent.__table__)
         .values(kind=kind, key=key, created_at=_now(), **refs)
         .on_conflict_do_nothing(index_elements=["key"])
     )
@@ -312,7 +312,7 @@ def check_phases(session: Session, now: datetime | None = None) -> list[int]:
 
 def _locked_state(session: Session, phase_id: int, now: datetime) -> PhaseState:
     session.execute(
-        _insert(session, PhaseState)
+        _insert(session, PhaseState.__table__)
         .values(phase_id=phase_id, is_open=False, changes=0, changed_at=now)
         .on_conflict_do_nothing(index_elements=["phase_id"])
     )
@@ -358,7 +358,7 @@ def fan_out(session: Session, event_id: int) -> int:
             continue
         for channel in channels:
             result = session.execute(
-                _insert(session, NotificationDelivery)
+                _insert(session, NotificationDelivery.__table__)
                 .values(
                     event_id=event.id,
                     user_id=user.id,
@@ -369,8 +369,9 @@ def fan_out(session: Session, event_id: int) -> int:
                     created_at=now,
                 )
                 .on_conflict_do_nothing(index_elements=["event_id", "user_id", "channel"])
+                .returning(NotificationDelivery.__table__.c.id)
             )
-            made += int(result.rowcount or 0)  # type: ignore[attr-defined]
+            made += len(result.all())
     event.fanned_out_at = now
     session.flush()
     return made
