@@ -15,7 +15,14 @@ from sqlalchemy import select
 from szbench import queue
 from szbench.config import get_settings
 from szbench.db import session_scope
-from szbench.models import Evaluation, EvaluationStatus, RecordingRun, RunOutcome
+from szbench.models import (
+    Evaluation,
+    EvaluationStatus,
+    NotificationEvent,
+    NotificationKind,
+    RecordingRun,
+    RunOutcome,
+)
 from szbench_worker import pipeline, reconcile
 
 from .test_pipeline import (  # noqa: F401 (pipeline_env: the fixture env)
@@ -188,6 +195,9 @@ def test_an_evaluation_that_never_progresses_ends_failed_with_a_reason(env: Env)
             assert run.submitter_message == pipeline.INFRA_MESSAGE
             assert "[reconciler] gave up" in run.admin_log
         assert "h1:1.1" in ev.runs[0].admin_log
+        # Its owner is told, once (szbench.notifications).
+        told = session.execute(select(NotificationEvent.kind, NotificationEvent.evaluation_id))
+        assert [tuple(row) for row in told] == [(NotificationKind.EVALUATION_FAILED, evaluation_id)]
     # Nothing is left to reconcile.
     assert not reconcile.reconcile(now=now + timedelta(hours=1)).changed
 
