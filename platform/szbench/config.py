@@ -7,6 +7,7 @@ Every setting an operator may want to change lives here and is documented in
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 
@@ -213,6 +214,18 @@ class Settings(BaseSettings):
     # an image digest ("sha256:<64 hex>") or a reference prefix ("localhost:5000/approved/").
     # An image runs when its digest is listed or its reference starts with a listed prefix.
     allowed_images: str = ""
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _networks_parse(cls, value: str) -> str:
+        # A typo here would otherwise surface as a failed webhook call much later.
+        for part in value.split(","):
+            if part.strip():
+                try:
+                    ipaddress.ip_network(part.strip(), strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"not a network in CIDR form: {part.strip()!r}") from exc
+        return value
 
     @field_validator("submissions_per_day", "held_out_runs_per_day", mode="before")
     @classmethod

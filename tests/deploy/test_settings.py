@@ -40,3 +40,11 @@ def test_centre_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.centre_mode is True
     assert settings.image_is_allowed(digest=DIGEST)
     assert not settings.image_is_allowed(digest=OTHER, reference="localhost:5000/x:1")
+
+
+def test_webhook_networks_must_be_networks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SZBENCH_WEBHOOK_ALLOWED_NETWORKS", "10.0.0.0/8, 192.168.1.300/32")
+    with pytest.raises(ValueError, match=r"webhook_allowed_networks[\s\S]*'192.168.1.300/32'"):
+        Settings()
+    monkeypatch.setenv("SZBENCH_WEBHOOK_ALLOWED_NETWORKS", " 10.0.0.0/8 , fd00::/8 ,")
+    assert Settings().webhook_allowed_networks.startswith(" 10.0.0.0/8")

@@ -259,11 +259,18 @@ def test_celery_config_reliability_settings(tmp_path: Path) -> None:
     assert conf["worker_prefetch_multiplier"] == 1
     assert {q.name for q in conf["task_queues"]} == {"cpu", "gpu", "maintenance"}
     assert conf["broker_transport_options"]["visibility_timeout"] == 7200
-    # The reconciler runs every minute, on its own queue (never behind a backlog of runs).
-    (entry,) = conf["beat_schedule"].values()
-    assert entry["task"] == queue.TASK_RECONCILE
-    assert entry["schedule"] == 60
-    assert entry["options"]["queue"] == queue.QUEUE_MAINTENANCE
+    # The reconciler runs every minute and the notifications tick every 30 s, on their own
+    # queue (never behind a backlog of runs).
+    schedule = conf["beat_schedule"]
+    assert {name: e["task"] for name, e in schedule.items()} == {
+        "reconcile": queue.TASK_RECONCILE,
+        "notifications": queue.TASK_NOTIFY_TICK,
+    }
+    assert schedule["reconcile"]["schedule"] == 60
+    assert schedule["notifications"]["schedule"] == 30
+    for entry in schedule.values():
+        assert entry["options"]["queue"] == queue.QUEUE_MAINTENANCE
+        assert entry["options"]["expires"] == entry["schedule"]
     embedded = queue.celery_config(Settings(data_dir=tmp_path, broker_url=""))
     assert embedded["broker_url"] == f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}"
     assert embedded["beat_schedule"] == {}
