@@ -31,7 +31,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from szbench.auth import accounts, mail, policy
+from szbench.auth import mail, policy
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, NotFound
 from szbench.evaluations import queries as evaluation_queries
@@ -152,7 +152,7 @@ def mail_address(user: User) -> str | None:
 
     Not to an address its account has not confirmed: that could be anyone's.
     """
-    if not mail_enabled() or not user.is_active or accounts.needs_verification(user):
+    if not mail_enabled() or not user.is_active or policy.needs_verification(user):
         return None
     return user.email
 
