@@ -29,6 +29,7 @@ from kombu.entity import Exchange, Queue
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from szbench.broker import TRANSPORT
 from szbench.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     and every task is idempotent, so a second delivery changes nothing.
     """
     embedded = is_embedded(settings)
+    transport: str | None = None
     if embedded:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         broker = embedded_broker_url(settings)
@@ -86,6 +88,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         }
     else:
         broker = settings.broker_url
+        if broker.startswith("redis://"):
+            # kombu's Redis transport, screening out malformed messages (szbench.broker).
+            transport = TRANSPORT
         transport_options = {
             # Unacknowledged messages of a vanished worker come back after this long.
             "visibility_timeout": settings.queue_visibility_timeout_s,
@@ -115,6 +120,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     )
     return {
         "broker_url": broker,
+        "broker_transport": transport,
         "broker_transport_options": transport_options,
         "broker_connection_retry_on_startup": True,
         # Results live in the database; Celery's result backend would be a second truth.
