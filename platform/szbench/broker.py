@@ -100,3 +100,29 @@ class Transport(kombu_redis.Transport):
 
 #: ``broker_transport`` for a ``redis://`` broker (``szbench.queue.celery_config``).
 TRANSPORT = f"{__name__}:Transport"
+
+
+# --- a broker that lost its contents ---------------------------------------------------------
+
+#: Set in Redis by the reconciler; its absence means Redis lost everything it held.
+MARKER_KEY = "szbench.broker_marker"
+
+
+def broker_was_emptied(url: str) -> bool:
+    """Whether the Redis at ``url`` lost its contents since the last call (anyone's).
+
+    The reconciler calls this every pass. The marker it sets survives as long as Redis keeps
+    its data, so finding it gone says directly that every message Redis held is gone (Redis
+    restarted without persistence, or flushed), without waiting for idle workers to prove
+    the queues empty. ``SET NX``: of several reconcilers only one sees it gone. Redis must
+    not evict keys (``maxmemory-policy noeviction``, which Celery needs anyway), or an
+    evicted marker would send work again that was still queued. Raises the client's
+    connection errors when Redis is away.
+    """
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
+    try:
+        return bool(client.set(MARKER_KEY, datetime.now(UTC).isoformat(), nx=True))
+    finally:
+        client.close()

@@ -7,9 +7,12 @@ for real (workers killed, Redis restarted empty) is in ``test_reconcile_celery``
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+import redis
 from sqlalchemy import select
 
 from szbench import queue
@@ -254,3 +257,59 @@ def test_a_restarted_worker_reclaims_its_dead_predecessors_runs(env: Env) -> Non
     assert sent == [runs[0]]
     assert env.sent == [(queue.TASK_RUN_RECORDING, "cpu", {"run_id": runs[0]})]
     assert evaluation(evaluation_id).reconcile_rounds == 1
+
+
+@pytest.fixture
+def own_redis(env: Env, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """A redis-server of this test's own as the broker (sends stay captured)."""
+    from .test_reconcile_celery import OwnRedis
+
+    server = OwnRedis(tmp_path)
+    server.start()
+    settings_env.setenv("SZBENCH_BROKER_URL", server.url)
+    get_settings.cache_clear()
+    try:
+        yield server.url
+    finally:
+        server.kill()
+        get_settings.cache_clear()
+
+
+def test_a_broker_that_lost_its_contents_gets_its_work_again_at_once(
+    env: Env, own_redis: str
+) -> None:
+    """Redis restarted empty: the marker the reconciler keeps there is gone, so everything
+    no live worker holds is sent again on the next pass, not after the workers' idle time."""
+    evaluation_id, runs = _running_with_claims(env, {0: "h1:1.1", 1: "h2:2.2"})
+    now = T0 + timedelta(seconds=30)
+    # h1 is busy with run 0 (it holds it), h2 claimed run 1 but no longer holds it: neither
+    # is idle, so without the marker nothing would be sent before reconcile_claim_grace_s.
+    beat("h1:1.1", seen=now, run_ids=(runs[0],))
+    beat("h2:2.2", seen=now)
+    first = reconcile.reconcile(now=now)  # the first pass ever sets the marker
+    assert first.broker_emptied
+    env.sent.clear()
+    assert reconcile.reconcile(now=now + timedelta(seconds=1)).broker_emptied is False
+    assert reconcile.reconcile(now=now + timedelta(seconds=2)).resent_runs == []
+    redis.Redis.from_url(own_redis).flushall()  # restarted empty
+    later = now + timedelta(seconds=20)
+    beat("h1:1.1", seen=later, run_ids=(runs[0],))
+    beat("h2:2.2", seen=later)
+    report = reconcile.reconcile(now=later)
+    assert report.broker_emptied
+    assert report.resent_runs == runs[1:]  # all but the one a live worker runs
+    assert sorted(kwargs["run_id"] for _, _, kwargs in env.sent) == runs[1:]
+    assert evaluation(evaluation_id).reconcile_rounds == 2
+    assert reconcile.reconcile(now=later + timedelta(seconds=1)).resent_runs == []
+
+
+def test_a_start_task_lost_with_the_broker_is_sent_again_at_once(env: Env, own_redis: str) -> None:
+    reconcile.reconcile(now=T0)  # the marker
+    evaluation_id = new_evaluation(env)
+    env.sent.clear()  # submitted while Redis was away (503): no start task anywhere
+    created_at(evaluation_id, T0)
+    redis.Redis.from_url(own_redis).flushall()
+    now = T0 + timedelta(seconds=10)
+    beat("h1:1.1", seen=now)  # a worker, not idle for long
+    report = reconcile.reconcile(now=now)
+    assert report.resent_starts == [evaluation_id]

@@ -151,10 +151,33 @@ class ReconcileReport:
     failed: list[int] = field(default_factory=list)
     idle_queues: list[str] = field(default_factory=list)
     queues_without_workers: list[str] = field(default_factory=list)
+    #: The broker lost its contents since the last pass (:func:`_broker_emptied`).
+    broker_emptied: bool = False
 
     @property
     def changed(self) -> bool:
-        return bool(self.resent_runs or self.resent_starts or self.resent_finalize or self.failed)
+        return bool(
+            self.resent_runs
+            or self.resent_starts
+            or self.resent_finalize
+            or self.failed
+            or self.broker_emptied
+        )
+
+
+def _broker_emptied(settings: Settings) -> bool:
+    """Whether the Redis broker lost everything it held since the last pass (any process's);
+    False in the embedded mode and while the broker is away (nothing can be sent then)."""
+    from szbench.broker import broker_was_emptied
+    from szbench.queue import is_embedded
+
+    if is_embedded(settings) or not settings.broker_url.startswith("redis://"):
+        return False
+    try:
+        return broker_was_emptied(settings.broker_url)
+    except Exception as exc:
+        log.warning("reconciler: the broker is unreachable (%s)", exc)
+        return False
 
 
 def _count_round(
@@ -214,7 +237,7 @@ def reconcile(now: datetime | None = None) -> ReconcileReport:
     """
     settings = get_settings()
     now = now or _now()
-    report = ReconcileReport()
+    report = ReconcileReport(broker_emptied=_broker_emptied(settings))
     timeout = timedelta(seconds=settings.worker_heartbeat_timeout_s)
     stale = timedelta(seconds=settings.reconcile_stale_s)
     with session_scope() as session:
@@ -241,6 +264,11 @@ def reconcile(now: datetime | None = None) -> ReconcileReport:
         served.update(beat.queues)
         if beat.free_since is not None and _aware(beat.free_since) <= now - stale:
             idle_queues.update(beat.queues)
+    if report.broker_emptied:
+        # Every message the broker held is gone: what no live worker holds was lost, now,
+        # whatever the workers' idle time says.
+        idle_queues = set(served)
+        log.warning("reconciler: the broker lost its contents; sending unfinished work again")
     report.idle_queues = sorted(idle_queues)
     for evaluation_id in candidates:
         try:
@@ -276,13 +304,18 @@ def _reconcile_one(
             if queue not in report.queues_without_workers:
                 report.queues_without_workers.append(queue)
             return
-        if evaluation.reconciled_at is not None and _aware(evaluation.reconciled_at) > now - stale:
-            return  # the last round's tasks get their time
+        emptied = report.broker_emptied
+        if (
+            not emptied
+            and evaluation.reconciled_at is not None
+            and _aware(evaluation.reconciled_at) > now - stale
+        ):
+            return  # the last round's tasks get their time (unless the broker lost them)
         idle = queue in idle_queues
         if evaluation.status == EvaluationStatus.QUEUED:
             if (
                 idle
-                and _aware(evaluation.created_at) <= now - stale
+                and (emptied or _aware(evaluation.created_at) <= now - stale)
                 and _count_round(evaluation, settings, now, "its start task was lost", report)
             ):
                 send_task(TASK_START_EVALUATION, queue=queue, evaluation_id=evaluation.id)
@@ -304,7 +337,7 @@ def _reconcile_one(
         stuck = [
             run.id
             for run in unfinished
-            if _is_stuck(run, beats, live, idle, now, grace, timeout, stale)
+            if _is_stuck(run, beats, live, idle, now, grace, timeout, stale, emptied=emptied)
         ]
         if not stuck:
             return
@@ -324,6 +357,8 @@ def _is_stuck(
     grace: timedelta,
     timeout: timedelta,
     stale: timedelta,
+    *,
+    emptied: bool = False,
 ) -> bool:
     if run.started_at is None:
         return idle  # never claimed: lost when the queue is proven empty
@@ -339,6 +374,8 @@ def _is_stuck(
         return _aware(run.started_at) <= now - grace
     if run.id in (holder.run_ids or ()):
         return False
+    if emptied:
+        return True  # its message (or its retry's) went with the broker's contents
     if idle and _aware(run.started_at) <= now - stale:
         # Its queue is proven empty, so no retry of it waits there either (an idle worker
         # would have fetched it and would hold it): the claim was abandoned (the broker
