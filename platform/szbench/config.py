@@ -159,6 +159,10 @@ class Settings(BaseSettings):
     # dead, and the runs it claimed are sent again.
     worker_heartbeat_interval_s: float = 15.0
     worker_heartbeat_timeout_s: float = 90.0
+    # A worker stops taking runs while its work directories (RUNNER_WORK_DIR,
+    # PIPELINE_WORK_DIR) have less free space than this, and goes on when they have it again;
+    # a run that fails for want of it would only spend the algorithm's retries.
+    worker_min_free_bytes: int = 1024**3
     # How often celery beat sends the reconcile task (to the maintenance queue).
     reconcile_interval_s: float = 60.0
     # Unfinished work is sent again once a live worker of its queue has had a free slot for

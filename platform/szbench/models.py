@@ -505,6 +505,10 @@ class RecordingRun(Base):
     # The worker (WorkerHeartbeat.id) whose attempt claimed this run last; with started_at
     # it tells the reconciler whether an unfinished run is still being worked on.
     claimed_by: Mapped[str] = mapped_column(String(200), default="", server_default="")
+    # When a worker gave this run up for a platform fault (its retries ran out on an
+    # unreachable engine, a full disk, a lost database): no message of it is left anywhere,
+    # so the reconciler sends it again on its next round instead of failing the evaluation.
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     evaluation: Mapped[Evaluation] = relationship(back_populates="runs")
     recording: Mapped[Recording] = relationship()
@@ -518,6 +522,8 @@ class WorkerHeartbeat(Base):
     ``run_ids`` are the runs it holds right now; ``free_since`` is when it last had a free slot
     without receiving a task (None while every slot is busy): a live worker that has been free
     for a while proves that its queues hold nothing, so unfinished work is lost, not waiting.
+    ``fault`` says why the worker takes no runs now (its container engine or work directory;
+    ``szbench_worker.health``), None while it can run them.
     """
 
     __tablename__ = "worker_heartbeats"
@@ -531,6 +537,7 @@ class WorkerHeartbeat(Base):
     free_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    fault: Mapped[str | None] = mapped_column(String(500))
 
 
 class _Metrics:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -371,7 +372,9 @@ def test_cancel_stops_pending_runs(env: Env) -> None:
             evaluations.cancel_evaluation(session, ev)
 
 
-def test_infrastructure_fault_raises_for_retry_then_fails_the_evaluation(env: Env) -> None:
+def _fail_one_run(env: Env) -> tuple[int, int]:
+    """An evaluation whose sub-01 run-01 raised a platform fault; the other runs stored."""
+
     class Broken(FakeRunner):
         def run(self, **kwargs: Any) -> Any:
             if "sub-01_ses-01_task-szMonitoring_run-01" in str(kwargs["recording"]):
@@ -399,7 +402,12 @@ def test_infrastructure_fault_raises_for_retry_then_fails_the_evaluation(env: En
         run = session.get_one(RecordingRun, failed_run)
         assert run.outcome is None
         assert run.finished_at is None
-    # Retries exhausted: the task's failure handler records it; the evaluation ends FAILED.
+    return evaluation_id, failed_run
+
+
+def test_a_task_that_fails_for_good_by_a_bug_fails_the_evaluation(env: Env) -> None:
+    evaluation_id, failed_run = _fail_one_run(env)
+    # A bug (not a platform fault): the task's failure handler records it; FAILED.
     pipeline.record_task_failure(
         queue.TASK_RUN_RECORDING, {"run_id": failed_run}, RunnerError("docker daemon unreachable")
     )
@@ -413,6 +421,52 @@ def test_infrastructure_fault_raises_for_retry_then_fails_the_evaluation(env: En
         assert ev.status == EvaluationStatus.FAILED
         assert "platform fault" in ev.message
         assert ev.result is None
+
+
+def test_retries_run_out_on_a_platform_fault_the_reconciler_sends_the_run_again(
+    env: Env,
+) -> None:
+    """Issue 21 point 8: a host that was sick for a while must not leave the evaluation
+    FAILED; the run is released, and the reconciler's next pass sends it again."""
+    from szbench_worker import reconcile
+
+    evaluation_id, failed_run = _fail_one_run(env)
+    pipeline.record_task_failure(
+        queue.TASK_RUN_RECORDING,
+        {"run_id": failed_run},
+        RunnerError("docker daemon unreachable"),
+        platform=True,
+    )
+    with session_scope() as session:
+        run = session.get_one(RecordingRun, failed_run)
+        assert run.finished_at is None
+        assert run.released_at is not None
+        assert "unreachable" in run.admin_log
+        assert session.get_one(Evaluation, evaluation_id).status == EvaluationStatus.RUNNING
+    env.sent.clear()
+    reconcile.write_heartbeat(
+        reconcile.Beat(
+            id="h1:1.1",
+            host="h1",
+            node="cpu@h1",
+            queues=["cpu"],
+            concurrency=1,
+            run_ids=[],
+            free_since=None,  # busy: nothing proves the queue empty, yet the run is lost
+            started_at=datetime.now(UTC),
+        )
+    )
+    assert reconcile.reconcile().resent_runs == [failed_run]
+    pipeline.set_dependencies(
+        pipeline.Dependencies(runner=env.runner, resolve_image=lambda v: v.image_digest)
+    )
+    deliver(env)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.DONE
+        run = session.get_one(RecordingRun, failed_run)
+        assert run.released_at is None
+        assert run.attempts == 2
 
 
 def test_wrong_recording_duration_is_invalid_output(env: Env) -> None:

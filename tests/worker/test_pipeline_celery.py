@@ -43,6 +43,7 @@ from szbench.models import (
     RunOutcome,
     User,
     VersionStatus,
+    WorkerHeartbeat,
 )
 
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world, truncate_all
@@ -453,10 +454,11 @@ def test_warm_shutdown_finishes_the_run_in_progress(
         assert all(r.attempts == 1 for r in ev.runs)
 
 
-def test_infrastructure_fault_is_retried_with_backoff_then_recorded(
+def test_a_worker_without_its_engine_takes_no_runs_and_says_why(
     celery_env: tuple[Workers, str], tmp_path: Path
 ) -> None:
-    """The Docker daemon unreachable: retried (not the submitter's fault), then FAILED."""
+    """The Docker daemon unreachable: the worker takes no run (no attempt, no retry spent on
+    the algorithm), says why in its heartbeat, and the evaluation waits (issue 21 point 8)."""
     workers, _host = celery_env
     recs = [Rec("sub-01", "run-00", 600, ((100, 20),))]
     data = make_prepared_dataset(tmp_path / "data", recs)
@@ -472,19 +474,16 @@ def test_infrastructure_fault_is_retried_with_backoff_then_recorded(
         "SZBENCH_TASK_RETRY_BACKOFF_MAX_S": "1",
     }
     workers.start("nodocker")
-    wait_until(all_finished([evaluation_id]), 60, "the evaluation", workers)
+    wait_until(lambda: "taking no runs" in workers.logs(), 60, "the host check", workers)
+    time.sleep(5)
     with session_scope() as session:
         ev = session.get_one(Evaluation, evaluation_id)
-        assert ev.status == EvaluationStatus.FAILED
-        assert "platform fault" in ev.message
-        assert ev.result is None
-        (run,) = ev.runs
-        assert run.outcome == RunOutcome.INFRASTRUCTURE_ERROR
-        assert run.attempts == 3  # the first try and two retries
-        assert "Docker" in run.admin_log or "docker" in run.admin_log
-        assert "docker" not in run.submitter_message.lower()
+        assert ev.status in (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING)
+        assert all(run.attempts == 0 and run.finished_at is None for run in ev.runs)
+        (fault,) = session.scalars(select(WorkerHeartbeat.fault)).all()
+        assert fault == "the container engine of this host does not answer"
     log = (workers.log_dir / "nodocker.log").read_text(errors="replace")
-    assert log.count("retry: Retry in") == 2
+    assert "retry: Retry in" not in log
 
 
 @pytest.fixture

@@ -97,7 +97,9 @@ class PipelineTask(Task):  # type: ignore[misc]
             except Exception:
                 log.exception("could not hand %s %s back; recording it", self.name, kwargs)
         try:
-            record_task_failure(self.name, kwargs, exc)
+            record_task_failure(
+                self.name, kwargs, exc, platform=isinstance(exc, INFRASTRUCTURE_ERRORS)
+            )
         except Exception:
             log.exception("could not record the failure of %s %s", self.name, kwargs)
 
@@ -203,14 +205,42 @@ def _sweep_dead_owners() -> None:
         log.warning("removed %d container(s) of a pool process that died", removed)
 
 
+def _remove_ended_containers() -> None:
+    """Remove this host's run containers that ended long ago and were never removed."""
+    settings = get_settings()
+    if settings.runner_backend == "local":
+        return
+    from szbench_worker import docker_runner
+    from szbench_worker.runner import worker_host
+
+    try:
+        client = docker_runner.connect(timeout_s=10)
+    except RunnerError:
+        return  # the engine is away: the health check says so
+    try:
+        docker_runner.remove_ended(
+            client, host=worker_host(), older_than_s=settings.worker_heartbeat_timeout_s
+        )
+    finally:
+        client.close()
+
+
 class _Heartbeat(threading.Thread):
-    """Writes this worker's heartbeat; sweeps at once after a pool child dies.
+    """Writes this worker's heartbeat; sweeps at once after a pool child dies; stops taking
+    runs while the host is sick.
 
     Runs in the worker's main process, which knows every task it holds (Celery's reserved
     requests) and every child of its pool. A child killed mid-run (kill -9, the kernel's OOM
     killer) leaves its container running and its staging folder and tmpfs in place: the
     main process, still alive, removes them as soon as the child is gone, while Celery
     hands the task back to the queue (``reject_on_worker_lost``).
+
+    Every interval it also checks the host (:func:`szbench_worker.health.host_fault`): while
+    the container engine does not answer or a work directory is full, the worker stops
+    consuming its run queues (so that no run spends an algorithm's retries here) and says
+    why in its heartbeat; when the host recovers it consumes them again. And it removes run
+    containers of this host that ended and were never removed (an engine restart ends them
+    while their runner cannot remove them).
     """
 
     def __init__(self, consumer: Any, beat: Any) -> None:
@@ -219,6 +249,27 @@ class _Heartbeat(threading.Thread):
         self.beat = beat
         self.stopped = threading.Event()
         self._free_since: datetime | None = None
+        #: The run queues this worker stopped consuming while its host is sick.
+        self._paused: list[str] = []
+
+    def check_host(self) -> None:
+        """Stop or resume taking runs as the host's health says (see the class)."""
+        from szbench.queue import QUEUES
+        from szbench_worker.health import host_fault
+
+        fault = host_fault()
+        self.beat.fault = fault
+        if fault and not self._paused:
+            self._paused = [q for q in self.beat.queues if q in QUEUES]
+            log.error("this host cannot run containers (%s): taking no runs", fault)
+            for queue in self._paused:
+                # Thread-safe: the consumer's own loop runs it.
+                self.consumer.call_soon(self.consumer.cancel_task_queue, queue)
+        elif not fault and self._paused:
+            log.warning("this host can run containers again: taking runs from %s", self._paused)
+            for queue in self._paused:
+                self.consumer.call_soon(self.consumer.add_task_queue, queue)
+            self._paused = []
 
     def sample(self) -> Any:
         from celery.worker import state as worker_state
@@ -234,7 +285,8 @@ class _Heartbeat(threading.Thread):
             if r.name == TASK_RUN_RECORDING and isinstance(r.kwargs, dict) and "run_id" in r.kwargs
         ]
         now = datetime.now(UTC)
-        if len(held) >= self.beat.concurrency:
+        if len(held) >= self.beat.concurrency or self.beat.fault:
+            # (A sick host's free slot receives nothing by its own choice: it proves nothing.)
             self._free_since = None
         else:
             if self._free_since is None:
@@ -267,6 +319,11 @@ class _Heartbeat(threading.Thread):
                 children = now_children
             if time.monotonic() - last >= interval:
                 last = time.monotonic()
+                try:
+                    self.check_host()
+                    _remove_ended_containers()
+                except Exception:
+                    log.exception("the host check failed")
                 try:
                     reconcile.write_heartbeat(self.sample())
                 except Exception:
@@ -313,6 +370,7 @@ def _start_heartbeat(sender: Any = None, **_: Any) -> None:
     )
     _heartbeat = _Heartbeat(sender, beat)
     try:
+        _heartbeat.check_host()
         reconcile.write_heartbeat(_heartbeat.sample())
         # A predecessor on this host that was killed held runs: they come back now, not
         # after the broker's visibility timeout. Then one pass of the reconciler.

@@ -114,6 +114,8 @@ class Beat:
     run_ids: Sequence[int]
     free_since: datetime | None
     started_at: datetime
+    #: Why it takes no runs now (:func:`szbench_worker.health.host_fault`); None: it does.
+    fault: str | None = None
 
 
 def write_heartbeat(beat: Beat) -> None:
@@ -129,6 +131,7 @@ def write_heartbeat(beat: Beat) -> None:
         row.concurrency = beat.concurrency
         row.run_ids = sorted(beat.run_ids)
         row.free_since = beat.free_since
+        row.fault = beat.fault[:500] if beat.fault else None
         row.last_seen_at = _now()
 
 
@@ -261,6 +264,10 @@ def reconcile(now: datetime | None = None) -> ReconcileReport:
     idle_queues: set[str] = set()
     served: set[str] = set()
     for beat in live.values():
+        if beat.fault:
+            # It takes no runs until its host recovers: it neither serves its queues nor
+            # proves them empty (its free slot receives nothing by its own choice).
+            continue
         served.update(beat.queues)
         if beat.free_since is not None and _aware(beat.free_since) <= now - stale:
             idle_queues.update(beat.queues)
@@ -360,6 +367,8 @@ def _is_stuck(
     *,
     emptied: bool = False,
 ) -> bool:
+    if run.released_at is not None:
+        return True  # given up for a platform fault: no message of it is left anywhere
     if run.started_at is None:
         return idle  # never claimed: lost when the queue is proven empty
     holder = live.get(run.claimed_by)

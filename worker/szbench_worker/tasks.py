@@ -7,10 +7,14 @@ takes keyword-only ids, is idempotent and locks the rows it changes (in the pipe
 from __future__ import annotations
 
 import logging
+import time
+from typing import Any
 
 from szbench.notifications import outbox
 from szbench.queue import (
+    QUEUE_CPU,
     QUEUE_MAINTENANCE,
+    QUEUES,
     TASK_FINALIZE,
     TASK_NOTIFY,
     TASK_NOTIFY_TICK,
@@ -19,9 +23,11 @@ from szbench.queue import (
     TASK_RUN_RECORDING,
     TASK_SMOKE_TEST,
     TASK_START_EVALUATION,
+    send_task,
 )
-from szbench_worker import pipeline, reconcile
+from szbench_worker import health, pipeline, reconcile
 from szbench_worker.celery_app import project_task
+from szbench_worker.runner import RunnerError
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +39,36 @@ def start_evaluation(*, evaluation_id: int) -> None:
     log.info("evaluation %s started: %s", evaluation_id, outcome)
 
 
+#: How long a run task that reached a sick host waits before it goes back to its queue: the
+#: worker's heartbeat thread stops consuming within a second of seeing the fault, so the
+#: task goes to a healthy worker, or waits in the queue, instead of coming straight back.
+HAND_BACK_PAUSE_S = 2.0
+
+
 @project_task(TASK_RUN_RECORDING)
 def run_recording(*, run_id: int) -> None:
     """Run the algorithm on one recording, score it, store the result."""
-    step = pipeline.run_recording(run_id)
-    log.info("run %s: %s", run_id, step)
+    fault = health.host_fault()
+    if fault is None:
+        try:
+            step = pipeline.run_recording(run_id)
+        except RunnerError:
+            fault = health.host_fault()
+            if fault is None:
+                raise  # the host is fine: a fault of this run, retried as before
+        else:
+            log.info("run %s: %s", run_id, step)
+            return
+    # The host is sick (engine away, work directory full): going back to the queue costs
+    # this run no retry, and it counts no attempt unless a container had started.
+    log.warning("run %s handed back: %s", run_id, fault)
+    time.sleep(HAND_BACK_PAUSE_S)
+    send_task(TASK_RUN_RECORDING, queue=_queue_of(run_recording), run_id=run_id)
+
+
+def _queue_of(task: Any) -> str:
+    routing_key = (task.request.delivery_info or {}).get("routing_key")
+    return routing_key if routing_key in QUEUES else QUEUE_CPU
 
 
 @project_task(TASK_FINALIZE)

@@ -45,7 +45,7 @@ from szbench_worker.docker_runner.sandbox import (
     scratch_paths,
 )
 from szbench_worker.docker_runner.staging import purge_output
-from szbench_worker.docker_runner.sweep import cleanup_orphans
+from szbench_worker.docker_runner.sweep import cleanup_orphans, remove_ended
 
 __all__ = [
     "CANNOT_START_MESSAGES",
@@ -72,5 +72,6 @@ __all__ = [
     "owner_token",
     "pull_image",
     "purge_output",
+    "remove_ended",
     "scratch_paths",
 ]

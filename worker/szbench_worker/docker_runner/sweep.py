@@ -6,6 +6,7 @@ import contextlib
 import logging
 import re
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
@@ -106,3 +107,55 @@ def cleanup_orphans(
     if removed:
         log.warning("removed %d orphaned run container(s)", removed)
     return removed
+
+
+# --- containers that ended and were never removed ----------------------------------------
+
+#: Container states that will never run again by themselves.
+_ENDED = ("exited", "dead", "created")
+
+
+def remove_ended(client: docker.DockerClient, *, host: str, older_than_s: float) -> int:
+    """Remove this ``host``'s run containers that ended more than ``older_than_s`` ago.
+
+    A run container is removed by its runner the moment it ends; one still there long after
+    is one its runner could not remove: the engine was away at that moment (an engine
+    restart ends every container, and the runner's removal fails while the engine is down).
+    Without this its owner, alive, would leave it ``Exited`` until the next worker start on
+    the host. Containers that ended within ``older_than_s`` may still be read by their
+    runner (state, logs) and are left alone; a container never started counts from its
+    creation. Returns the number removed.
+    """
+    now = datetime.now(UTC)
+    removed = 0
+    listed = client.containers.list(
+        all=True,
+        filters={"label": [f"{LABEL_HOST}={host}", LABEL_RUNNER], "status": list(_ENDED)},
+        ignore_removed=True,
+    )
+    for container in listed:
+        state = container.attrs.get("State") or {}
+        ended = _timestamp(state.get("FinishedAt")) or _timestamp(container.attrs.get("Created"))
+        if ended is None or (now - ended).total_seconds() < older_than_s:
+            continue
+        try:
+            container.remove(force=True, v=True)
+            removed += 1
+        except NotFound:
+            pass
+        except APIError as exc:
+            log.warning("could not remove the ended run container %s: %s", container.name, exc)
+    if removed:
+        log.warning("removed %d run container(s) that had ended and were never removed", removed)
+    return removed
+
+
+def _timestamp(value: object) -> datetime | None:
+    """The engine's RFC 3339 time (nanoseconds, ``Z``); ``None`` for its zero time or junk."""
+    if not isinstance(value, str) or value.startswith("0001-"):
+        return None
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d)", value)
+    if match is None:
+        return None
+    zone = "+00:00" if match.group(2) == "Z" else match.group(2)
+    return datetime.fromisoformat(match.group(1) + zone)

@@ -59,6 +59,7 @@ def claim_run(run_id: int, settings: Settings) -> Claim | RunStep:
         run.started_at = now()
         # Which worker holds it now: the reconciler sends it again if that one dies.
         run.claimed_by = reconcile.worker_id()
+        run.released_at = None
         recording = run.recording
         dataset_version = recording.dataset_version
         return Claim(

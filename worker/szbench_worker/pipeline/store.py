@@ -14,7 +14,7 @@ from szbench.models import Evaluation, RunOutcome
 from szbench_scoring import AnnotationError
 from szbench_worker.pipeline.faults import mark_infrastructure_failure
 from szbench_worker.pipeline.progress import finish_run
-from szbench_worker.pipeline.rows import lock_run
+from szbench_worker.pipeline.rows import lock_run, now
 from szbench_worker.pipeline.score import score_run, scoring_params
 from szbench_worker.runner import ImageRefused, RunResult, worker_host
 
@@ -103,6 +103,20 @@ def store_refused(run_id: int, message: str) -> RunStep:
         run.submitter_message = message
         progress = finish_run(session, run)
         return RunStep(stored=True, progress=progress)
+
+
+def release_run(run_id: int, detail: str) -> RunStep:
+    """Give a run up for a platform fault without ending it: its task is gone (acknowledged),
+    so the reconciler sends it again (:attr:`RecordingRun.released_at`); ``detail`` for
+    admins. The evaluation stays RUNNING instead of ending FAILED for the host's sickness."""
+    with session_scope() as session:
+        run = lock_run(session, run_id)
+        if run is None or run.finished_at is not None:
+            return RunStep(skipped="already finished")
+        run.released_at = now()
+        run.claimed_by = ""
+        run.admin_log = (run.admin_log + "\n" if run.admin_log else "") + detail
+        return RunStep(skipped="released for the reconciler")
 
 
 def store_infrastructure_failure(run_id: int, detail: str) -> RunStep:

@@ -11,21 +11,29 @@ from szbench.models import AlgorithmVersion, EvaluationStatus, VersionStatus
 from szbench.notifications import service as notify
 from szbench.queue import TASK_FINALIZE, TASK_RESCORE, TASK_RUN_RECORDING
 from szbench_worker.pipeline.rows import lock_evaluation, now
-from szbench_worker.pipeline.store import store_infrastructure_failure
+from szbench_worker.pipeline.store import release_run, store_infrastructure_failure
 
 log = logging.getLogger(__name__)
 
 
-def record_task_failure(task_name: str, kwargs: dict[str, Any], exc: BaseException) -> None:
+def record_task_failure(
+    task_name: str, kwargs: dict[str, Any], exc: BaseException, *, platform: bool = False
+) -> None:
     """Record, for admins, a task that failed for good (retries exhausted or a bug).
 
-    A run gets INFRASTRUCTURE_ERROR (so the evaluation can still finish, as FAILED); an
+    A run whose retries ran out on a platform fault (``platform``: the engine, the disk, the
+    database or the broker, never the algorithm) is released for the reconciler, which sends
+    it again, so a host that was sick for a while does not leave its evaluations FAILED. Any
+    other run gets INFRASTRUCTURE_ERROR (so the evaluation can still finish, as FAILED); an
     evaluation that cannot start or finalize is FAILED; a smoke test goes back to PENDING.
     """
     from szbench.queue import TASK_SMOKE_TEST, TASK_START_EVALUATION
 
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:]
     log.error("task %s %s failed for good: %s", task_name, kwargs, exc)
+    if task_name == TASK_RUN_RECORDING and "run_id" in kwargs and platform:
+        release_run(int(kwargs["run_id"]), f"[worker] gave up for a platform fault:\n{detail}")
+        return
     if task_name == TASK_RUN_RECORDING and "run_id" in kwargs:
         store_infrastructure_failure(int(kwargs["run_id"]), f"task failed for good:\n{detail}")
         return
