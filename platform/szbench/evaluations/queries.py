@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from szbench.auth import policy
 from szbench.errors import Forbidden, NotFound
+from szbench.evaluations.holds import platform_hold
 from szbench.evaluations.schemas import EvaluationDetail, EvaluationOut, Progress, Provenance
 from szbench.models import (
     FAILED_OUTCOMES,
@@ -139,6 +140,7 @@ def progress(session: Session, evaluation: Evaluation, *, viewer: User | None) -
         complete=None if failed is None or not finished else failed == 0,
         estimated_remaining_s=estimate,
         estimate_basis=basis,
+        held_by=platform_hold(session, evaluation),
     )
 
 

@@ -70,6 +70,12 @@ class Progress(BaseModel):
         "estimate_basis says what it rests on.",
     )
     estimate_basis: str | None = None
+    held_by: str | None = Field(
+        default=None,
+        description="While a platform fault holds this unfinished evaluation (the task queue "
+        "unreachable, no worker for its queue, or its workers unable to run containers), a "
+        "sentence saying which; null otherwise.",
+    )
 
 
 class EvaluationOut(BaseModel):
