@@ -1,8 +1,8 @@
 """worker heartbeats say what keeps a worker from running containers; runs given up for a
 platform fault are marked for the reconciler (issue 21)
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-04 04:30:00
 
 """
@@ -12,8 +12,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision: str = '0011'
-down_revision: Union[str, Sequence[str], None] = '0010'
+revision: str = '0012'
+down_revision: Union[str, Sequence[str], None] = '0011'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
