@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from szbench.errors import SzbenchError, TooManyAttempts
 
@@ -77,6 +78,32 @@ async def _validation_error(_request: Request, exc: Exception) -> Any:
     return envelope(422, "ValidationError", describe_validation_errors(list(exc.errors())))
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route of the app takes at the request's path, for ``Allow``.
+
+    Starlette answers a 405 from the first route whose path matched, so a path served by
+    several routes (``GET`` and ``POST /api/v1/phases`` are two) would name only that
+    route's methods. Each method is tried against every route, as the router would."""
+    routes = request.app.router.routes
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
+def http_error_headers(request: Request, exc: StarletteHTTPException) -> dict[str, str] | None:
+    """The headers of an HTTP error's answer: a 405's ``Allow`` names every method."""
+    headers = getattr(exc, "headers", None)
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
+    return headers
+
+
 async def _http_error(request: Request, exc: Exception) -> Any:
     assert isinstance(exc, StarletteHTTPException)
     name = _HTTP_NAMES.get(exc.status_code, "HTTPError")
@@ -85,7 +112,7 @@ async def _http_error(request: Request, exc: Exception) -> Any:
         detail = f"no such route: {request.method} {request.url.path}"
     elif exc.status_code == 405:
         detail = f"method {request.method} is not allowed on {request.url.path}"
-    return envelope(exc.status_code, name, detail, getattr(exc, "headers", None))
+    return envelope(exc.status_code, name, detail, http_error_headers(request, exc))
 
 
 async def _data_error(request: Request, exc: Exception) -> Any:

@@ -25,6 +25,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench import __version__
+from szbench.api.errors import http_error_headers
 from szbench.auth.dependencies import Principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
@@ -188,7 +189,9 @@ def install_error_pages(app: Any) -> None:
             return await api_http(request, exc)
         assert isinstance(exc, StarletteHTTPException)
         detail = "There is no page here." if exc.status_code == 404 else str(exc.detail)
-        return _error_page(request, exc.status_code, "Error", detail)
+        page = _error_page(request, exc.status_code, "Error", detail)
+        page.headers.update(http_error_headers(request, exc) or {})
+        return page
 
     async def page_validation_error(request: Request, exc: Exception) -> Any:
         if not is_page_request(request):
