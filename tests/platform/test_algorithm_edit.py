@@ -47,7 +47,6 @@ def test_links_are_fields_and_only_http_links_are_accepted(
         "//evil.example",
         "https://",
         "ftp://x.org/a",
-        "https://a.org/\nb",
     ):
         r = client.patch(f"/api/v1/algorithms/{algo.id}", json={"paper_url": bad}, headers=h)
         assert r.status_code == 400, bad
@@ -66,6 +65,39 @@ def test_links_are_fields_and_only_http_links_are_accepted(
     )
     assert created.status_code == 400
     assert created.json()["detail"].startswith("code_url: ")
+
+
+@pytest.mark.parametrize(
+    ("link", "because"),
+    [
+        ("https://a.org/\nb", "holds U+000A"),
+        ("https://a.org/paper\u2028", "holds U+2028 (LINE SEPARATOR)"),
+        ("https://a.org/\u2029x", "holds U+2029"),
+        ("https://a.org/x\u200b", "holds U+200B"),
+        ("https://a.org/\u202egpj.exe", "holds U+202E"),
+        ("https://a.org/x\x7f", "holds U+007F"),
+        ("https://a.org/a\u00a0b", "holds U+00A0"),
+        ("https://user:pass@a.org/x", "user name or password before the host"),
+        ("https://good.example@evil.example/", "user name or password before the host"),
+        ("https://evil.example\\@good.example/", "backslash"),
+        ("https://a.org:99999/", "invalid port"),
+    ],
+)
+def test_links_refuse_hidden_characters_and_credentials(
+    client: TestClient, db_session: Session, link: str, because: str
+) -> None:
+    owner = f.user(db_session)
+    algo = f.algorithm(db_session, owner)
+    h = f.headers(db_session, owner)
+    r = client.patch(f"/api/v1/algorithms/{algo.id}", json={"code_url": link}, headers=h)
+    assert r.status_code == 400, (link, r.text)
+    assert r.json()["detail"].startswith("code_url: ")
+    assert because in r.json()["detail"]
+    created = client.post("/api/v1/algorithms", json={"name": "l", "paper_url": link}, headers=h)
+    assert created.status_code == 400, (link, created.text)
+    assert because in created.json()["detail"]
+    db_session.refresh(algo)
+    assert algo.code_url == ""
 
 
 def test_a_withdrawn_algorithm_leaves_every_leaderboard_and_can_come_back(

@@ -6,7 +6,6 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
@@ -23,6 +22,7 @@ from szbench.errors import (
     PayloadTooLarge,
 )
 from szbench.evaluations import service as evaluation_service
+from szbench.links import check_link
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -121,25 +121,6 @@ def list_algorithms(
         select(Algorithm).where(*where).order_by(Algorithm.id).limit(limit).offset(offset)
     ).all()
     return list(rows), total
-
-
-def check_link(field: str, url: str) -> str:
-    """``url`` stripped, when it is an absolute http(s) link (or empty), else BadRequest.
-
-    The links are rendered as ``href``: any other scheme (``javascript:``, ``data:``) could
-    run code on the site's pages, so only these two are accepted.
-    """
-    url = url.strip()
-    if not url:
-        return ""
-    parts = urlsplit(url)
-    if (
-        parts.scheme.lower() not in ("http", "https")
-        or not parts.hostname
-        or any(c.isspace() or ord(c) < 32 for c in url)
-    ):
-        raise BadRequest(f"{field}: {url[:100]!r} is not an http(s) link (https://...)")
-    return url
 
 
 def update_algorithm(
