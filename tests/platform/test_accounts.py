@@ -184,7 +184,8 @@ def test_web_sign_ins_are_named_apart_and_the_name_is_reserved(
     assert r.status_code == 400
     assert (
         r.json()["detail"]
-        == "name: 'Web Session' is reserved for web sign-ins; choose another name"
+        == "name: 'Web Session' is reserved for web sign-ins (or reads as that name); "
+        "choose another name"
     )
     names = {t["name"] for t in client.get("/api/v1/tokens", headers=h).json()["items"]}
     assert cookies.WEB_SESSION_NAME not in names
@@ -209,3 +210,39 @@ def test_an_existing_email_sign_up_points_to_sign_in_and_reset(
         "email: an account with here@example.org exists already: sign in "
         "(POST /api/v1/auth/login) or reset its password (ask an admin for a reset link)"
     )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "WEB SESSION",
+        " web  session ",
+        "web-session",
+        "web_session",
+        "web.session!",
+        "websession",
+        "web\u00adsession",  # soft hyphen
+        "web\u200bsession",  # zero-width space
+        "w\u0435b session",  # Cyrillic small ie
+        "\u0461eb session",  # Cyrillic omega
+        "\uff57\uff45\uff42 \uff53\uff45\uff53\uff53\uff49\uff4f\uff4e",  # full-width
+        "web sess1on",
+        "vveb session",
+        "web 5ession",
+        "W\u0301eb session",  # combining accent
+    ],
+)
+def test_the_reserved_name_cannot_be_taken_by_a_look_alike(
+    client: TestClient, db_session: Session, name: str
+) -> None:
+    h = f.headers(db_session, f.user(db_session, password=OLD))
+    r = client.post("/api/v1/tokens", json={"name": name}, headers=h)
+    assert r.status_code == 400, (name, r.text)
+    assert "is reserved for web sign-ins" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("name", ["web sessions", "my web session", "laptop", "ci", "session"])
+def test_other_names_stay_free(client: TestClient, db_session: Session, name: str) -> None:
+    h = f.headers(db_session, f.user(db_session, password=OLD))
+    r = client.post("/api/v1/tokens", json={"name": name}, headers=h)
+    assert r.status_code == 201, (name, r.text)

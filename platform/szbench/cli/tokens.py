@@ -19,11 +19,12 @@ def create(
     days: int | None = typer.Option(None, min=1, help="Expire after this many days."),
 ) -> None:
     """Create a token and print its secret (shown only this once)."""
-    from szbench.auth import service
+    from szbench.auth import accounts, service
     from szbench.db import session_scope
     from szbench.errors import SzbenchError
 
     try:
+        accounts.check_token_name(name)
         with session_scope() as session:
             user = service.get_user_by_email(session, email)
             _, secret = service.create_token(
