@@ -20,7 +20,7 @@ from szbench.api.headers import SzbenchFastAPI
 from szbench.auth.csrf import refuse_cross_site_writes
 from szbench.auth.router import router as auth_router
 from szbench.compare.router import router as compare_router
-from szbench.config import get_settings
+from szbench.config import check_serving, get_settings
 from szbench.datasets.router import router as datasets_router
 from szbench.evaluations.router import router as evaluations_router
 from szbench.leaderboards.router import router as leaderboards_router
@@ -67,7 +67,10 @@ takes `limit` and `offset` and returns `total`. See docs/api.md.
 
 
 def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastAPI:
-    """A new application with its own metrics registry (so tests can build many)."""
+    """A new application with its own metrics registry (so tests can build many).
+
+    Refuses settings that cannot serve safely together (:func:`check_serving`)."""
+    check_serving()
     app = SzbenchFastAPI(
         title="szbench",
         version=__version__,

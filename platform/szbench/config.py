@@ -10,9 +10,13 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from szbench.errors import BadRequest
+from szbench.links import check_link
 
 
 class Settings(BaseSettings):
@@ -72,6 +76,14 @@ class Settings(BaseSettings):
     session_cookie_secure: bool = False
     # Anyone may create a researcher account (off in centre mode).
     allow_signup: bool = True
+    # Sign-ups per client address (an IPv6 /64), each of which brings its own daily quotas:
+    # past this many, each sign-up (an address that has an account counts too) doubles the
+    # wait before the next one, from signup_backoff_base_s up to signup_backoff_max_s; 429
+    # with Retry-After meanwhile. A client is forgotten after signin_failure_memory_s
+    # without a sign-up. Defaults: at most 6 sign-ups from one address in any 24 h.
+    signup_free_per_client: int = 2
+    signup_backoff_base_s: float = 7200.0
+    signup_backoff_max_s: float = 86400.0
     # Accounts (docs/security.md, "Accounts"). A password reset link (admin-issued, or
     # e-mailed when SMTP is configured) works once and for this long (seconds).
     password_reset_ttl_s: int = 86400
@@ -79,8 +91,11 @@ class Settings(BaseSettings):
     email_verification_ttl_s: int = 7 * 86400
     # At most one reset e-mail per account per this many seconds ("forgot password").
     password_reset_mail_interval_s: int = 300
-    # The site's address as users reach it, for links in e-mails (e.g. https://bench.example);
-    # empty: the address the request came to.
+    # The site's address as users reach it (e.g. https://bench.example.org): every link the
+    # server sends or shows (reset and verification links) is built from it, never from the
+    # request's Host header, which the caller writes. Required when SMTP is configured (the
+    # server refuses to start without it); empty without e-mail: admin-issued reset links
+    # are then shown as a path to put after the site's address.
     public_url: str = ""
     # Outgoing e-mail. Empty smtp_host: no e-mail at all (admins hand out reset links).
     # With a host, sign-ups get a verification link and must verify before submitting, and
@@ -231,6 +246,24 @@ class Settings(BaseSettings):
                     raise ValueError(f"not a network in CIDR form: {part.strip()!r}") from exc
         return value
 
+    @field_validator("public_url")
+    @classmethod
+    def _site_address(cls, value: str) -> str:
+        # Links into the site are this plus a path: an address with its own path, query,
+        # fragment or credentials would send them somewhere else (docs/security.md).
+        try:
+            url = check_link("SZBENCH_PUBLIC_URL", value)
+        except BadRequest as exc:
+            raise ValueError(exc.detail) from None
+        parts = urlsplit(url)
+        if parts.path.strip("/") or parts.query or parts.fragment or url.endswith(("?", "#")):
+            raise ValueError(
+                f"SZBENCH_PUBLIC_URL: {url!r} must be the site's address alone "
+                "(scheme and host, e.g. https://bench.example.org), without a path, query "
+                "or fragment"
+            )
+        return url.rstrip("/")
+
     @field_validator("submissions_per_day", "held_out_runs_per_day", mode="before")
     @classmethod
     def _empty_is_unlimited(cls, value: object) -> object:
@@ -269,3 +302,23 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+class ConfigError(Exception):
+    """Settings that are each valid but cannot serve together; the message names them."""
+
+
+PUBLIC_URL_REQUIRED = (
+    "SZBENCH_PUBLIC_URL is not set, and e-mail is on (SZBENCH_SMTP_HOST): every link in a "
+    "message (password reset, address verification) is built from it, never from the "
+    "request's Host header. Set it to the site's address as users reach it, e.g. "
+    "SZBENCH_PUBLIC_URL=https://bench.example.org"
+)
+
+
+def check_serving(settings: Settings | None = None) -> None:
+    """Refuse to serve with settings that would be unsafe together (:class:`ConfigError`):
+    run by the app factory and by ``szbench serve`` before anything else."""
+    settings = settings or get_settings()
+    if settings.smtp_host and not settings.public_url:
+        raise ConfigError(PUBLIC_URL_REQUIRED)

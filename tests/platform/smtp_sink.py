@@ -20,6 +20,11 @@ from email.message import Message
 class Sink:
     port: int
     messages: list[Message] = field(default_factory=list)
+    # While cleared, the sink holds every message at the end of its DATA (the sender waits
+    # for the reply), so a test can tell what happened before a message was sent.
+    gate: threading.Event = field(default_factory=threading.Event)
+    # Set when a message's DATA has arrived (held at the gate or not).
+    arrived: threading.Event = field(default_factory=threading.Event)
 
     def links(self, path: str) -> list[str]:
         """The links to ``path`` in every message received, oldest first."""
@@ -32,8 +37,11 @@ class Sink:
 
 
 @contextmanager
-def smtp_sink() -> Iterator[Sink]:
+def smtp_sink(*, hold: bool = False) -> Iterator[Sink]:
+    """The sink; ``hold``: its gate starts closed (open it with ``sink.gate.set()``)."""
     sink = Sink(port=0)
+    if not hold:
+        sink.gate.set()
 
     class Handler(socketserver.StreamRequestHandler):
         def handle(self) -> None:
@@ -55,6 +63,8 @@ def smtp_sink() -> Iterator[Sink]:
                     data = []
                     while (chunk := self.rfile.readline()) not in (b".\r\n", b""):
                         data.append(chunk[1:] if chunk.startswith(b"..") else chunk)
+                    sink.arrived.set()
+                    sink.gate.wait(30)
                     sink.messages.append(email.message_from_bytes(b"".join(data)))
                     say("250 queued")
                 elif verb == "QUIT":
@@ -71,5 +81,6 @@ def smtp_sink() -> Iterator[Sink]:
     try:
         yield sink
     finally:
+        sink.gate.set()
         server.shutdown()
         server.server_close()

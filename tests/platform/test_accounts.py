@@ -3,9 +3,12 @@ address verification with SMTP configured, web sign-ins told apart from API toke
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
@@ -14,9 +17,11 @@ from sqlalchemy.orm import Session
 from szbench.auth import cookies
 from szbench.auth import service as auth
 from szbench.config import get_settings
+from szbench.db import session_scope
 from szbench.models import ApiToken, Role, User
 from tests.platform import factories as f
 from tests.platform.smtp_sink import Sink, smtp_sink
+from tests.web.browsing import seeded_site
 
 OLD, NEW = "old-password-17", "brand-new-secret-29"
 
@@ -246,3 +251,48 @@ def test_other_names_stay_free(client: TestClient, db_session: Session, name: st
     h = f.headers(db_session, f.user(db_session, password=OLD))
     r = client.post("/api/v1/tokens", json={"name": name}, headers=h)
     assert r.status_code == 201, (name, r.text)
+
+
+def test_mail_goes_out_after_the_answer(
+    pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A reset request for an account and for an unknown address do the same work before
+    answering: the message is sent after the answer (the SMTP server holds it meanwhile)."""
+    with smtp_sink(hold=True) as sink:
+        env = {
+            "SZBENCH_DATABASE_URL": pg_url,
+            "SZBENCH_PASSWORD_SCRYPT_N": "1024",
+            "SZBENCH_SMTP_HOST": "127.0.0.1",
+            "SZBENCH_SMTP_PORT": str(sink.port),
+            "SZBENCH_SMTP_STARTTLS": "false",
+            "SZBENCH_PUBLIC_URL": "https://bench.example.org",
+        }
+
+        def seed() -> None:
+            with session_scope() as s:
+                f.user(s, email="held@example.org", password=OLD)
+
+        with seeded_site(settings_env, env, seed) as (url, _):
+            answers = [
+                httpx.post(
+                    f"{url}/api/v1/auth/password-reset/request", json={"email": email}, timeout=20
+                )
+                for email in ("held@example.org", "nobody@example.org")
+            ]
+            signup = httpx.post(
+                f"{url}/api/v1/auth/signup",
+                json={"email": "joining@example.org", "password": "signup-secret-81"},
+                timeout=20,
+            )
+            # Every answer is complete while the SMTP server still holds the first message.
+            assert [a.status_code for a in answers] == [202, 202]
+            assert answers[0].json() == answers[1].json()
+            assert signup.status_code == 201, signup.text
+            assert sink.arrived.wait(20)
+            assert sink.messages == []
+            sink.gate.set()
+            deadline = time.monotonic() + 20
+            while len(sink.messages) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+    assert sorted(m["To"] for m in sink.messages) == ["held@example.org", "joining@example.org"]
+    assert len(sink.links("/password/reset")) == 1

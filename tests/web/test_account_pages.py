@@ -29,6 +29,7 @@ def sink(settings_env: pytest.MonkeyPatch) -> Iterator[Sink]:
         settings_env.setenv("SZBENCH_SMTP_HOST", "127.0.0.1")
         settings_env.setenv("SZBENCH_SMTP_PORT", str(server.port))
         settings_env.setenv("SZBENCH_SMTP_STARTTLS", "false")
+        settings_env.setenv("SZBENCH_PUBLIC_URL", "https://bench.example.org")
         get_settings.cache_clear()
         yield server
 
@@ -113,6 +114,7 @@ def test_forgot_password_without_and_with_smtp(
         settings_env.setenv("SZBENCH_SMTP_HOST", "127.0.0.1")
         settings_env.setenv("SZBENCH_SMTP_PORT", str(sink.port))
         settings_env.setenv("SZBENCH_SMTP_STARTTLS", "false")
+        settings_env.setenv("SZBENCH_PUBLIC_URL", "https://bench.example.org")
         get_settings.cache_clear()
         f.user(db_session, email="forgot@example.org", password=PASSWORD)
         r = post_form(
@@ -124,7 +126,7 @@ def test_forgot_password_without_and_with_smtp(
         )
         assert 'id="reset-sent"' in unknown.text
         (link,) = sink.links("/password/reset")
-        assert link.startswith("http://testserver/password/reset?token=")
+        assert link.startswith("https://bench.example.org/password/reset?token=")
 
 
 def test_sign_up_of_an_existing_address_points_to_sign_in_and_reset(
@@ -156,3 +158,19 @@ def test_sign_up_with_smtp_sends_a_link_that_confirms_the_address(
     assert "Your address fresh@example.org is confirmed." in r.text
     assert 'id="verify-notice"' not in r.text
     assert client.get("/submit").status_code == 200
+
+
+def test_the_admin_page_shows_a_path_and_says_why(client: TestClient, db_session: Session) -> None:
+    user = f.user(db_session)
+    admin = f.user(db_session, role=Role.ADMIN, password=PASSWORD)
+    sign_in(client, admin.email)
+    page = post_form(
+        client,
+        "/admin/users",
+        f"/admin/users/{user.id}/reset-link",
+        {},
+        headers={"Host": "evil.example"},
+    )
+    assert 'value="/password/reset?token=' in page.text
+    assert 'value="http://evil.example' not in page.text
+    assert "This server has no <code>SZBENCH_PUBLIC_URL</code>" in page.text

@@ -14,7 +14,6 @@ A verification link signs the user's id and address; following it records
 
 from __future__ import annotations
 
-import hashlib
 import unicodedata
 from datetime import UTC, datetime, timedelta
 
@@ -23,12 +22,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from szbench.auth import cookies, mail, service, throttle
+from szbench.auth.passwords import check_new_password
 
 # In the policy (no HTTP import), so notifications can ask it too; callers use it from here.
 from szbench.auth.policy import needs_verification as needs_verification
-from szbench.config import get_settings
-from szbench.errors import BadRequest
-from szbench.models import ApiToken, SigninThrottle, User
+from szbench.config import PUBLIC_URL_REQUIRED, ConfigError, get_settings
+from szbench.errors import BadRequest, Forbidden
+from szbench.models import ApiToken, Role, SigninThrottle, User
 
 _RESET_SALT = "szbench-password-reset"
 _VERIFY_SALT = "szbench-email-verification"
@@ -119,58 +119,34 @@ def verify_email(session: Session, token: str) -> User:
     return user
 
 
-def link(base_url: str, path: str, token: str) -> str:
-    root = (get_settings().public_url or base_url).rstrip("/")
-    return f"{root}{path}?token={token}"
+def link(path: str, token: str) -> str:
+    """A link into the site: ``SZBENCH_PUBLIC_URL`` + path, never the request's ``Host`` (the
+    caller writes that header: a forged one would send a genuine link elsewhere). Without a
+    public URL (no e-mail), the path alone, for an admin to put after the site's address."""
+    return f"{get_settings().public_url}{path}?token={token}"
 
 
-def send_verification(user: User, base_url: str) -> bool:
+def _mailed_link(path: str, token: str) -> str:
+    """:func:`link` for an e-mail, which needs the whole address (the server does not start
+    with e-mail on and no public URL: :func:`szbench.config.check_serving`)."""
+    if not get_settings().public_url:
+        raise ConfigError(PUBLIC_URL_REQUIRED)
+    return link(path, token)
+
+
+def verification_message(user: User) -> mail.Message:
+    """The message with ``user``'s address verification link."""
     body = (
         f"Hello {user.name or user.email},\n\n"
         "please confirm that this is your address by opening this link:\n\n"
-        f"{link(base_url, '/verify', verification_token(user))}\n\n"
+        f"{_mailed_link('/verify', verification_token(user))}\n\n"
         "If you did not create an account on this server, ignore this message.\n"
     )
-    return mail.send(user.email, "Confirm your e-mail address", body)
+    return mail.Message(user.email, "Confirm your e-mail address", body)
 
 
-def _mail_allowed(session: Session, email: str) -> bool:
-    """At most one reset e-mail per account per SZBENCH_PASSWORD_RESET_MAIL_INTERVAL_S, so the
-    form cannot be used to flood someone's inbox. Its own key space in the throttle table:
-    asking for resets never slows the account's sign-ins."""
-    key = hashlib.sha256(f"reset-mail:{email}".encode()).hexdigest()
-    now = throttle.clock.now()
-    row = session.get(SigninThrottle, key, with_for_update=True)
-    if row is not None and row.blocked_until is not None:
-        until = row.blocked_until
-        if (until if until.tzinfo else until.replace(tzinfo=UTC)) > now:
-            return False
-    if row is None:
-        row = SigninThrottle(key=key, failures=0, last_attempt_at=now)
-        session.add(row)
-    row.failures += 1
-    row.last_attempt_at = now
-    row.blocked_until = now + timedelta(seconds=get_settings().password_reset_mail_interval_s)
-    session.flush()
-    return True
-
-
-def request_reset_mail(session: Session, email: str, base_url: str) -> None:
-    """E-mail a reset link to ``email`` if it is an active account's, within the rate limit.
-    Answers the same in every case (no hint which addresses have accounts)."""
-    try:
-        email = service.normalise_email(email)
-    except BadRequest:
-        return
-    user = session.scalar(select(User).where(User.email == email))
-    if user is None or not user.is_active or not _mail_allowed(session, email):
-        return
-    token, expires = reset_token(user, by_mail=True)
-    send_reset_link(user, link(base_url, "/password/reset", token), expires)
-
-
-def send_reset_link(user: User, url: str, expires: datetime) -> bool:
-    """E-mail a reset link to ``user``; whether it was sent."""
+def reset_message(user: User, url: str, expires: datetime) -> mail.Message:
+    """The message with a reset link for ``user``."""
     body = (
         f"Hello {user.name or user.email},\n\n"
         "someone (hopefully you) asked to reset the password of your szbench account. "
@@ -180,7 +156,73 @@ def send_reset_link(user: User, url: str, expires: datetime) -> bool:
         "Setting a new password signs the account out everywhere and revokes its API tokens. "
         "If you did not ask for this, ignore this message.\n"
     )
-    return mail.send(user.email, "Reset your szbench password", body)
+    return mail.Message(user.email, "Reset your szbench password", body)
+
+
+def issue_reset_link(user: User, *, by_mail: bool) -> tuple[str, datetime, bool]:
+    """An admin's reset link for ``user`` (:func:`link`), when it expires, and whether it was
+    e-mailed (sent before answering: the admin is told)."""
+    token, expires = reset_token(user, by_mail=by_mail)
+    if by_mail:
+        url = _mailed_link("/password/reset", token)
+        return url, expires, mail.send(reset_message(user, url, expires))
+    return link("/password/reset", token), expires, False
+
+
+def signup_open() -> bool:
+    """Public sign-up: allowed by the setting and never in clinical-centre mode."""
+    settings = get_settings()
+    return settings.allow_signup and not settings.centre_mode
+
+
+def sign_up(
+    session: Session, *, email: str, password: str, name: str, client: str | None
+) -> tuple[User, mail.Message | None]:
+    """A self-service researcher account (API and page alike), and its verification message
+    to send after answering (with e-mail on).
+
+    Refused: sign-up closed (:class:`Forbidden`); an invalid address or password
+    (:class:`BadRequest`, before anything is counted, since it tells nothing); past the
+    client's sign-up throttle (:class:`TooManyAttempts`). The attempt is counted and
+    committed before the account is made, like a sign-in's: an address that has an account
+    (:class:`Conflict`) counts too, since that answer tells whether an address is known."""
+    if not signup_open():
+        raise Forbidden("sign-up is closed on this server; ask an admin for an account")
+    email = service.normalise_email(email)
+    check_new_password(password, min_length=get_settings().password_min_length, email=email)
+    throttle.begin_signup(session, client=client)
+    # Not the caller's commit: the count must hold even when the sign-up fails.
+    session.commit()
+    user = service.create_user(
+        session, email=email, password=password, name=name, role=Role.RESEARCHER, verified=False
+    )
+    return user, verification_message(user) if mail.enabled() else None
+
+
+def request_reset_mail(session: Session, email: str) -> mail.Message | None:
+    """The reset message to send (after answering) if ``email`` is an active account's,
+    within the rate limit; None otherwise.
+
+    Every well-formed address does the same work here (one lookup, one rate-limit row), and
+    the message goes out after the answer (:func:`szbench.auth.mail.send_after`), so neither
+    the answer nor its timing tells which addresses have accounts. At most one message per
+    address per SZBENCH_PASSWORD_RESET_MAIL_INTERVAL_S, so the form cannot flood an inbox;
+    its own key space in the throttle table: asking for resets never slows sign-ins."""
+    try:
+        email = service.normalise_email(email)
+    except BadRequest:
+        return None
+    user = session.scalar(select(User).where(User.email == email))
+    allowed = throttle.spaced(
+        session,
+        kind="reset-mail",
+        value=email,
+        interval_s=get_settings().password_reset_mail_interval_s,
+    )
+    if user is None or not user.is_active or not allowed:
+        return None
+    token, expires = reset_token(user, by_mail=True)
+    return reset_message(user, _mailed_link("/password/reset", token), expires)
 
 
 def is_web_session(token: ApiToken) -> bool:

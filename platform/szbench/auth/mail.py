@@ -1,19 +1,35 @@
 """Outgoing e-mail over SMTP (``SZBENCH_SMTP_*``); nothing is sent without a host.
 
-Sent from the request that causes it: the messages are few (sign-up, a reset asked for)
-and small, and the caller decides what a failure means (a reset request still answers the
-same, so that it tells nothing about which addresses have accounts).
+Messages that a caller without an account can cause (a reset request, a sign-up's
+verification link) go out after the answer has been sent (:func:`send_after`, Starlette's
+background tasks): talking to the SMTP server takes from tens of milliseconds to seconds,
+and a reset request that waited for it would tell, by its time alone, that the address has
+an account. Messages an admin or a signed-in user asks for about themselves are sent before
+answering (:func:`send`), so that the answer can say whether they went. A message whose
+process dies before it is sent is lost: the user asks again.
 """
 
 from __future__ import annotations
 
 import logging
 import smtplib
+from dataclasses import dataclass
 from email.message import EmailMessage
+
+from starlette.background import BackgroundTasks
 
 from szbench.config import get_settings
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Message:
+    """A plain-text message to one address."""
+
+    to: str
+    subject: str
+    body: str
 
 
 def enabled() -> bool:
@@ -21,16 +37,16 @@ def enabled() -> bool:
     return bool(get_settings().smtp_host)
 
 
-def send(to: str, subject: str, body: str) -> bool:
-    """Send a plain-text message; False (and a log line) when it could not be sent."""
+def send(message: Message) -> bool:
+    """Send ``message`` now; False (and a log line) when it could not be sent."""
     settings = get_settings()
     if not settings.smtp_host:
         return False
-    message = EmailMessage()
-    message["From"] = settings.mail_from
-    message["To"] = to
-    message["Subject"] = subject
-    message.set_content(body)
+    email = EmailMessage()
+    email["From"] = settings.mail_from
+    email["To"] = message.to
+    email["Subject"] = message.subject
+    email.set_content(message.body)
     try:
         with smtplib.SMTP(
             settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout_s
@@ -39,8 +55,14 @@ def send(to: str, subject: str, body: str) -> bool:
                 smtp.starttls()
             if settings.smtp_username:
                 smtp.login(settings.smtp_username, settings.smtp_password)
-            smtp.send_message(message)
+            smtp.send_message(email)
     except (OSError, smtplib.SMTPException):
-        log.exception("sending e-mail %r to a user failed", subject)
+        log.exception("sending e-mail %r to a user failed", message.subject)
         return False
     return True
+
+
+def send_after(background: BackgroundTasks, message: Message | None) -> None:
+    """Send ``message`` (if any) once the answer has gone out, in a worker thread."""
+    if message is not None:
+        background.add_task(send, message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, BackgroundTasks, Request, Response, status
 
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
@@ -26,9 +26,7 @@ from szbench.auth.schemas import (
     UserOut,
     VerifyIn,
 )
-from szbench.config import get_settings
-from szbench.errors import Conflict, Forbidden
-from szbench.models import Role
+from szbench.errors import Conflict
 
 router = APIRouter(tags=["auth"], responses=ERROR_RESPONSES)
 
@@ -60,20 +58,20 @@ def logout(request: Request, session: SessionDep, caller: SignedIn) -> Response:
 
 
 @router.post("/auth/signup", response_model=UserOut, status_code=status.HTTP_201_CREATED)
-def signup(request: Request, body: SignupIn, session: SessionDep) -> UserOut:
+def signup(
+    request: Request, body: SignupIn, session: SessionDep, background: BackgroundTasks
+) -> UserOut:
     """Create a researcher account (when sign-up is open); with e-mail configured, a
-    verification link goes to the address (submitting waits for it)."""
-    settings = get_settings()
-    if not settings.allow_signup or settings.centre_mode:
-        raise Forbidden("sign-up is closed on this server; ask an admin for an account")
+    verification link goes to the address (submitting waits for it).
+
+    Sign-ups from one client address are throttled: past a few, 429 with Retry-After."""
     try:
-        user = service.create_user(
+        user, message = accounts.sign_up(
             session,
             email=body.email,
             password=body.password,
             name=body.name,
-            role=Role.RESEARCHER,
-            verified=False,
+            client=client_address(request),
         )
     except Conflict:
         reset = (
@@ -85,8 +83,7 @@ def signup(request: Request, body: SignupIn, session: SessionDep) -> UserOut:
             f"email: an account with {body.email.strip().lower()} exists already: sign in "
             f"(POST /api/v1/auth/login) or reset its password ({reset})"
         ) from None
-    if mail.enabled():
-        accounts.send_verification(user, str(request.base_url))
+    mail.send_after(background, message)
     return UserOut.model_validate(user)
 
 
@@ -175,13 +172,14 @@ def reset_password(body: PasswordResetIn, session: SessionDep) -> UserOut:
     status_code=status.HTTP_202_ACCEPTED,
 )
 def request_password_reset(
-    request: Request, body: ResetRequestIn, session: SessionDep
+    body: ResetRequestIn, session: SessionDep, background: BackgroundTasks
 ) -> ResetRequested:
-    """E-mail a reset link (needs SMTP). The answer is the same whether or not the address
-    has an account; at most one e-mail per account per SZBENCH_PASSWORD_RESET_MAIL_INTERVAL_S."""
+    """E-mail a reset link (needs SMTP). The answer, and the work done before it, are the
+    same whether or not the address has an account (the e-mail goes out after answering);
+    at most one e-mail per address per SZBENCH_PASSWORD_RESET_MAIL_INTERVAL_S."""
     if not mail.enabled():
         raise Conflict("e-mail is not configured on this server: ask an admin for a reset link")
-    accounts.request_reset_mail(session, body.email, str(request.base_url))
+    mail.send_after(background, accounts.request_reset_mail(session, body.email))
     return ResetRequested(
         detail="If an account has this address, a reset link is on its way to it."
     )

@@ -128,26 +128,19 @@ def _locked_row(session: Session, key: str, now: datetime) -> SigninThrottle:
     raise RuntimeError("sign-in throttle row vanished twice")  # pragma: no cover
 
 
-def _wait_s(failures: int, free: int) -> float | None:
-    settings = get_settings()
+def _wait_s(failures: int, free: int, base_s: float, max_s: float) -> float | None:
     over = failures - free
     if over <= 0:
         return None
     # min() first: 2**over overflows a float for large counts.
     exponent = min(over - 1, 64)
-    return min(settings.signin_backoff_base_s * 2.0**exponent, settings.signin_backoff_max_s)
+    return min(base_s * 2.0**exponent, max_s)
 
 
-def begin(session: Session, *, email: str, client: str | None) -> Attempt:
-    """Count a sign-in attempt for ``email`` from ``client`` (an address; None: not over
-    the network, e.g. a test) as a failure, or raise :class:`TooManyAttempts` while a wait is
-    on. Flushes only: the caller commits before checking the password, so that the count
-    holds whatever happens next."""
-    settings = get_settings()
-    now = clock.now()
-    forget_before = now - timedelta(seconds=settings.signin_failure_memory_s)
-    # Forgotten rows go as attempts come, a bounded batch at a time; rows another attempt
-    # holds are skipped, so that sweeping never waits or deadlocks.
+def _sweep(session: Session, now: datetime) -> datetime:
+    """Delete a bounded batch of forgotten rows; the moment before which rows are forgotten.
+    Rows another attempt holds are skipped, so that sweeping never waits or deadlocks."""
+    forget_before = now - timedelta(seconds=get_settings().signin_failure_memory_s)
     stale = (
         select(SigninThrottle.key)
         .where(SigninThrottle.last_attempt_at < forget_before)
@@ -159,9 +152,17 @@ def begin(session: Session, *, email: str, client: str | None) -> Attempt:
         .where(SigninThrottle.key.in_(stale.scalar_subquery()))
         .execution_options(synchronize_session=False)
     )
-    keys = [(account_key(email), settings.signin_free_failures_per_account)]
-    if client:
-        keys.append((client_key(client), settings.signin_free_failures_per_client))
+    return forget_before
+
+
+def _count(
+    session: Session, keys: list[tuple[str, int]], *, base_s: float, max_s: float, what: str
+) -> list[_Counted]:
+    """Count one attempt on each ``(key, free)``, or raise :class:`TooManyAttempts` (naming
+    ``what``) while any key's wait runs. Past ``free`` attempts the k-th further one blocks
+    its key for ``base_s * 2**(k-1)`` seconds, at most ``max_s``."""
+    now = clock.now()
+    forget_before = _sweep(session, now)
     # Always in the same order, so two attempts never wait for each other's locks crosswise.
     rows = {key: _locked_row(session, key, now) for key, _ in sorted(keys)}
     waits = [
@@ -172,8 +173,7 @@ def begin(session: Session, *, email: str, client: str | None) -> Attempt:
     if waits:
         retry_after_s = max(1, math.ceil((max(waits) - now).total_seconds()))
         raise TooManyAttempts(
-            f"too many failed sign-ins; try again in {retry_after_s} s",
-            retry_after_s=retry_after_s,
+            f"too many {what}; try again in {retry_after_s} s", retry_after_s=retry_after_s
         )
     counted = []
     for key, free in keys:
@@ -182,11 +182,63 @@ def begin(session: Session, *, email: str, client: str | None) -> Attempt:
             row.failures = 0
         row.failures += 1
         row.last_attempt_at = now
-        wait_s = _wait_s(row.failures, free)
+        wait_s = _wait_s(row.failures, free, base_s, max_s)
         row.blocked_until = now + timedelta(seconds=wait_s) if wait_s is not None else None
         counted.append(_Counted(key, row.blocked_until))
     session.flush()
+    return counted
+
+
+def begin(session: Session, *, email: str, client: str | None) -> Attempt:
+    """Count a sign-in attempt for ``email`` from ``client`` (an address; None: not over
+    the network, e.g. a test) as a failure, or raise :class:`TooManyAttempts` while a wait is
+    on. Flushes only: the caller commits before checking the password, so that the count
+    holds whatever happens next."""
+    settings = get_settings()
+    keys = [(account_key(email), settings.signin_free_failures_per_account)]
+    if client:
+        keys.append((client_key(client), settings.signin_free_failures_per_client))
+    counted = _count(
+        session,
+        keys,
+        base_s=settings.signin_backoff_base_s,
+        max_s=settings.signin_backoff_max_s,
+        what="failed sign-ins",
+    )
     return Attempt(account=counted[0], client=counted[1] if len(counted) > 1 else None)
+
+
+def begin_signup(session: Session, *, client: str | None) -> None:
+    """Count a sign-up from ``client`` (its own key space: signing up never slows sign-ins),
+    or raise :class:`TooManyAttempts` while the client's wait runs. Each account brings its
+    own quotas (docs/security.md, "Sign-ups"), so past ``SZBENCH_SIGNUP_FREE_PER_CLIENT`` the
+    waits double from ``SZBENCH_SIGNUP_BACKOFF_BASE_S`` up to ``..._MAX_S``."""
+    if not client:
+        return
+    settings = get_settings()
+    _count(
+        session,
+        [(_digest("signup", client_key(client)), settings.signup_free_per_client)],
+        base_s=settings.signup_backoff_base_s,
+        max_s=settings.signup_backoff_max_s,
+        what="sign-ups from your address",
+    )
+
+
+def spaced(session: Session, *, kind: str, value: str, interval_s: float) -> bool:
+    """Whether an event of ``kind`` for ``value`` may happen now, at most one per
+    ``interval_s``; when it may, its interval starts (row locked until the transaction ends,
+    so of concurrent requests exactly one gets it)."""
+    now = clock.now()
+    _sweep(session, now)
+    row = _locked_row(session, _digest(kind, value), now)
+    if row.blocked_until is not None and _aware(row.blocked_until) > now:
+        return False
+    row.failures += 1
+    row.last_attempt_at = now
+    row.blocked_until = now + timedelta(seconds=interval_s)
+    session.flush()
+    return True
 
 
 def succeeded(session: Session, attempt: Attempt) -> None:

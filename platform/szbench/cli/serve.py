@@ -18,9 +18,14 @@ def serve(
     import uvicorn
 
     from szbench import migrate
-    from szbench.config import get_settings
+    from szbench.config import ConfigError, check_serving, get_settings
 
     settings = get_settings()
+    try:
+        check_serving(settings)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     embedded = not settings.broker_url
     handle = None
     if embedded:

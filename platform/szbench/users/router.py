@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, status
 
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
@@ -81,13 +81,11 @@ def update_user(
 
 @router.post("/{user_id}/password-reset", response_model=ResetLinkOut)
 def issue_reset_link(
-    request: Request, user_id: IdPath, body: ResetLinkIn, session: SessionDep, _admin: AdminOnly
+    user_id: IdPath, body: ResetLinkIn, session: SessionDep, _admin: AdminOnly
 ) -> ResetLinkOut:
     """A one-time password reset link for a user (and optionally e-mail it to them)."""
     user = service.get_user(session, user_id)
     if body.send_email and not mail.enabled():
         raise Conflict("send_email: e-mail is not configured on this server (SZBENCH_SMTP_HOST)")
-    token, expires_at = accounts.reset_token(user, by_mail=body.send_email)
-    url = accounts.link(str(request.base_url), "/password/reset", token)
-    emailed = body.send_email and accounts.send_reset_link(user, url, expires_at)
+    url, expires_at, emailed = accounts.issue_reset_link(user, by_mail=body.send_email)
     return ResetLinkOut(url=url, expires_at=expires_at, emailed=emailed)

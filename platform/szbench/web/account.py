@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, BackgroundTasks, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from szbench.algorithms import service as algorithms
@@ -240,7 +240,7 @@ def send_verification(
     assert caller.user is not None
     if not mail.enabled() or caller.user.email_verified_at is not None:
         return redirect("/account")
-    sent = accounts.send_verification(caller.user, str(request.base_url))
+    sent = mail.send(accounts.verification_message(caller.user))
     message = (
         f"A verification link is on its way to {caller.user.email}."
         if sent
@@ -325,11 +325,12 @@ def forgot(
     session: SessionDep,
     caller: Caller,
     _csrf: CsrfChecked,
+    background: BackgroundTasks,
     email: Annotated[str, Form(max_length=320)] = "",
 ) -> Response:
     """E-mail a reset link; the answer is the same whether or not the address has an account."""
     if mail.enabled():
-        accounts.request_reset_mail(session, email, str(request.base_url))
+        mail.send_after(background, accounts.request_reset_mail(session, email))
     context = {"title": "Forgot your password?", "mail_enabled": mail.enabled(), "sent": True}
     return render(request, "password_forgot.html", caller, context)
 

@@ -306,9 +306,7 @@ def issue_reset_link(
     """A one-time password reset link for a user, shown once (and e-mailed if asked)."""
     user = auth.get_user(session, user_id)
     by_mail = send_email == "true" and mail.enabled()
-    token, expires_at = accounts.reset_token(user, by_mail=by_mail)
-    url = accounts.link(str(request.base_url), "/password/reset", token)
-    emailed = by_mail and accounts.send_reset_link(user, url, expires_at)
+    url, expires_at, emailed = accounts.issue_reset_link(user, by_mail=by_mail)
     reset = {"user": user, "url": url, "expires_at": expires_at, "emailed": emailed}
     return _users_page(request, session, caller, reset=reset)
 

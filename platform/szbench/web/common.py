@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench import __version__
 from szbench.api.errors import http_error_headers
+from szbench.auth import accounts
 from szbench.auth.dependencies import Principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
@@ -113,12 +114,6 @@ CsrfChecked = Annotated[None, Depends(check_csrf)]
 Caller = Annotated[Principal, Depends(get_principal)]
 
 
-def signup_open() -> bool:
-    """Public sign-up: allowed by the setting and never in clinical-centre mode."""
-    settings = get_settings()
-    return settings.allow_signup and not settings.centre_mode
-
-
 def render(
     request: Request,
     template: str,
@@ -135,7 +130,7 @@ def render(
         "is_admin": bool(caller and caller.is_admin),
         "csrf": csrf_token(request),
         "flash": flash[:300] if flash else None,
-        "signup_open": signup_open(),
+        "signup_open": accounts.signup_open(),
         **(context or {}),
     }
     response = templates.TemplateResponse(request, template, ctx, status_code=status_code)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Form, Query, Request
+from fastapi import APIRouter, BackgroundTasks, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
 from szbench.auth import accounts, cookies, mail
-from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
@@ -26,12 +25,12 @@ from szbench.evaluations import queries as evaluations
 from szbench.evaluations.schemas import SubjectResultOut
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards.statistics import CI_METRICS
-from szbench.models import Evaluation, Role
+from szbench.models import Evaluation
 from szbench.results import disclosure
 from szbench.results import queries as results
 from szbench.web import charts
 from szbench.web import queries as web_queries
-from szbench.web.common import Caller, CsrfChecked, redirect, render, safe_next, signup_open
+from szbench.web.common import Caller, CsrfChecked, redirect, render, safe_next
 
 router = APIRouter(include_in_schema=False)
 
@@ -110,7 +109,7 @@ def logout(request: Request, session: SessionDep, _csrf: CsrfChecked) -> Respons
 
 
 def _check_signup_open() -> None:
-    if not signup_open():
+    if not accounts.signup_open():
         raise Forbidden("sign-up is closed on this server; ask an admin for an account")
 
 
@@ -128,6 +127,7 @@ def signup(
     session: SessionDep,
     caller: Caller,
     _csrf: CsrfChecked,
+    background: BackgroundTasks,
     email: Annotated[str, Form(max_length=320)] = "",
     password: Annotated[str, Form(max_length=1000)] = "",
     name: Annotated[str, Form(max_length=200)] = "",
@@ -135,13 +135,12 @@ def signup(
     """Create a researcher account and sign it in."""
     _check_signup_open()
     try:
-        user = auth.create_user(
-            session, email=email, password=password, name=name, role=Role.RESEARCHER,
-            verified=False,
+        user, message = accounts.sign_up(
+            session, email=email, password=password, name=name,
+            client=cookies.client_address(request),
         )  # fmt: skip
         welcome = "Welcome! Your account is ready."
-        if mail.enabled():
-            accounts.send_verification(user, str(request.base_url))
+        if message is not None:
             welcome += f" Confirm your address with the link sent to {user.email}."
         response = redirect("/submissions", welcome)
         cookies.start_session(session, response, user)
@@ -156,7 +155,11 @@ def signup(
             "title": "Create an account",
             "min_length": get_settings().password_min_length,
         }
-        return render(request, "signup.html", caller, context, status_code=exc.status_code)
+        page = render(request, "signup.html", caller, context, status_code=exc.status_code)
+        if isinstance(exc, TooManyAttempts):
+            page.headers["Retry-After"] = str(exc.retry_after_s)
+        return page
+    mail.send_after(background, message)
     return response
 
 
