@@ -15,7 +15,10 @@ from sqlalchemy.orm import Session
 
 from szbench.auth import throttle
 from szbench.config import get_settings
-from szbench.models import User
+from szbench.errors import Forbidden
+from szbench.models import DatasetKind, User
+from szbench.quotas import service as quotas
+from tests.platform import factories as f
 from tests.web.conftest import csrf_of
 
 SIGNUP = "/api/v1/auth/signup"
@@ -133,3 +136,66 @@ def test_the_sign_up_page_is_throttled_with_retry_after(
     assert r.headers["Retry-After"] == str(int(get_settings().signup_backoff_base_s))
     assert "too many sign-ups from your address" in r.text
     assert db_session.scalar(select(User.id).where(User.email == "page@example.org")) is None
+
+
+@pytest.fixture
+def mail_on(settings_env: pytest.MonkeyPatch) -> None:
+    settings_env.setenv("SZBENCH_SMTP_HOST", "127.0.0.1")
+    settings_env.setenv("SZBENCH_SMTP_PORT", "1")  # nothing is sent in these tests
+    settings_env.setenv("SZBENCH_PUBLIC_URL", "https://bench.example.org")
+    get_settings.cache_clear()
+
+
+@pytest.mark.usefixtures("mail_on")
+def test_with_mail_on_held_out_work_needs_a_verified_address(db_session: Session) -> None:
+    unverified = f.user(db_session, verified=False)
+    version = f.version(db_session, f.algorithm(db_session, unverified))
+    starts = {
+        "submission": lambda: quotas.check_submission(db_session, user=unverified, phase=None),
+        "evaluation": lambda: quotas.check_evaluation(
+            db_session, user=unverified, algorithm_version=version, held_out=True
+        ),
+        "re-score": lambda: quotas.check_rescore(db_session, user=unverified, held_out=True),
+    }
+    for what, start in starts.items():
+        with pytest.raises(Forbidden, match="confirm your e-mail address first") as refused:
+            start()
+        assert refused.value.detail.startswith("held-out evaluations: "), what
+    # Work on public samples is not held-out work.
+    quotas.check_evaluation(db_session, user=unverified, algorithm_version=version, held_out=False)
+    quotas.check_rescore(db_session, user=unverified, held_out=False)
+    # A verified address may start it.
+    verified = f.user(db_session)
+    quotas.check_evaluation(
+        db_session,
+        user=verified,
+        algorithm_version=f.version(db_session, f.algorithm(db_session, verified)),
+        held_out=True,
+    )
+
+
+def test_without_mail_nothing_waits_for_verification(db_session: Session) -> None:
+    unverified = f.user(db_session, verified=False)
+    quotas.check_submission(db_session, user=unverified, phase=None)
+    quotas.check_rescore(db_session, user=unverified, held_out=True)
+
+
+@pytest.mark.usefixtures("mail_on")
+def test_with_mail_on_an_unverified_account_starts_nothing_over_http(
+    client: TestClient, db_session: Session
+) -> None:
+    owner = f.user(db_session, verified=False)
+    ds = f.dataset(db_session, DatasetKind.HELD_OUT)
+    dv = f.dataset_version(db_session, ds)
+    version = f.version(db_session, f.algorithm(db_session, owner))
+    ev = f.evaluation(db_session, version, dv)
+    h = f.headers(db_session, owner)
+    for method, path, body in (
+        ("POST", "/api/v1/evaluations", {"algorithm_version_id": version.id, "dataset": ds.slug}),
+        ("POST", f"/api/v1/evaluations/{ev.id}/rerun", None),
+        ("POST", f"/api/v1/evaluations/{ev.id}/rescore", {"params": {}}),
+        ("POST", "/api/v1/uploads", {"filename": "a.tar", "size_bytes": 10}),
+    ):
+        r = client.request(method, path, json=body, headers=h)
+        assert r.status_code == 403, (path, r.text)
+        assert "confirm your e-mail address first" in r.json()["detail"]

@@ -11,6 +11,10 @@ it. The uses are counted from the rows themselves (no separate counter to drift)
 - a *submission* is an algorithm version; in a phase with a quota, re-runs and requested full
   evaluations of the phase's versions count as submissions too.
 
+Held-out work needs a verified address where e-mail is on (:func:`_check_held_out`): each
+account brings its own daily held-out limit, so the limit is one per address its owner can
+read mail at, not one per sign-up (docs/security.md, "Sign-ups").
+
 What the platform's own faults cost is given back: a version whose smoke test failed only
 through infrastructure faults, and an evaluation that FAILED (only platform faults fail
 one) are not counted. Admins have no quota.
@@ -24,9 +28,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from szbench.auth import policy
+from szbench.auth import accounts, policy
 from szbench.config import get_settings
-from szbench.errors import QuotaExceeded
+from szbench.errors import Forbidden, QuotaExceeded
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -189,6 +193,11 @@ def _when(moment: datetime | None) -> str:
 
 
 def _check_held_out(session: Session, user: User) -> None:
+    if accounts.needs_verification(user):
+        raise Forbidden(
+            f"held-out evaluations: confirm your e-mail address first: open the link sent to "
+            f"{user.email} (your account page sends a new one)"
+        )
     if get_settings().held_out_runs_per_day is None:
         return
     usage = held_out_usage(session, user)
