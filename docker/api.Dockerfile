@@ -36,6 +36,8 @@ EXPOSE 8000
 # planned stop as success, so a crash stays distinguishable from a stop.
 ENTRYPOINT ["/usr/bin/tini", "-e", "143", "--"]
 # The app factory directly (not `szbench serve`): no embedded worker in this image, and
-# uvicorn reads UVICORN_* variables (e.g. UVICORN_WORKERS) for tuning.
+# uvicorn reads UVICORN_* variables (e.g. UVICORN_WORKERS) for tuning. No proxy headers in
+# uvicorn: the app believes X-Forwarded-* only from SZBENCH_FORWARDED_ALLOW_IPS and takes the
+# client as the proxy appends it (szbench.api.proxies, docs/security.md).
 CMD ["uvicorn", "--factory", "szbench.app:create_production_app", "--host", "0.0.0.0", "--port", "8000", \
-     "--proxy-headers", "--forwarded-allow-ips", "*"]
+     "--no-proxy-headers"]

@@ -17,6 +17,7 @@ from szbench import __version__
 from szbench.algorithms.router import router as algorithms_router
 from szbench.api.errors import install_error_handlers
 from szbench.api.headers import SzbenchFastAPI
+from szbench.api.proxies import install as install_proxies
 from szbench.auth.csrf import refuse_cross_site_writes
 from szbench.auth.router import router as auth_router
 from szbench.compare.router import router as compare_router
@@ -97,6 +98,8 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     app.state.metrics_registry = registry
     app.add_middleware(RequestMetrics, registry=registry, api_prefix=API_PREFIX)
     app.add_middleware(RequestIdMiddleware)
+    # Outermost: the client address is settled before anything (logs, throttles) reads it.
+    install_proxies(app)
     return app
 
 

@@ -18,6 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from szbench.errors import BadRequest
 from szbench.links import check_link
 
+# In SZBENCH_FORWARDED_ALLOW_IPS: the container's default gateway (szbench.api.proxies).
+GATEWAY = "gateway"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SZBENCH_", env_file=".env", extra="ignore")
@@ -72,6 +75,12 @@ class Settings(BaseSettings):
     # Lifetime of the bearer token that POST /api/v1/auth/login returns (seconds).
     login_token_ttl_s: int = 7 * 86400
     session_cookie_name: str = "szbench_session"
+    # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (comma-separated IP
+    # addresses or networks; "gateway": the container's default gateway, where a proxy on the
+    # docker host comes from). The client is the right-most address in X-Forwarded-For that
+    # is none of these (the documented nginx appends the address it saw); the sign-in and
+    # sign-up throttles key on it. Never "*": any client could then name itself.
+    forwarded_allow_ips: str = "127.0.0.1,::1"
     # Set true behind TLS so browsers send the session cookie over HTTPS only.
     session_cookie_secure: bool = False
     # Anyone may create a researcher account (off in centre mode).
@@ -263,6 +272,26 @@ class Settings(BaseSettings):
                 "or fragment"
             )
         return url.rstrip("/")
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, value: str) -> str:
+        for entry in (e.strip() for e in value.split(",")):
+            if not entry or entry == GATEWAY:
+                continue
+            if entry == "*":
+                raise ValueError(
+                    "SZBENCH_FORWARDED_ALLOW_IPS: '*' would let any client write its own "
+                    "address (a fresh throttle key each time); name the proxies' addresses"
+                )
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"SZBENCH_FORWARDED_ALLOW_IPS: {entry!r} is not an IP address, a network "
+                    "(10.0.0.0/24) or 'gateway'"
+                ) from None
+        return value
 
     @field_validator("submissions_per_day", "held_out_runs_per_day", mode="before")
     @classmethod

@@ -52,7 +52,9 @@ def serve(
             port=port,
             workers=workers,
             log_level=log_level,
-            proxy_headers=True,
+            # The app reads forwarding headers itself, from SZBENCH_FORWARDED_ALLOW_IPS only
+            # (szbench.api.proxies).
+            proxy_headers=False,
         )
     finally:
         if handle is not None:
