@@ -165,7 +165,7 @@ def issue_reset_link(user: User, *, by_mail: bool) -> tuple[str, datetime, bool]
     token, expires = reset_token(user, by_mail=by_mail)
     if by_mail:
         url = _mailed_link("/password/reset", token)
-        return url, expires, mail.send(reset_message(user, url, expires))
+        return url, expires, mail.send_message(reset_message(user, url, expires))
     return link("/password/reset", token), expires, False
 
 

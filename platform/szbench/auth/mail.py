@@ -5,7 +5,7 @@ verification link) go out after the answer has been sent (:func:`send_after`, St
 background tasks): talking to the SMTP server takes from tens of milliseconds to seconds,
 and a reset request that waited for it would tell, by its time alone, that the address has
 an account. Messages an admin or a signed-in user asks for about themselves are sent before
-answering (:func:`send`), so that the answer can say whether they went. A message whose
+answering (:func:`send_message`), so that the answer can say whether they went. A message whose
 process dies before it is sent is lost: the user asks again.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import smtplib
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import EmailMessage
-
-from starlette.background import BackgroundTasks
+from typing import Any, Protocol
 
 from szbench.config import get_settings
 
@@ -37,16 +37,16 @@ def enabled() -> bool:
     return bool(get_settings().smtp_host)
 
 
-def send(message: Message) -> bool:
-    """Send ``message`` now; False (and a log line) when it could not be sent."""
+def send(to: str, subject: str, body: str) -> bool:
+    """Send a plain-text message now; False (and a log line) when it could not be sent."""
     settings = get_settings()
     if not settings.smtp_host:
         return False
     email = EmailMessage()
     email["From"] = settings.mail_from
-    email["To"] = message.to
-    email["Subject"] = message.subject
-    email.set_content(message.body)
+    email["To"] = to
+    email["Subject"] = subject
+    email.set_content(body)
     try:
         with smtplib.SMTP(
             settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout_s
@@ -57,12 +57,23 @@ def send(message: Message) -> bool:
                 smtp.login(settings.smtp_username, settings.smtp_password)
             smtp.send_message(email)
     except (OSError, smtplib.SMTPException):
-        log.exception("sending e-mail %r to a user failed", message.subject)
+        log.exception("sending e-mail %r to a user failed", subject)
         return False
     return True
 
 
-def send_after(background: BackgroundTasks, message: Message | None) -> None:
+def send_message(message: Message) -> bool:
+    """:func:`send` for a :class:`Message`."""
+    return send(message.to, message.subject, message.body)
+
+
+class Later(Protocol):
+    """What runs work after the answer: a route's ``BackgroundTasks`` (no HTTP import here)."""
+
+    def add_task(self, func: Callable[..., Any], *args: Any) -> None: ...
+
+
+def send_after(background: Later, message: Message | None) -> None:
     """Send ``message`` (if any) once the answer has gone out, in a worker thread."""
     if message is not None:
-        background.add_task(send, message)
+        background.add_task(send_message, message)

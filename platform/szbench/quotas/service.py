@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from szbench.auth import accounts, policy
+from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.errors import Forbidden, QuotaExceeded
 from szbench.models import (
@@ -193,7 +193,7 @@ def _when(moment: datetime | None) -> str:
 
 
 def _check_held_out(session: Session, user: User) -> None:
-    if accounts.needs_verification(user):
+    if policy.needs_verification(user):
         raise Forbidden(
             f"held-out evaluations: confirm your e-mail address first: open the link sent to "
             f"{user.email} (your account page sends a new one)"

@@ -240,7 +240,7 @@ def send_verification(
     assert caller.user is not None
     if not mail.enabled() or caller.user.email_verified_at is not None:
         return redirect("/account")
-    sent = mail.send(accounts.verification_message(caller.user))
+    sent = mail.send_message(accounts.verification_message(caller.user))
     message = (
         f"A verification link is on its way to {caller.user.email}."
         if sent
