@@ -140,6 +140,10 @@ class Settings(BaseSettings):
     archive_max_expanded_bytes: int = 40 * 1024**3
     image_max_layer_members: int = 1_000_000
     image_max_bytes: int = 40 * 1024**3
+    # Decompressing (a .tar.gz, gzip/bzip2/xz layers) may make at most this many times the
+    # bytes read of the archive so far, past its first 32 MiB: a decompression bomb costs
+    # that much work before it is refused, not the size it claims. Images compress 2-5x.
+    archive_max_expansion_ratio: float = 32.0
     # Accept images whose configured user is root (the worker still drops capabilities).
     allow_root_images: bool = False
     # Algorithm versions a user may submit per rolling 24 h across phases (empty: no limit).

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -223,3 +224,48 @@ def test_an_oversized_extended_header_is_refused_unread(
     path.write_bytes(gzip.compress(head.getvalue() + b"\0" * 8192))
     with pytest.raises(InvalidSubmission, match="extended tar header of 1073741824 bytes"):
         check_image_archive(path)
+
+
+def _gzip_of_zeros(head: bytes, zeros: int) -> bytes:
+    """``head`` then ``zeros`` zero bytes, gzip-compressed as concatenated gzip members (one
+    compressed 16 MiB block repeated): about 1 MB per GiB, made in milliseconds."""
+    block = gzip.compress(bytes(16 * MiB), compresslevel=9)
+    assert zeros % (16 * MiB) == 0
+    return gzip.compress(head) + block * (zeros // (16 * MiB))
+
+
+def test_a_gzip_bomb_is_refused_after_bounded_work(
+    tmp_path: Path, settings_env: pytest.MonkeyPatch
+) -> None:
+    """One member claiming 1 GiB of zeros (within every size limit), about 1 MB on disk:
+    skipping its bytes means expanding them. The check stops once the expansion passes the
+    ratio, long before the end of the file (the old check expanded all of it, then refused
+    the archive for having no manifest)."""
+    path = tmp_path / "bomb.tar.gz"
+    path.write_bytes(_gzip_of_zeros(_header("blobs/sha256/zeros", 1024**3), 1024**3))
+    size = path.stat().st_size
+    assert size < 2 * MiB
+    detail = _too_large(path, "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO", "more than 32 times")
+    read = int(re.search(r"from the first (\d+)", detail).group(1))  # type: ignore[union-attr]
+    assert read < size / 4, (read, size)
+
+
+def test_a_bomb_in_a_compressed_layer_is_refused_after_bounded_work(
+    tmp_path: Path, settings_env: pytest.MonkeyPatch
+) -> None:
+    """A plain archive whose gzip layer holds a 1 GiB file of zeros: within the image size
+    limit, so before the ratio it was accepted after expanding all of it."""
+    layer = _gzip_of_zeros(_header("zeros", 1024**3), 1024**3)
+    path = tmp_path / "img.tar"
+    _image(path, layer)
+    assert path.stat().st_size < 2 * MiB
+    detail = _too_large(path, "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO")
+    assert int(re.search(r"more than (\d+) bytes", detail).group(1)) < 64 * MiB  # type: ignore[union-attr]
+
+
+def test_the_ratio_is_a_setting(tmp_path: Path, settings_env: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "zeros.tar.gz"
+    _image(path, _layer([("zeros", b"\0" * (40 * MiB))]), outer_gzip=True)
+    _too_large(path, "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO")
+    _limit(settings_env, "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO", 5000)
+    assert check_image_archive(path).image_bytes == 40 * MiB

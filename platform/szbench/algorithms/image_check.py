@@ -29,12 +29,23 @@ The limits are checked while the archive is read, from each member's header befo
 bytes are expanded, so a small compressed archive that expands to terabytes is refused
 after its first large header. Members are counted, not listed: only the outer archive's
 (at most ``max_members``) are kept; a layer's file headers are dropped as they are read.
+
+Reading past a member's bytes still expands them when they are compressed (gzip has no
+way to skip), so the work of decompressing is bounded too (:class:`_Meter`): everything
+decompressed, the outer archive and every compressed layer together, may be at most
+``SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO`` times the bytes read of the archive file so far
+(past a first :data:`_RATIO_FREE_BYTES`). A decompression bomb is refused after that much
+work, however large it claims to be, instead of after expanding to its claimed size.
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import hashlib
+import io
 import json
+import lzma
 import posixpath
 import re
 import tarfile
@@ -53,7 +64,18 @@ _MAX_KEPT_BYTES = 64 * 1024**2
 # gigabytes would be read before any member is seen.
 _MAX_EXTENDED_HEADER_BYTES = 1024**2
 _BLOCK = tarfile.BLOCKSIZE
-_COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+# The compressions a layer may use, by their first bytes (zstd is refused: its files could
+# not be counted here). The stream each makes is closed with the member it reads.
+_DECOMPRESSORS: dict[bytes, Callable[[IO[bytes]], Any]] = {
+    b"\x1f\x8b": lambda fh: gzip.GzipFile(fileobj=fh, mode="rb"),
+    b"BZh": bz2.BZ2File,
+    b"\xfd7zXZ\x00": lzma.LZMAFile,
+}
+# Decompressed bytes free of the expansion ratio: small archives of text compress far
+# better than images do, and this much costs well under a second to expand.
+_RATIO_FREE_BYTES = 32 * 1024**2
+# Forward seeks in a compressed stream are reads of at most this much, each then charged.
+_SKIP_CHUNK = 1024**2
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,7 @@ class ArchiveLimits:
     max_expanded_bytes: int
     max_layer_members: int
     max_image_bytes: int
+    max_expansion_ratio: float = 32.0
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> ArchiveLimits:
@@ -73,6 +96,7 @@ class ArchiveLimits:
             max_expanded_bytes=settings.archive_max_expanded_bytes,
             max_layer_members=settings.image_max_layer_members,
             max_image_bytes=settings.image_max_bytes,
+            max_expansion_ratio=settings.archive_max_expansion_ratio,
         )
 
 
@@ -100,11 +124,101 @@ def _padded(size: int) -> int:
     return -(-size // _BLOCK) * _BLOCK
 
 
+class _Meter:
+    """The work of decompressing, against the archive bytes read: everything any stream has
+    decompressed so far may be at most ``ratio`` times the furthest byte read of the
+    archive file, past :data:`_RATIO_FREE_BYTES`; :class:`PayloadTooLarge` beyond."""
+
+    def __init__(self, ratio: float) -> None:
+        self.ratio = ratio
+        self.read = 0
+        self.made = 0
+
+    def produced(self, count: int) -> None:
+        self.made += count
+        if self.made > _RATIO_FREE_BYTES + self.ratio * self.read:
+            raise PayloadTooLarge(
+                f"the archive's compressed data expands to more than {self.ratio:g} times its "
+                f"size (more than {self.made} bytes from the first {self.read}; limit "
+                "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO)"
+            )
+
+
+class _ArchiveFile(io.RawIOBase):
+    """The archive file, telling the meter the furthest byte read."""
+
+    def __init__(self, fh: IO[bytes], meter: _Meter) -> None:
+        self._fh = fh
+        self._meter = meter
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._fh.readinto(buffer)  # type: ignore[attr-defined]
+        self._meter.read = max(self._meter.read, self._fh.tell())
+        return int(count or 0)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._fh.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._fh.tell()
+
+
+class _Expanded(io.RawIOBase):
+    """A decompressing stream read forward, each byte it makes charged to the meter. A
+    forward seek is a read (that is what it costs); a backward one starts over, charged."""
+
+    def __init__(self, stream: Any, meter: _Meter) -> None:
+        self._stream = stream
+        self._meter = meter
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = int(self._stream.readinto(buffer) or 0)
+        self._pos += count
+        self._meter.produced(count)
+        return count
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._pos
+        elif whence != io.SEEK_SET:
+            raise OSError("a compressed stream cannot seek from its end")
+        if offset < self._pos:
+            self._stream.seek(0)
+            self._pos = 0
+        skip = bytearray(_SKIP_CHUNK)
+        while self._pos < offset:
+            view = memoryview(skip)[: min(_SKIP_CHUNK, offset - self._pos)]
+            if not self.readinto(view):
+                break
+        return self._pos
+
+
+def _expanded(stream: Any, meter: _Meter) -> io.BufferedReader:
+    return io.BufferedReader(_Expanded(stream, meter), buffer_size=_SKIP_CHUNK)
+
+
 class _Budget:
     """Counts what the archive expands to, refusing it at the first count over a limit."""
 
     def __init__(self, limits: ArchiveLimits) -> None:
         self.limits = limits
+        self.meter = _Meter(limits.max_expansion_ratio)
         self.members = 0
         self.expanded_bytes = 0
         self.layer_members = 0
@@ -200,10 +314,14 @@ def _scan_layer(fh: IO[bytes], name: str, budget: _Budget) -> bool:
     magic = fh.read(6)
     fh.seek(0)
     # Plain layers are read with seeks (their file bytes skipped, not read); compressed
-    # ones as a stream, which expands them once.
-    mode = "r|*" if magic.startswith(_COMPRESSED_MAGIC) else "r:"
+    # ones as a stream, which expands them once, each expanded byte charged to the meter.
+    source: IO[bytes] = fh
+    mode = "r:"
+    opener = next((o for m, o in _DECOMPRESSORS.items() if magic.startswith(m)), None)
+    if opener is not None:
+        source, mode = _expanded(opener(fh), budget.meter), "r|"
     try:
-        with tarfile.open(fileobj=fh, mode=mode, tarinfo=_Header) as layer:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=source, mode=mode, tarinfo=_Header) as layer:  # type: ignore[call-overload]
             while (member := layer.next()) is not None:
                 layer.members.clear()
                 budget.layer(name, member)
@@ -261,16 +379,25 @@ def _read(
 ) -> tuple[bool, dict[str, tarfile.TarInfo], dict[str, bytes], set[str]]:
     """The one pass over the archive every reader makes (:func:`_scan`); whether it is
     gzip-compressed first."""
-    gzip = _is_gzip(path)
+    compressed = _is_gzip(path)
     try:
-        with tarfile.open(path, mode="r:gz" if gzip else "r:", tarinfo=_Header) as tar:
-            members, kept, tars = _scan(tar, budget)
+        with path.open("rb") as raw:
+            source: IO[bytes] | gzip.GzipFile = raw
+            if budget is not None:
+                # Checked: every byte decompressed is charged to the budget's meter.
+                source = io.BufferedReader(_ArchiveFile(raw, budget.meter))
+                if compressed:
+                    source = _expanded(gzip.GzipFile(fileobj=source, mode="rb"), budget.meter)
+            elif compressed:
+                source = gzip.GzipFile(fileobj=raw, mode="rb")
+            with tarfile.open(fileobj=source, mode="r:", tarinfo=_Header) as tar:
+                members, kept, tars = _scan(tar, budget)
     except (tarfile.TarError, EOFError, OSError) as exc:
-        kind = "tar.gz" if gzip else "tar"
+        kind = "tar.gz" if compressed else "tar"
         raise InvalidSubmission(f"the upload is not a readable {kind} archive ({exc})") from None
     if not members:
         raise InvalidSubmission("the archive is empty")
-    return gzip, members, kept, tars
+    return compressed, members, kept, tars
 
 
 def _image_entry(
