@@ -130,6 +130,10 @@ class Settings(BaseSettings):
     # Per user: open upload sessions at a time, and the bytes they may declare together.
     upload_max_open_sessions: int = 4
     upload_max_open_bytes: int = 40 * 1024**3
+    # A refused upload (its archive failed the check, which cost the API the reading of it)
+    # counts as one of those open sessions for this long after the refusal, so that a
+    # user's refused checks are at most upload_max_open_sessions per this many seconds.
+    upload_refusal_memory_s: int = 3600
     # The served API removes expired and refused uploads this often (seconds; 0: never, then
     # run `szbench upload sweep` from cron). Also at start-up.
     upload_sweep_interval_s: float = 3600.0

@@ -307,6 +307,9 @@ class Upload(Base):
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, index=True
     )
+    # When its archive was refused: a refused upload counts against its owner's open
+    # sessions for SZBENCH_UPLOAD_REFUSAL_MEMORY_S from then (its bytes go at once).
+    refused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Dataset(Base):

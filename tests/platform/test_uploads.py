@@ -54,6 +54,12 @@ def _age(db_session: Session, upload_id: str, seconds: float) -> None:
     db_session.flush()
 
 
+def _refused_ago(db_session: Session, upload_id: str, seconds: float) -> None:
+    row = db_session.get_one(Upload, upload_id)
+    row.refused_at = datetime.now(UTC) - timedelta(seconds=seconds)
+    db_session.flush()
+
+
 # --- per-user caps ------------------------------------------------------------------------
 
 
@@ -214,6 +220,49 @@ def test_a_refused_upload_loses_its_bytes_at_once(
     assert smoke_requests == []
 
 
+def test_refused_uploads_count_against_their_uploader_for_a_while(
+    client: TestClient,
+    db_session: Session,
+    tmp_path: Path,
+    settings_env: pytest.MonkeyPatch,
+    smoke_requests: list[int],
+) -> None:
+    """Each refusal cost the API the reading of an archive: it holds one of the uploader's
+    open sessions for SZBENCH_UPLOAD_REFUSAL_MEMORY_S, and deleting it does not free it."""
+    _setting(settings_env, "SZBENCH_UPLOAD_MAX_OPEN_SESSIONS", 2)
+    owner = f.user(db_session)
+    h = f.headers(db_session, owner)
+    algo = f.algorithm(db_session, owner)
+    archive = tmp_path / "img.tar"
+    docker_save(archive, arch="arm64")
+    data = archive.read_bytes()
+    refused = []
+    for i in range(2):
+        upload = _open(client, h, len(data))
+        assert upload["status"] == 201, upload
+        client.put(f"/api/v1/uploads/{upload['id']}", headers=h, params={"offset": 0}, content=data)
+        r = client.post(
+            f"/api/v1/algorithms/{algo.id}/versions",
+            headers=h,
+            json={"version": str(i), "upload_id": upload["id"]},
+        )
+        assert r.status_code == 422, r.text
+        refused.append(upload["id"])
+    again = _open(client, h, len(data))
+    assert again["status"] == 429, again
+    assert "2 recently refused uploads" in again["detail"]
+    assert "SZBENCH_UPLOAD_REFUSAL_MEMORY_S=3600" in again["detail"]
+    gone = client.delete(f"/api/v1/uploads/{refused[0]}", headers=h)
+    assert gone.status_code == 409
+    assert "counts against your open uploads until" in gone.json()["detail"]
+    assert _open(client, h, len(data))["status"] == 429
+    # Once the first refusal is forgotten, its place is free again.
+    _refused_ago(db_session, refused[0], get_settings().upload_refusal_memory_s + 1)
+    assert _open(client, h, len(data))["status"] == 201
+    assert db_session.get(Upload, refused[0]) is None
+    assert smoke_requests == []
+
+
 def test_an_archive_over_a_limit_is_refused_with_413_naming_the_setting(
     client: TestClient,
     db_session: Session,
@@ -273,8 +322,12 @@ def test_the_sweep_removes_expired_refused_and_stray_uploads_only(
     for upload in (fresh, expired, refused):
         _part(upload.id).write_bytes(b"0123456789")
     ttl = get_settings().upload_session_ttl_s
-    _age(db_session, expired.id, ttl + 60)
     uploads.refuse_upload(db_session, refused.id, "not an image")
+    # A refusal is kept (counting against its owner) until it is forgotten.
+    assert uploads.sweep(db_session).refused == 0
+    assert db_session.get(Upload, refused.id) is not None
+    _refused_ago(db_session, refused.id, get_settings().upload_refusal_memory_s + 60)
+    _age(db_session, expired.id, ttl + 60)
     sessions = _part(fresh.id).parent
     # Files of no session: one from before the table (metadata beside it), old; one new.
     old_stray = [sessions / ("a" * 32 + ".part"), sessions / ("a" * 32 + ".json")]

@@ -11,7 +11,10 @@ of ``uploads`` (:class:`~szbench.models.Upload`), so that:
   user's row, so concurrent opens cannot overshoot;
 - submitting claims the row atomically (it is deleted in the transaction that records the
   version): one upload gives at most one version, however many submits race;
-- :func:`sweep` removes expired and refused sessions with their bytes, and stray files.
+- :func:`sweep` removes expired and refused sessions with their bytes, and stray files;
+- a refused session (its archive failed the check, which cost the API the reading of it)
+  loses its bytes at once but counts as an open session of its owner for
+  ``upload_refusal_memory_s``: refused checks cannot be repeated for free.
 """
 
 from __future__ import annotations
@@ -94,6 +97,18 @@ def _expiry_cutoff() -> datetime:
     return datetime.now(UTC) - timedelta(seconds=get_settings().upload_session_ttl_s)
 
 
+def _refusal_cutoff() -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=get_settings().upload_refusal_memory_s)
+
+
+def _refusal_ends(refused_at: datetime | None) -> str:
+    """When a refusal at ``refused_at`` stops counting, for messages."""
+    if refused_at is None:
+        return "now"
+    ends = _aware(refused_at) + timedelta(seconds=get_settings().upload_refusal_memory_s)
+    return f"{ends:%Y-%m-%d %H:%M} UTC"
+
+
 def _aware(moment: datetime) -> datetime:
     # SQLite gives naive datetimes back (stored as UTC).
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
@@ -138,11 +153,24 @@ def create_upload(session: Session, user: User, *, filename: str, size_bytes: in
             Upload.owner_id == user.id, Upload.state == UploadState.OPEN
         )
     ).one()
-    if count >= settings.upload_max_open_sessions:
+    # Refused ones left after the sweep are within their memory: each holds a place.
+    refused = session.execute(
+        select(func.count(Upload.id), func.min(Upload.refused_at)).where(
+            Upload.owner_id == user.id, Upload.state == UploadState.REFUSED
+        )
+    ).one()
+    if count + refused[0] >= settings.upload_max_open_sessions:
+        frees = (
+            f"; a refused one counts for SZBENCH_UPLOAD_REFUSAL_MEMORY_S="
+            f"{settings.upload_refusal_memory_s} s, the next until {_refusal_ends(refused[1])}"
+            if refused[0]
+            else ""
+        )
         raise QuotaExceeded(
-            f"you have {count} open uploads, the most allowed "
-            f"(SZBENCH_UPLOAD_MAX_OPEN_SESSIONS={settings.upload_max_open_sessions}); "
-            "finish, submit or delete one first (GET /api/v1/uploads lists them)"
+            f"you have {count} open and {refused[0]} recently refused uploads, the most "
+            f"allowed (SZBENCH_UPLOAD_MAX_OPEN_SESSIONS={settings.upload_max_open_sessions})"
+            f"{frees}; finish, submit or delete an open one first (GET /api/v1/uploads "
+            "lists them)"
         )
     if declared + size_bytes > settings.upload_max_open_bytes:
         raise QuotaExceeded(
@@ -280,17 +308,30 @@ def claim_upload(session: Session, upload: UploadSession) -> None:
 
 
 def refuse_upload(session: Session, upload_id: str, reason: str) -> None:
-    """Mark an upload whose archive failed the check as refused and delete its bytes now
-    (the row stays until the next sweep, so that a retry hears why)."""
+    """Mark an upload whose archive failed the check as refused and delete its bytes now.
+    The row stays for ``upload_refusal_memory_s``: a retry hears why, and it counts
+    against its owner's open sessions meanwhile (:func:`create_upload`)."""
     session.execute(
         update(Upload)
         .where(Upload.id == upload_id, Upload.state == UploadState.OPEN)
-        .values(state=UploadState.REFUSED, refused_because=reason[:2000])
+        .values(
+            state=UploadState.REFUSED, refused_because=reason[:2000], refused_at=datetime.now(UTC)
+        )
     )
     _remove_files(upload_id)
 
 
 def delete_upload(session: Session, upload: UploadSession) -> None:
+    """Abandon ``upload``; a refused one keeps its place until its refusal is forgotten
+    (its bytes are already gone), or deleting it would make refusals free to repeat."""
+    if upload.state is UploadState.REFUSED:
+        row = session.get(Upload, upload.id)
+        raise Conflict(
+            f"upload {upload.id} was refused ({upload.refused_because}); its bytes are "
+            "deleted already, and it counts against your open uploads until "
+            f"{_refusal_ends(row.refused_at if row else None)} "
+            "(SZBENCH_UPLOAD_REFUSAL_MEMORY_S), then it goes by itself"
+        )
     session.execute(delete(Upload).where(Upload.id == upload.id))
     _remove_files(upload.id)
 
@@ -304,11 +345,16 @@ class SweepReport:
 
 
 def _sweep_rows(session: Session, *where: object) -> tuple[int, int, int]:
-    """Delete expired and refused sessions (matching ``where``) and their files."""
+    """Delete expired open sessions, and refused ones whose refusal is forgotten
+    (``upload_refusal_memory_s``), matching ``where``, with their files."""
+    expired = (Upload.state == UploadState.OPEN) & (Upload.created_at < _expiry_cutoff())
+    forgotten = (Upload.state == UploadState.REFUSED) & (
+        Upload.refused_at.is_(None) | (Upload.refused_at < _refusal_cutoff())
+    )
     gone = list(
         session.execute(
             select(Upload.id, Upload.state).where(
-                (Upload.state == UploadState.REFUSED) | (Upload.created_at < _expiry_cutoff()),
+                expired | forgotten,
                 *where,  # type: ignore[arg-type]
             )
         )
