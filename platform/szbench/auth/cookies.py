@@ -107,8 +107,9 @@ def read_session_cookie(request: Request) -> str | None:
 
 
 def client_address(request: Request) -> str | None:
-    """The caller's address for sign-in throttling (uvicorn puts a trusted proxy's
-    ``X-Forwarded-For`` here); None when the server does not know it."""
+    """The caller's address for the sign-in and sign-up throttles, as
+    :mod:`szbench.api.proxies` settled it (what a trusted proxy appended to
+    ``X-Forwarded-For``, else the peer); None when the server does not know it."""
     return request.client.host if request.client else None
 
 

@@ -22,8 +22,10 @@ email field) is stored.
 
 The account key is the normalised email as typed, whether or not such a user exists, so a
 throttled answer tells nothing about which emails have accounts. The client key is the
-address uvicorn reports (the proxy's ``X-Forwarded-For`` when it comes from a trusted proxy),
-an IPv6 address's /64 (one host usually holds a whole /64).
+request's client address as :mod:`szbench.api.proxies` settles it (the entry a trusted
+proxy appended to ``X-Forwarded-For``, else the peer), an IPv6 address's /64 (one host
+usually holds a whole /64). Sign-ups (:func:`begin_signup`) and reset e-mails
+(:func:`spaced`) use the same table in key spaces of their own.
 
 Time comes from :data:`clock`, which tests set instead of sleeping.
 """
