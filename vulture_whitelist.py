@@ -91,3 +91,8 @@ _.kept_unranked_ids
 
 # prometheus_client calls a registered collector's collect() (szbench.ops.service).
 _.collect
+
+# io.RawIOBase methods that io.BufferedReader and tarfile call on the image check's metered
+# streams (szbench.algorithms.image_check._ArchiveFile, _Expanded).
+_.readable
+_.seekable
