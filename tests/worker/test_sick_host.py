@@ -99,7 +99,8 @@ def test_a_full_work_dir_stops_the_worker_taking_runs_until_it_has_room(
 
 
 class OwnDockerd:
-    """A second dockerd that this test may stop and start (never the shared one)."""
+    """A second dockerd that this test may stop and start (never the shared one, never its
+    network)."""
 
     def __init__(self) -> None:
         # Short: containerd's sockets live under the exec-root (a path length limit).
@@ -109,7 +110,10 @@ class OwnDockerd:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        args = ["dockerd", "--data-root", str(self.root / "data"), "--exec-root"]
+        # In a network namespace of its own: a dockerd with --bridge none deletes the host's
+        # docker0 at start (the shared engine's bridge), so it must not see the host's links.
+        args = ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data")]
+        args += ["--exec-root"]
         args += [str(self.root / "x"), "--pidfile", str(self.root / "docker.pid")]
         args += ["-H", self.url, "--bridge", "none", "--iptables=false", "--ip6tables=false"]
         with open(self.root / "dockerd.log", "ab") as log:
