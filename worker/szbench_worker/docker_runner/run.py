@@ -95,6 +95,7 @@ from szbench_worker.runner import (
     classify,
     describe_gpus,
     edf_duration_s,
+    log_text,
     output_name_for,
     work_dir_from_settings,
     worker_host,
@@ -558,8 +559,7 @@ class DockerRunner:
         except (APIError, requests.RequestException) as exc:
             return f"[logs unavailable: {exc}]"
         # The json-file driver already caps the file; cap again in case the engine does not.
-        raw = raw[-limits.log_bytes :]
-        return raw.decode("utf-8", errors="replace")
+        return log_text(raw[-limits.log_bytes :])
 
 
 @dataclass(frozen=True)
