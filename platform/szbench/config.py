@@ -137,9 +137,9 @@ class Settings(BaseSettings):
     # The served API removes expired and refused uploads this often (seconds; 0: never, then
     # run `szbench upload sweep` from cron). Also at start-up.
     upload_sweep_interval_s: float = 3600.0
-    # Image archives, checked while they are read (upload and again before `docker load`):
-    # members of the archive, the bytes they expand to, files in all layers together, and
-    # the bytes of those files (about the size of the loaded image).
+    # Image archives, checked while they are read (upload, `szbench evaluate --tar`, and
+    # again before `docker load`): members of the archive, the bytes they expand to, files in
+    # all layers together, and the bytes of those files (about the size of the loaded image).
     archive_max_members: int = 10_000
     archive_max_expanded_bytes: int = 40 * 1024**3
     image_max_layer_members: int = 1_000_000

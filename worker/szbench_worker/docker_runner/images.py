@@ -7,6 +7,7 @@ upload and before loading, and the image id that spares loading an image twice."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -86,19 +87,27 @@ class TarballIdCache:
             return {}
         return entries if isinstance(entries, dict) else {}
 
-    def get(self, tarball: Path, state: str) -> str | None:
-        """The recorded id of ``tarball`` when its file is still in ``state``."""
+    def get(self, tarball: Path, state: str, limits: ArchiveLimits | None = None) -> str | None:
+        """The recorded id of ``tarball`` when its file is still in ``state`` (and, with
+        ``limits``, it passed the archive check under exactly those limits)."""
         entry = self._entries().get(str(tarball.resolve()))
         if not isinstance(entry, dict) or entry.get("state") != state:
+            return None
+        if limits is not None and entry.get("checked") != dataclasses.asdict(limits):
             return None
         image_id = entry.get("id")
         return image_id if isinstance(image_id, str) and _IMAGE_ID.match(image_id) else None
 
-    def put(self, tarball: Path, state: str, image_id: str) -> None:
+    def put(
+        self, tarball: Path, state: str, image_id: str, checked: ArchiveLimits | None = None
+    ) -> None:
+        """Record ``image_id``; ``checked``: the limits the archive passed."""
         entries = self._entries()
         key = str(tarball.resolve())
         entries.pop(key, None)
         entries[key] = {"state": state, "id": image_id}
+        if checked is not None:
+            entries[key]["checked"] = dataclasses.asdict(checked)
         while len(entries) > self.MAX_ENTRIES:  # the oldest first (dicts keep their order)
             entries.pop(next(iter(entries)))
         try:
@@ -120,7 +129,9 @@ def load_image_tarball(
     """Load a ``docker save`` tarball (``.tar``, ``.tar.gz``; streamed from disk).
 
     With ``limits``, the archive is read and counted first and nothing reaches the engine
-    when it is over one (the engine would expand it all to disk before anyone could look).
+    when it is over one (the engine would expand it all to disk before anyone could look);
+    with ``id_cache`` too, an unchanged file that passed under the same limits is not read
+    again.
 
     When the engine already holds the archive's image (its id, see
     :func:`tarball_image_id`), that copy is used and nothing is loaded: the next
@@ -141,8 +152,8 @@ def load_image_tarball(
     if not path.is_file():
         raise ImageError(f"{path.name}: no such image tarball")
     state = _file_state(path)
-    image_id = id_cache.get(path, state) if id_cache is not None else None
-    if limits is not None:
+    image_id = id_cache.get(path, state, limits) if id_cache is not None else None
+    if image_id is None and limits is not None:
         try:
             # Root or not is the platform's decision at upload, not a loading matter.
             image_id = check_image_archive(path, allow_root=True, limits=limits).digest
@@ -157,7 +168,7 @@ def load_image_tarball(
             pass  # not on this engine yet: load it
         else:
             log.info("%s: image %s is already on the engine; not loaded again", path.name, image_id)
-            _remember(id_cache, path, state, info.digest)
+            _remember(id_cache, path, state, info.digest, limits)
             return info
     try:
         with open(path, "rb") as f:
@@ -173,15 +184,21 @@ def load_image_tarball(
     if len(unique) != 1:
         raise ImageError(f"{path.name}: holds {len(unique)} images; upload exactly one")
     info = _info(next(iter(unique.values())))
-    _remember(id_cache, path, state, info.digest)
+    _remember(id_cache, path, state, info.digest, limits)
     return info
 
 
-def _remember(id_cache: TarballIdCache | None, path: Path, state: str, image_id: str) -> None:
+def _remember(
+    id_cache: TarballIdCache | None,
+    path: Path,
+    state: str,
+    image_id: str,
+    checked: ArchiveLimits | None,
+) -> None:
     # Recorded under the state read before the archive was: a file rewritten meanwhile is
-    # not the one whose id this is.
+    # not the one whose id this is (nor the one that passed the check).
     if id_cache is not None and _file_state(path) == state:
-        id_cache.put(path, state, image_id)
+        id_cache.put(path, state, image_id, checked)
 
 
 def pull_image(reference: str, client: docker.DockerClient | None = None) -> ImageInfo:
