@@ -680,7 +680,7 @@ def test_load_image_from_docker_save_tarballs(
             inspect_image(uploaded.id, client)  # type: ignore[arg-type]
         info = load_image_tarball(path, client)  # type: ignore[arg-type]
         assert info.digest == uploaded.id
-        assert info.tags == ("szbench-test/uploaded:v1",)
+        assert info.tags == ()  # the archive's name is never applied (issue 21 point 2)
     result = runner.run(
         image=info.digest, recording=recording, output_dir=tmp_path / "o", limits=LIMITS
     )
@@ -705,7 +705,11 @@ def test_an_archive_over_the_image_limits_never_reaches_the_engine(
     path.parent.mkdir()
     image_id = docker_save(path, gzip=True, layers=[[(zeros, b"\0" * (4 * 1024**2))]])
     limits = ArchiveLimits(
-        max_members=100, max_expanded_bytes=1024**3, max_layer_members=100, max_image_bytes=1024**2
+        max_members=100,
+        max_expanded_bytes=1024**3,
+        max_layer_members=100,
+        max_image_bytes=1024**2,
+        max_expansion_ratio=20.0,
     )
     with pytest.raises(ImageRefused) as err:
         load_image_tarball(path, docker_client, limits=limits)  # type: ignore[arg-type]
@@ -714,7 +718,7 @@ def test_an_archive_over_the_image_limits_never_reaches_the_engine(
     with pytest.raises(ImageError, match="not present"):
         inspect_image(image_id, docker_client)  # type: ignore[arg-type]
     # The same archive within the limits loads: the refusal above was the limit's.
-    limits = ArchiveLimits(100, 1024**3, 100, 8 * 1024**2)
+    limits = ArchiveLimits(100, 1024**3, 100, 8 * 1024**2, 20.0)
     try:
         info = load_image_tarball(path, docker_client, limits=limits)  # type: ignore[arg-type]
         assert info.digest == image_id

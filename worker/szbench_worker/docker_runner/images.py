@@ -1,5 +1,5 @@
-"""Images on the engine: loading a ``docker save`` tarball, pulling by digest, inspecting,
-building (tests and examples).
+"""Images on the engine: loading a ``docker save`` tarball (by id: its names are never
+applied), pulling by digest, inspecting, building (tests and examples).
 
 The archive itself is read by the platform's one reader of ``docker save`` archives
 (:mod:`szbench.algorithms.image_check`, standard library only): its checks and limits at
@@ -20,7 +20,12 @@ import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 
-from szbench.algorithms.image_check import ArchiveLimits, check_image_archive, tarball_image_id
+from szbench.algorithms.image_check import (
+    ArchiveLimits,
+    check_image_archive,
+    tarball_image_id,
+    untagged_archive,
+)
 from szbench.errors import SzbenchError
 from szbench_worker.docker_runner.client import connect
 from szbench_worker.runner import (
@@ -137,7 +142,8 @@ def load_image_tarball(
     :func:`tarball_image_id`), that copy is used and nothing is loaded: the next
     ``szbench evaluate`` of the same tarball does not pay a full ``docker load`` again.
     The id covers the config, which lists every layer's digest, so the engine's copy is the
-    same image; only the archive's tags are not applied to it. With ``id_cache``, an
+    same image. The archive's names are never applied (:func:`untagged_archive`): a loaded
+    image is known by its id only. With ``id_cache``, an
     unchanged file's id is known without reading it (a ``.tar.gz`` costs no inflating).
 
     Raises
@@ -171,9 +177,11 @@ def load_image_tarball(
             _remember(id_cache, path, state, info.digest, limits)
             return info
     try:
-        with open(path, "rb") as f:
-            # A file object makes requests stream the body: a multi-GB image never sits in RAM.
-            images = client.images.load(f)
+        # Streamed (a multi-GB image never sits in RAM), without the archive's names: a load
+        # never creates or moves a tag, so no upload can re-point another image's name.
+        images = client.images.load(untagged_archive(path))
+    except SzbenchError as exc:
+        raise ImageRefused(f"{path.name}: {exc.detail}") from exc
     except (APIError, DockerException) as exc:
         log.warning("loading %s failed: %s", path, exc)
         raise ImageError(
