@@ -790,7 +790,7 @@ def untagged_archive(path: Path) -> Iterator[bytes]:
     try:
         with tarfile.open(path, mode="r|gz" if gzip else "r|", tarinfo=_Header) as tar:
             for member in tar:
-                tar.members.clear()
+                tar.members.clear()  # type: ignore[attr-defined]
                 name = _clean(member.name)
                 if name in _NAMING_MEMBERS and not member.isfile():
                     raise InvalidSubmission(
