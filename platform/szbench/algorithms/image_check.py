@@ -789,7 +789,7 @@ def untagged_archive(path: Path) -> Iterator[bytes]:
     gzip = _is_gzip(path)
     try:
         with tarfile.open(path, mode="r|gz" if gzip else "r|", tarinfo=_Header) as tar:
-            for member in tar:
+            while (member := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]
                 name = _clean(member.name)
                 if name in _NAMING_MEMBERS and not member.isfile():
