@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     runner_output_files: int = 1000  # files and folders the run may make in /output
     # Image of the short-lived containers that delete what a run left in /output when the
     # worker may not (not root, watched directory); it needs `rm`. Empty: the run's image.
+    # Resolved to an image id once per worker process, so a name moved later changes nothing.
     runner_helper_image: str = ""
     runner_log_bytes: int = 1024**2  # container logs kept for admins (the tail)
     # The tail of that log its owner sees on a public-sample run (never on held-out data).

@@ -114,6 +114,18 @@ def test_api_image_is_slim_and_workers_use_the_worker_image(config: dict[str, An
         assert has_socket == name.startswith("worker-"), name
 
 
+def test_the_helper_image_has_a_name_of_its_own(config: dict[str, Any]) -> None:
+    """Issue 21 point 2: the runs' clean-up helper is not named as the image of the workers
+    that hold the Docker socket (and each worker resolves it to an id when it starts)."""
+    services = config["services"]
+    for name in ("worker-cpu", "worker-gpu"):
+        helper = services[name]["environment"]["SZBENCH_RUNNER_HELPER_IMAGE"]
+        assert helper.startswith("szbench/run-helper:"), name
+        assert helper.split(":")[0] != services[name]["image"].split(":")[0]
+    build = (ROOT / "scripts" / "build-project-images.sh").read_text()
+    assert 'docker tag "szbench/worker:$TAG" "szbench/run-helper:$TAG"' in build
+
+
 def test_gpu_worker_is_in_the_gpu_profile_and_reserves_its_device(
     config: dict[str, Any],
 ) -> None:

@@ -97,3 +97,33 @@ def test_a_real_image_loads_at_the_default_limits_and_keeps_no_name(
     finally:
         with contextlib.suppress(ImageNotFound):
             docker_client.images.remove(image_id, force=True)
+
+
+def test_the_helper_image_is_resolved_to_an_id_once(
+    docker_client: Any, namespace: str, tmp_path: Path
+) -> None:
+    """SZBENCH_RUNNER_HELPER_IMAGE names a tag; the runner (and the sweep, through the same
+    platform_image_id) uses the image id it had when the process first resolved it,
+    whatever the name points to later."""
+    from szbench_worker.docker_runner import DockerRunner
+    from szbench_worker.docker_runner import images as images_module
+    from szbench_worker.runner import RunnerError
+
+    helper = f"{namespace}/run-helper:latest"
+    helper_id = _tagged_image(docker_client, tmp_path, [helper])
+    runner = DockerRunner(docker_client, work_dir=tmp_path / "work", helper_image=helper)
+    assert runner.helper_image == helper_id
+    # The name moves (here by hand) to another image: nothing of this process follows it.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL other={uuid.uuid4().hex}\n")
+    other_id = build_image(other, helper, docker_client).digest
+    assert docker_client.images.get(helper).id == other_id != helper_id
+    again = DockerRunner(docker_client, work_dir=tmp_path / "work", helper_image=helper)
+    assert again.helper_image == helper_id
+    assert images_module.platform_image_id(helper, docker_client, setting="X") == helper_id
+
+    with pytest.raises(RunnerError, match="SZBENCH_RUNNER_HELPER_IMAGE"):
+        DockerRunner(
+            docker_client, work_dir=tmp_path / "work", helper_image=f"{namespace}/absent:1"
+        )

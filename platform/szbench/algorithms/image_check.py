@@ -811,6 +811,9 @@ def untagged_archive(path: Path) -> Iterator[bytes]:
                     while chunk := fh.read(_CHUNK):
                         yield chunk
                     yield bytes(_padded(member.size) - member.size)
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError) as exc:
         raise InvalidSubmission(f"the archive cannot be read to its end ({exc})") from None
+    except OSError as exc:  # its text may name the file's path: not the submitter's to see
+        reason = exc.strerror or type(exc).__name__
+        raise InvalidSubmission(f"the archive cannot be read to its end ({reason})") from None
     yield bytes(2 * _BLOCK)

@@ -245,6 +245,35 @@ def inspect_image(reference: str, client: docker.DockerClient | None = None) -> 
         raise RunnerError(f"inspecting {reference} failed: {exc}") from exc
 
 
+#: The platform's own images (the clean-up helper), by the reference they are configured
+#: as, resolved to an id once per process.
+_PLATFORM_IDS: dict[str, str] = {}
+
+
+def platform_image_id(reference: str, client: docker.DockerClient, *, setting: str) -> str:
+    """The id of the platform's own image that ``setting`` names as ``reference`` (a tag):
+    resolved the first time this process asks, then kept, so that the image these
+    processes run never follows a name (loads never apply names, and nothing else should
+    move one either).
+
+    Raises
+    ------
+    RunnerError
+        When the engine does not hold ``reference``: the setting names a missing image.
+    """
+    image_id = _PLATFORM_IDS.get(reference)
+    if image_id is None:
+        try:
+            image_id = inspect_image(reference, client).digest
+        except ImageError:
+            raise RunnerError(
+                f"{setting}: {reference!r} is not an image on this engine "
+                "(scripts/build-project-images.sh builds it; empty: the run's own image)"
+            ) from None
+        _PLATFORM_IDS[reference] = image_id
+    return image_id
+
+
 def build_image(
     context_dir: Path, tag: str, client: docker.DockerClient | None = None
 ) -> ImageInfo:

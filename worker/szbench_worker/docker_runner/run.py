@@ -58,6 +58,7 @@ from szbench_worker.docker_runner.cannot_start import (
 )
 from szbench_worker.docker_runner.client import connect, cpuset_supported, userns_base
 from szbench_worker.docker_runner.cpus import CPU_LOCK_DIR, NO_PINNING, CpuPool, cores_for
+from szbench_worker.docker_runner.images import platform_image_id
 from szbench_worker.docker_runner.mounts import shares_mounts_with_dockerd, umount
 from szbench_worker.docker_runner.output import output_ok
 from szbench_worker.docker_runner.ownership import (
@@ -128,7 +129,12 @@ class DockerRunner:
         cpu_pool: str = "",
     ) -> None:
         self.client = client or connect()
-        self.helper_image = helper_image or None
+        # By id: a name moved later must not change what runs in the clean-up containers.
+        self.helper_image = (
+            platform_image_id(helper_image, self.client, setting="SZBENCH_RUNNER_HELPER_IMAGE")
+            if helper_image
+            else None
+        )
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         # Traversable (not listable) by a remapped container uid, which Docker needs for binds.
