@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
     runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"
     runner_cpu_pool: str = ""  # cores runs are pinned to ("0-15"); empty: own; "none": off
+    # Where the runners of a host serialise their claims of cores: one directory per host,
+    # outside every work and data directory, so that runs of different data dirs (two
+    # `szbench evaluate`, a worker) never share a core. Compose mounts the host's.
+    runner_cpu_lock_dir: Path = Path("/run/lock/szbench-cpus")
     runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
     runner_output_tmpfs: bool | None = None  # /output as a size-capped tmpfs; None: when root
     runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local

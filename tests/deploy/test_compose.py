@@ -177,6 +177,14 @@ def _mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def test_workers_share_the_hosts_cpu_claim_lock(config: dict[str, Any]) -> None:
+    """Issue 21 point 4: the workers claim cores through the host's lock folder (the one a
+    `szbench evaluate` on the host uses too), mounted at the same path."""
+    default = str(Settings.model_fields["runner_cpu_lock_dir"].default)
+    for name in ("worker-cpu", "worker-gpu"):
+        assert (default, default) in _mounts(config["services"][name]), name
+
+
 def test_workers_reach_the_socket_from_the_host_user_namespace(config: dict[str, Any]) -> None:
     for name in ("worker-cpu", "worker-gpu"):
         service = config["services"][name]
@@ -468,9 +476,8 @@ def test_stack_starts_answers_probes_and_stops_gracefully(stack: dict[str, Any])
     assert [r["outcome"] for r in scores["recordings"]] == ["ok"], evaluate.stdout
     assert "event_results" in scores
     assert "f1" in scores["event_results"]
-    # Staging is cleaned up after the run; nothing of it is left on the host path (the
-    # per-core lock files that pin runs to cores stay, empty, for the next run).
-    assert [p.name for p in (ds / ".runs").iterdir() if p.name != "cpu-locks"] == []
+    # Staging is cleaned up after the run; nothing of it is left on the host path.
+    assert list((ds / ".runs").iterdir()) == []
 
     # SIGTERM through tini: Celery's warm shutdown and uvicorn's shutdown both exit 0.
     run_compose("stop", "--timeout", "60", "worker-cpu", "api", timeout=150, **compose)

@@ -40,7 +40,6 @@ from szbench_worker.docker_runner import (
     owner_token,
     pull_image,
 )
-from szbench_worker.docker_runner.cpus import CPU_LOCK_DIR
 from szbench_worker.runner import ImageError, Limits, RunResult
 from tests.worker.conftest import IMAGES_DIR, REPO, write_edf
 
@@ -85,7 +84,7 @@ def our_containers(client: object, runner: DockerRunner) -> list[object]:
 def assert_clean(client: object, runner: DockerRunner) -> None:
     """No container left, no staging directory left, no tmpfs left mounted."""
     assert our_containers(client, runner) == []
-    assert [p for p in runner.work_dir.iterdir() if p.name != CPU_LOCK_DIR] == []
+    assert list(runner.work_dir.iterdir()) == []
     assert str(runner.work_dir) not in Path("/proc/mounts").read_text()
 
 
@@ -435,7 +434,7 @@ def test_remove_leftovers_after_an_interrupted_cleanup(
     try:
         assert runner.remove_leftovers() == 1
         assert our_containers(docker_client, runner) == []
-        assert [p for p in runner.work_dir.iterdir() if p.name != CPU_LOCK_DIR] == [other]
+        assert list(runner.work_dir.iterdir()) == [other]
         assert _exists(live)
     finally:
         live.remove(force=True)
@@ -892,7 +891,7 @@ def test_cleanup_orphans_after_a_killed_worker(
     try:
         assert cleanup_orphans(docker_client, work_dir=work_dir, host=host) == 1  # type: ignore[arg-type]
         assert docker_client.containers.list(all=True, filters=label, ignore_removed=True) == []  # type: ignore[attr-defined]
-        assert [p for p in work_dir.iterdir() if p.name != CPU_LOCK_DIR] == [foreign]
+        assert list(work_dir.iterdir()) == [foreign]
         foreign.rmdir()
         assert str(work_dir) not in Path("/proc/mounts").read_text()
         live.reload()
