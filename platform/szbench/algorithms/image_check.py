@@ -789,8 +789,9 @@ def untagged_archive(path: Path) -> Iterator[bytes]:
     gzip = _is_gzip(path)
     try:
         # Read in chunks as large as those passed on (tarfile's stream default is 10 KiB).
-        mode = "r|gz" if gzip else "r|"
-        with tarfile.open(path, mode=mode, tarinfo=_Header, bufsize=_CHUNK) as tar:
+        with tarfile.open(
+            path, mode="r|gz" if gzip else "r|", tarinfo=_Header, bufsize=_CHUNK
+        ) as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]
                 name = _clean(member.name)
