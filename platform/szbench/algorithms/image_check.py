@@ -786,11 +786,11 @@ def untagged_archive(path: Path) -> Iterator[bytes]:
         When the archive cannot be read to its end, or one of those members is a link, a
         folder or not JSON.
     """
-    gzip = _is_gzip(path)
+    compressed = _is_gzip(path)
     try:
         # Read in chunks as large as those passed on (tarfile's stream default is 10 KiB).
         with tarfile.open(
-            path, mode="r|gz" if gzip else "r|", tarinfo=_Header, bufsize=_CHUNK
+            path, mode="r|gz" if compressed else "r|", tarinfo=_Header, bufsize=_CHUNK
         ) as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]
