@@ -4,6 +4,7 @@
 #   szbench/python-base:bookworm      debootstrap'd Debian with python3, venv, pip, tini
 #   szbench/api:$TAG                  docker/api.Dockerfile     (core deps only: no docker SDK, no MNE)
 #   szbench/worker:$TAG               docker/worker.Dockerfile  (.[worker,ops]: docker SDK, MNE, Flower)
+#   szbench/run-helper:$TAG           the worker image, named for the runs' clean-up containers
 #
 # and, with --services (for hosts that cannot pull postgres/redis/registry images, and for
 # the compose test on this machine):
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
         --services) SERVICES=1 ;;
         --only-services) SERVICES=1; PROJECT=0 ;;
         --tag) TAG=$2; shift ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -199,6 +200,9 @@ PY
     cp docker/api.Dockerfile docker/worker.Dockerfile "$ctx/"
     build "szbench/api:$TAG" "$ctx/api.Dockerfile" "$ctx"
     build "szbench/worker:$TAG" "$ctx/worker.Dockerfile" "$ctx"
+    # The clean-up helper of the runs (SZBENCH_RUNNER_HELPER_IMAGE in docker-compose.yml): the
+    # worker image under a name of its own, apart from the name the workers run from.
+    docker tag "szbench/worker:$TAG" "szbench/run-helper:$TAG"
 fi
 
 if [ "$SERVICES" = 1 ]; then

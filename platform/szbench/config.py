@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     runner_output_files: int = 1000  # files and folders the run may make in /output
     # Image of the short-lived containers that delete what a run left in /output when the
     # worker may not (not root, watched directory); it needs `rm`. Empty: the run's image.
+    # Resolved to an image id once per worker process, so a name moved later changes nothing.
     runner_helper_image: str = ""
     runner_log_bytes: int = 1024**2  # container logs kept for admins (the tail)
     # The tail of that log its owner sees on a public-sample run (never on held-out data).
@@ -52,6 +53,10 @@ class Settings(BaseSettings):
     runner_user: str = ""  # uid[:gid] inside the container; empty keeps the image's user
     runner_gpus: str = ""  # comma-separated GPU ids this worker owns, e.g. "0" or "GPU-uuid"
     runner_cpu_pool: str = ""  # cores runs are pinned to ("0-15"); empty: own; "none": off
+    # Where the runners of a host serialise their claims of cores: one directory per host,
+    # outside every work and data directory, so that runs of different data dirs (two
+    # `szbench evaluate`, a worker) never share a core. Compose mounts the host's.
+    runner_cpu_lock_dir: Path = Path("/run/lock/szbench-cpus")
     runner_work_dir: Path | None = None  # per-run staging; default data_dir / "runs"
     runner_output_tmpfs: bool | None = None  # /output as a size-capped tmpfs; None: when root
     runner_local_command: str = "python3 examples/baseline/detect.py"  # for runner_backend=local
@@ -137,9 +142,9 @@ class Settings(BaseSettings):
     # The served API removes expired and refused uploads this often (seconds; 0: never, then
     # run `szbench upload sweep` from cron). Also at start-up.
     upload_sweep_interval_s: float = 3600.0
-    # Image archives, checked while they are read (upload and again before `docker load`):
-    # members of the archive, the bytes they expand to, files in all layers together, and
-    # the bytes of those files (about the size of the loaded image).
+    # Image archives, checked while they are read (upload, `szbench evaluate --tar`, and
+    # again before `docker load`): members of the archive, the bytes they expand to, files in
+    # all layers together, and the bytes of those files (about the size of the loaded image).
     archive_max_members: int = 10_000
     archive_max_expanded_bytes: int = 40 * 1024**3
     image_max_layer_members: int = 1_000_000

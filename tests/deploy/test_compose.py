@@ -114,6 +114,18 @@ def test_api_image_is_slim_and_workers_use_the_worker_image(config: dict[str, An
         assert has_socket == name.startswith("worker-"), name
 
 
+def test_the_helper_image_has_a_name_of_its_own(config: dict[str, Any]) -> None:
+    """Issue 21 point 2: the runs' clean-up helper is not named as the image of the workers
+    that hold the Docker socket (and each worker resolves it to an id when it starts)."""
+    services = config["services"]
+    for name in ("worker-cpu", "worker-gpu"):
+        helper = services[name]["environment"]["SZBENCH_RUNNER_HELPER_IMAGE"]
+        assert helper.startswith("szbench/run-helper:"), name
+        assert helper.split(":")[0] != services[name]["image"].split(":")[0]
+    build = (ROOT / "scripts" / "build-project-images.sh").read_text()
+    assert 'docker tag "szbench/worker:$TAG" "szbench/run-helper:$TAG"' in build
+
+
 def test_gpu_worker_is_in_the_gpu_profile_and_reserves_its_device(
     config: dict[str, Any],
 ) -> None:
@@ -163,6 +175,14 @@ def _mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
             source, target = v.split(":")[:2]
             out.append((source, target))
     return out
+
+
+def test_workers_share_the_hosts_cpu_claim_lock(config: dict[str, Any]) -> None:
+    """Issue 21 point 4: the workers claim cores through the host's lock folder (the one a
+    `szbench evaluate` on the host uses too), mounted at the same path."""
+    default = str(Settings.model_fields["runner_cpu_lock_dir"].default)
+    for name in ("worker-cpu", "worker-gpu"):
+        assert (default, default) in _mounts(config["services"][name]), name
 
 
 def test_workers_reach_the_socket_from_the_host_user_namespace(config: dict[str, Any]) -> None:
@@ -456,9 +476,8 @@ def test_stack_starts_answers_probes_and_stops_gracefully(stack: dict[str, Any])
     assert [r["outcome"] for r in scores["recordings"]] == ["ok"], evaluate.stdout
     assert "event_results" in scores
     assert "f1" in scores["event_results"]
-    # Staging is cleaned up after the run; nothing of it is left on the host path (the
-    # per-core lock files that pin runs to cores stay, empty, for the next run).
-    assert [p.name for p in (ds / ".runs").iterdir() if p.name != "cpu-locks"] == []
+    # Staging is cleaned up after the run; nothing of it is left on the host path.
+    assert list((ds / ".runs").iterdir()) == []
 
     # SIGTERM through tini: Celery's warm shutdown and uvicorn's shutdown both exit 0.
     run_compose("stop", "--timeout", "60", "worker-cpu", "api", timeout=150, **compose)

@@ -57,15 +57,19 @@ def docker_save(
     extra: list[tarfile.TarInfo] | None = None,
     with_manifest_json: bool = True,
     layers: list[list[tuple[tarfile.TarInfo, bytes]]] | None = None,
+    tags: list[str] | None = None,
 ) -> str:
     """Write an archive at ``path``; returns the first image's id (``sha256:`` + config hash).
 
     ``layers``: the files of each image's layers, bottom first (default: one layer holding
-    only ``app/detect.py``).
+    only ``app/detect.py``). ``tags``: the first image's names, as ``docker save`` writes
+    them (``RepoTags``, ``repositories``, the OCI index's name annotations); default
+    ``algo<i>:1.0`` for image ``i``.
     """
     entries: list[tuple[str, bytes]] = []
     manifest: list[dict[str, Any]] = []
     index_manifests: list[dict[str, Any]] = []
+    repositories: dict[str, dict[str, str]] = {}
     first_id = ""
     for i in range(images):
         blobs = [_layer(f"print('detector {i}')\n".encode(), files) for files in (layers or [None])]
@@ -73,7 +77,7 @@ def docker_save(
         config_hex = hashlib.sha256(config).hexdigest()
         hexes = [hashlib.sha256(b).hexdigest() for b in blobs]
         first_id = first_id or f"sha256:{config_hex}"
-        tag = f"algo{i}:1.0"
+        names = tags if tags is not None and i == 0 else [f"algo{i}:1.0"]
         if layout == "legacy":
             for layer_hex, layer in zip(hexes, blobs, strict=True):
                 entries += [
@@ -85,7 +89,7 @@ def docker_save(
             manifest.append(
                 {
                     "Config": f"{config_hex}.json",
-                    "RepoTags": [tag],
+                    "RepoTags": names,
                     "Layers": [f"{h}/layer.tar" for h in hexes],
                 }
             )
@@ -118,18 +122,29 @@ def docker_save(
             manifest.append(
                 {
                     "Config": f"blobs/sha256/{config_hex}",
-                    "RepoTags": [tag],
+                    "RepoTags": names,
                     "Layers": [f"blobs/sha256/{h}" for h in hexes],
                 }
             )
-            index_manifests.append(
+            descriptor = {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": f"sha256:{manifest_hex}",
+                "size": len(oci_manifest),
+            }
+            # One descriptor per name, as Docker writes them; one without a name if none.
+            index_manifests += [
                 {
-                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                    "digest": f"sha256:{manifest_hex}",
-                    "size": len(oci_manifest),
-                    "annotations": {"io.containerd.image.name": f"docker.io/library/{tag}"},
+                    **descriptor,
+                    "annotations": {
+                        "io.containerd.image.name": f"docker.io/library/{name}",
+                        "org.opencontainers.image.ref.name": name.rpartition(":")[2],
+                    },
                 }
-            )
+                for name in names
+            ] or [descriptor]
+        for name in names:
+            repo, _, tag = name.rpartition(":")
+            repositories.setdefault(repo, {})[tag] = hexes[-1]
     if layout == "oci":
         entries.append(("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'))
         entries.append(
@@ -137,7 +152,7 @@ def docker_save(
         )
     if with_manifest_json:
         entries.append(("manifest.json", json.dumps(manifest).encode()))
-    entries.append(("repositories", b"{}"))
+    entries.append(("repositories", json.dumps(repositories).encode()))
     with tarfile.open(path, mode="w:gz" if gzip else "w") as tar:
         if layout == "oci":
             for directory in ("blobs", "blobs/sha256"):

@@ -295,6 +295,35 @@ def test_an_archive_over_a_limit_is_refused_with_413_naming_the_setting(
     assert smoke_requests == []
 
 
+def test_a_gzip_bomb_is_refused_with_413_at_the_default_limits(
+    client: TestClient,
+    db_session: Session,
+    tmp_path: Path,
+    settings_env: pytest.MonkeyPatch,
+    smoke_requests: list[int],
+) -> None:
+    """Issue 21 point 3: a small upload whose image expands about 1000 times is refused by
+    the expansion ratio (every absolute default would let it through)."""
+    owner = f.user(db_session)
+    h = f.headers(db_session, owner)
+    algo = f.algorithm(db_session, owner)
+    archive = tmp_path / "img.tar.gz"
+    docker_save(archive, gzip=True, layers=[[(member("app/zeros.bin"), bytes(160 * 1024**2))]])
+    data = archive.read_bytes()
+    assert len(data) < 1024**2
+    upload = _open(client, h, len(data), name="img.tar.gz")
+    client.put(f"/api/v1/uploads/{upload['id']}", headers=h, params={"offset": 0}, content=data)
+    r = client.post(
+        f"/api/v1/algorithms/{algo.id}/versions",
+        headers=h,
+        json={"version": "1", "upload_id": upload["id"]},
+    )
+    assert r.status_code == 413
+    assert r.json()["error"] == "PayloadTooLarge"
+    assert "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO" in r.json()["detail"]
+    assert smoke_requests == []
+
+
 def test_an_expired_upload_can_be_deleted_by_its_owner_only(
     client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
 ) -> None:

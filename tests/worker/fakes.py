@@ -27,7 +27,7 @@ from szbench_worker.runner import (
 class FakeRun:
     """What :class:`FakeRunner` pretends happened: an outcome and/or a TSV to copy out."""
 
-    tsv: str | None = None
+    tsv: str | bytes | None = None  # bytes: written as they are (not UTF-8 text, say)
     outcome: RunOutcome | None = None  # None: decided by validating ``tsv`` like a real run
     exit_code: int = 0
     log: str = ""
@@ -83,7 +83,9 @@ class FakeRunner:
         name = output_name_for(recording)
         output_dir.mkdir(parents=True, exist_ok=True)
         tsv = output_dir / name
-        if plan.tsv is not None:
+        if isinstance(plan.tsv, bytes):
+            tsv.write_bytes(plan.tsv)
+        elif plan.tsv is not None:
             tsv.write_text(plan.tsv, encoding="utf-8")
         if plan.outcome is not None and plan.outcome is not RunOutcome.OK:
             check = OutputCheck(plan.outcome, f"fake outcome: {plan.outcome.value}")

@@ -38,7 +38,6 @@ from szbench_worker.docker_runner import (
     config_refusal,
 )
 from szbench_worker.docker_runner import run as docker_run
-from szbench_worker.docker_runner.cpus import CPU_LOCK_DIR
 from szbench_worker.runner import Limits, RunnerError
 
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world
@@ -113,7 +112,7 @@ def test_image_that_cannot_start_is_crashed_with_a_fixed_message(
     assert result.image_digest == test_images[name]
     assert result.output_tsv is None
     assert our_containers(docker_client, runner) == []
-    assert [p for p in runner.work_dir.iterdir() if p.name != CPU_LOCK_DIR] == []
+    assert list(runner.work_dir.iterdir()) == []
 
 
 def test_every_cannot_start_message_is_free_of_engine_words() -> None:

@@ -8,6 +8,7 @@ loaded from a ``docker save`` tarball has the same digest, so its results are re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker.errors import ImageNotFound
 from typer.testing import CliRunner
 
 from szbench import db, queue
@@ -136,3 +138,29 @@ def test_evaluate_without_docker_points_to_the_local_process(
     assert result.exit_code == 2
     assert "--local-process" in result.output
     assert sys.executable  # keep the interpreter import meaningful for the local runner
+
+
+def test_evaluate_tar_checks_the_archive_limits(
+    embedded: Path, synthetic: Path, tmp_path: Path, docker_client: Any
+) -> None:
+    """Issue 21 point 3: `--tar` goes through the upload's archive check, so a gzip bomb is
+    refused, naming the setting, before the engine expands it."""
+    from szbench_worker.docker_runner import inspect_image
+    from szbench_worker.runner import ImageError
+    from tests.platform.images import docker_save, member
+
+    bomb = tmp_path / "bomb.tar.gz"
+    image_id = docker_save(
+        bomb, gzip=True, layers=[[(member("app/zeros.bin"), bytes(160 * 2**20))]]
+    )
+    try:
+        result = CliRunner().invoke(
+            app, ["evaluate", "--tar", str(bomb), "--dataset", str(synthetic)]
+        )
+        assert result.exit_code == 2, result.output
+        assert "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO" in result.output
+        with pytest.raises(ImageError, match="not present"):
+            inspect_image(image_id, docker_client)
+    finally:
+        with contextlib.suppress(ImageNotFound):  # not there: the expected case
+            docker_client.images.remove(image_id, force=True)

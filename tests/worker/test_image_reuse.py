@@ -9,6 +9,7 @@ image of their own (a unique label, so no other session's image is touched).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -23,14 +24,14 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
-from szbench.algorithms.image_check import check_image_archive, tarball_image_id
+from szbench.algorithms.image_check import ArchiveLimits, check_image_archive, tarball_image_id
 from szbench_worker.docker_runner import (
     TarballIdCache,
     build_image,
     load_image_tarball,
 )
 from szbench_worker.docker_runner import images as images_module
-from szbench_worker.runner import ImageError
+from szbench_worker.runner import ImageError, ImageRefused
 from tests.platform.images import docker_save
 from tests.worker.conftest import BASE_IMAGE
 
@@ -245,6 +246,34 @@ def test_a_rewritten_archive_is_read_again_not_taken_from_the_cache(
     assert info.digest == new_id
     assert (reads.calls, client.images.loads) == (2, 2)
     assert cache.get(archive, images_module._file_state(archive)) == new_id
+
+
+def test_the_cache_spares_the_archive_check_only_under_the_same_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`szbench evaluate --tar` checks the archive's limits (issue 21 point 3); an unchanged
+    file that passed under the same limits is not read again, under other limits it is."""
+    checks: list[ArchiveLimits] = []
+
+    def counting_check(path: Path, **kwargs: Any) -> Any:
+        checks.append(kwargs["limits"])
+        return check_image_archive(path, **kwargs)
+
+    monkeypatch.setattr(images_module, "check_image_archive", counting_check)
+    config = CONFIG.encode()
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    archive = legacy_archive(tmp_path / "image.tar.gz", config)
+    cache = TarballIdCache(tmp_path / "tarball-ids.json")
+    client = CountingClient(present=set(), loads_as=image_id)
+    limits = ArchiveLimits(100, 2**30, 100, 2**30, 20.0)
+    for _ in range(2):
+        load_image_tarball(archive, client, limits=limits, id_cache=cache)  # type: ignore[arg-type]
+    assert checks == [limits]
+    tighter = dataclasses.replace(limits, max_members=2)
+    with pytest.raises(ImageRefused, match="SZBENCH_ARCHIVE_MAX_MEMBERS"):
+        load_image_tarball(archive, client, limits=tighter, id_cache=cache)  # type: ignore[arg-type]
+    assert checks == [limits, tighter]
+    assert client.images.loads == 1
 
 
 def test_an_unusable_id_cache_is_no_cache(tmp_path: Path) -> None:

@@ -661,3 +661,37 @@ def test_smoke_test_rejects_an_image_over_the_archive_limits(env: Env) -> None:
     assert outcome.status == VersionStatus.REJECTED
     assert "more than 3 members" in outcome.message
     assert env.runner.calls == []
+
+
+@pytest.mark.parametrize(
+    "tsv",
+    [
+        # A NUL in a column the scorer ignores: PostgreSQL's text cannot hold it.
+        events_tsv(600, [(10, 5)]).replace("\tn/a\t2020", "\tFp1\x00secret\t2020").encode(),
+        # Bytes that are not UTF-8, where the scorer does not look.
+        events_tsv(600, [(10, 5)]).encode().replace(b"2020-01-01", b"2020\xff\xfe-01"),
+        # A NUL in a row the parser refuses: the fixed message wins, the row is not quoted.
+        events_tsv(600, [(10, 5)]).replace("\tsz\t", "\tsz\x00secret\t").encode(),
+    ],
+    ids=["nul", "not-utf8", "nul-in-a-refused-row"],
+)
+def test_output_the_database_cannot_hold_is_invalid_output(env: Env, tsv: bytes) -> None:
+    """Issue 21 point 5: the submitter's invalid_output with a fixed message, not a platform
+    fault at every recording that fails the evaluation."""
+    from szbench_worker.runner import UNSTORABLE_OUTPUT
+
+    env.runner.script = lambda recording: FakeRun(tsv=tsv)
+    evaluation_id = new_evaluation(env)
+    deliver(env)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        assert ev.status == EvaluationStatus.DONE, ev.message
+        assert len(ev.runs) == len(RECS)
+        for run in ev.runs:
+            assert run.outcome == RunOutcome.INVALID_OUTPUT
+            assert run.submitter_message.startswith("/output/")
+            assert run.submitter_message.endswith(UNSTORABLE_OUTPUT)
+            assert "secret" not in run.submitter_message
+            assert run.detections_tsv is None
+        assert ev.result is not None
+        assert ev.result.missing_hypotheses == len(RECS)

@@ -4,21 +4,36 @@ home"). Pure parts first, then the real engine with the ``threads`` test image."
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docker.errors import NotFound
 
+from szbench.config import get_settings
 from szbench.models import RunOutcome
-from szbench_worker.docker_runner import DockerRunner, build_image, container_config
+from szbench_worker.docker_runner import (
+    LABEL_HOST,
+    DockerRunner,
+    build_image,
+    cleanup_orphans,
+    container_config,
+)
 from szbench_worker.docker_runner.cpus import CpuPool, cores_for, parse_cpu_list
 from szbench_worker.docker_runner.sandbox import HOME_DIR, THREAD_VARIABLES, run_environment
-from szbench_worker.runner import Limits
-from tests.worker.conftest import IMAGES_DIR, TEST_IMAGE_PREFIX
+from szbench_worker.runner import Limits, RunnerError
+from tests.worker.conftest import BASE_IMAGE, IMAGES_DIR, REPO, TEST_IMAGE_PREFIX
 
 MiB = 1024**2
 
@@ -89,39 +104,92 @@ def test_parse_cpu_list_names_the_setting() -> None:
             parse_cpu_list(bad)
 
 
-def test_concurrent_claims_take_different_cores(tmp_path: Path) -> None:
-    # Two pools on one lock folder: two worker processes of one host.
-    first = CpuPool((0, 1, 2, 3), tmp_path / "locks")
-    second = CpuPool((0, 1, 2, 3), tmp_path / "locks")
-    a = first.claim(1)
-    b = second.claim(2)
-    c = first.claim(1)
-    assert (a.cores, b.cores, c.cores) == ((0,), (1, 2), (3,))
-    a.release()
-    again = second.claim(1)
-    assert again.cores == (0,)  # a released core is free again
-    for claim in (b, c, again):
-        claim.release()
+@pytest.fixture
+def pool_containers(docker_client: Any) -> Iterator[list[Any]]:
+    """Containers a test creates to hold cores (never started), removed afterwards."""
+    made: list[Any] = []
+    yield made
+    for container in made:
+        with contextlib.suppress(NotFound):
+            container.remove(force=True)
 
 
-def test_a_full_pool_shares_cores_rather_than_waiting(tmp_path: Path) -> None:
-    pool = CpuPool((0, 1), tmp_path / "locks")
-    held = pool.claim(2)
-    shared = pool.claim(1)
-    assert held.cores == (0, 1)
-    assert shared.cores == (0,)
-    assert pool.claim(5).cores == (0, 1)  # never more than the pool
-    held.release()
-    shared.release()
+def _holder(client: Any, pool: CpuPool, cores: tuple[int, ...], made: list[Any]) -> Any:
+    """A container pinned to ``cores`` from ``pool``, as a run's would be (created only)."""
+    container = client.containers.create(
+        BASE_IMAGE,
+        command=["true"],
+        cpuset_cpus=",".join(map(str, cores)),
+        labels=pool.labels,
+        network_mode="none",
+    )
+    made.append(container)
+    return container
+
+
+@pytest.mark.docker
+def test_claims_take_the_least_used_cores_of_the_engines_record(
+    docker_client: Any, tmp_path: Path, pool_containers: list[Any]
+) -> None:
+    """Two pools on one lock directory: two runners of one host, whatever their work dirs.
+    A core is taken while a container pinned to it may run, free once it is gone or exited."""
+    first = CpuPool((0, 1), tmp_path / "locks", docker_client)
+    second = CpuPool((0, 1), tmp_path / "locks", docker_client)
+    with first.claim(1) as cores:
+        assert cores == (0,)
+        a = _holder(docker_client, first, cores, pool_containers)
+    with second.claim(1) as cores:
+        assert cores == (1,)  # 0 is in the engine's record now
+        b = _holder(docker_client, second, cores, pool_containers)
+    assert first.in_use() == second.in_use() == {0: [a.name], 1: [b.name]}
+    with first.claim(1) as cores:
+        assert cores == (0,)  # none free: the least used is shared (a tie: the first)
+        c = _holder(docker_client, first, cores, pool_containers)
+    with second.claim(1) as cores:
+        assert cores == (1,)  # 0 holds two containers, 1 one
+    with second.claim(5) as cores:
+        assert cores == (0, 1)  # never more than the pool
+    a.remove(force=True)
+    c.remove(force=True)
+    with second.claim(1) as cores:
+        assert cores == (0,)  # gone: free again
+    b.start()
+    assert b.wait(timeout=60)["StatusCode"] == 0
+    assert first.in_use() == {}  # exited: runs on no core
+
+
+@pytest.mark.docker
+def test_a_claim_holds_the_hosts_lock_until_its_block_ends(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """No other claim reads the record between a claim and its container's creation."""
+    pool = CpuPool((0,), tmp_path / "locks", docker_client)
+    with pool.claim(1):
+        probe = os.open(tmp_path / "locks", os.O_RDONLY | os.O_DIRECTORY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the block
+    finally:
+        os.close(probe)
+
+
+def test_an_unusable_lock_dir_is_an_infrastructure_fault_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    pool = CpuPool((0,), tmp_path / "file", None)
+    with pytest.raises(RunnerError, match="SZBENCH_RUNNER_CPU_LOCK_DIR"), pool.claim(1):
+        pass
 
 
 def test_pool_setting(tmp_path: Path) -> None:
-    assert CpuPool.from_setting("none", tmp_path) is None
-    assert CpuPool.from_setting(" Off ", tmp_path) is None
-    own = CpuPool.from_setting("", tmp_path)
+    assert CpuPool.from_setting("none", tmp_path, None) is None
+    assert CpuPool.from_setting(" Off ", tmp_path, None) is None
+    own = CpuPool.from_setting("", tmp_path, None)
     assert own is not None
     assert own.cores == tuple(sorted(os.sched_getaffinity(0)))
-    listed = CpuPool.from_setting("1,0", tmp_path)
+    listed = CpuPool.from_setting("1,0", tmp_path, None)
     assert listed is not None
     assert listed.cores == (0, 1)
 
@@ -246,3 +314,148 @@ def test_pinning_off_leaves_every_core(
     facts = seen(result)
     assert facts["affinity"] == sorted(os.sched_getaffinity(0))
     assert facts["env"]["OMP_NUM_THREADS"] == "1"
+
+
+# --- pinning per host (issue 21 point 4) ----------------------------------------------------
+
+
+def _running(client: Any, host: str, timeout_s: float = 120.0) -> Any:
+    """The running run container of the runner labelled ``host`` (waits for it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = client.containers.list(
+            filters={"label": f"{LABEL_HOST}={host}", "status": "running"}
+        )
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no running container of {host}")
+
+
+def _cpuset(container: Any) -> set[int]:
+    container.reload()
+    return set(parse_cpu_list(container.attrs["HostConfig"]["CpusetCpus"]))
+
+
+@pytest.fixture
+def host_lock_dir(settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """This test's own host-wide lock directory (SZBENCH_RUNNER_CPU_LOCK_DIR): the pool is
+    the runs of this test alone, whatever else the engine runs."""
+    locks = tmp_path / "host-locks"
+    settings_env.setenv("SZBENCH_RUNNER_CPU_LOCK_DIR", str(locks))
+    get_settings.cache_clear()
+    return locks
+
+
+@pytest.mark.docker
+def test_runners_of_different_work_dirs_get_different_cores(
+    docker_client: Any,
+    test_images: dict[str, str],
+    recording: Path,
+    tmp_path: Path,
+    host_lock_dir: Path,
+) -> None:
+    """Two `szbench evaluate` of different data dirs at once: their runs never share a core
+    while the pool has one free (they shared one when only a work dir was shared)."""
+    assert len(os.sched_getaffinity(0)) >= 2, "this test needs a host of at least 2 cores"
+    first = DockerRunner(docker_client, work_dir=tmp_path / "a" / "runs", host="pin-a")
+    second = DockerRunner(docker_client, work_dir=tmp_path / "b" / "runs", host="pin-b")
+    sleeping = dataclasses.replace(LIMITS, timeout_s=300.0)
+    outcome: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(
+            first.run(
+                image=test_images["sleeper"],
+                recording=recording,
+                output_dir=tmp_path / "o1",
+                limits=sleeping,
+            )
+        )
+    )
+    thread.start()
+    try:
+        held = _cpuset(_running(docker_client, "pin-a"))
+        result = second.run(
+            image=test_images["threads"],
+            recording=recording,
+            output_dir=tmp_path / "o2",
+            limits=LIMITS,
+        )
+        assert result.outcome is RunOutcome.OK, result.admin_log
+        assert len(held) == 1
+        assert set(seen(result)["affinity"]).isdisjoint(held)
+    finally:
+        cleanup_orphans(docker_client, host="pin-a", everything=True, helper_image="")
+        thread.join(timeout=120)
+    assert not thread.is_alive()
+
+
+_KILLED_WORKER = """
+import sys
+from pathlib import Path
+from szbench_worker.docker_runner import DockerRunner
+from szbench_worker.runner import Limits, RunnerError
+work, host, image, recording, out = sys.argv[1:]
+runner = DockerRunner(work_dir=Path(work), host=host)
+runner.run(image=image, recording=Path(recording), output_dir=Path(out),
+           limits=Limits(memory_bytes=256 * 2**20, cpus=1.0, pids=64, timeout_s=600.0))
+"""
+
+
+@pytest.mark.docker
+def test_a_killed_workers_running_container_keeps_its_core(
+    docker_client: Any,
+    test_images: dict[str, str],
+    recording: Path,
+    tmp_path: Path,
+    host_lock_dir: Path,
+) -> None:
+    """kill -9 of a worker frees nothing while its container runs: the next run is pinned
+    elsewhere; once the sweep has removed that container, its core is free again."""
+    assert len(os.sched_getaffinity(0)) >= 2, "this test needs a host of at least 2 cores"
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _KILLED_WORKER,
+            str(tmp_path / "killed" / "runs"),
+            "pin-killed",
+            test_images["sleeper"],
+            str(recording),
+            str(tmp_path / "o-killed"),
+        ],
+        cwd=REPO,
+    )
+    try:
+        orphan = _running(docker_client, "pin-killed")
+        held = _cpuset(orphan)
+        worker.kill()  # SIGKILL: no clean-up of any kind
+        worker.wait(timeout=60)
+        orphan.reload()
+        assert orphan.status == "running"
+        runner = DockerRunner(docker_client, work_dir=tmp_path / "next" / "runs", host="pin-next")
+        result = runner.run(
+            image=test_images["threads"],
+            recording=recording,
+            output_dir=tmp_path / "o-next",
+            limits=LIMITS,
+        )
+        assert result.outcome is RunOutcome.OK, result.admin_log
+        assert set(seen(result)["affinity"]).isdisjoint(held)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        removed = cleanup_orphans(
+            docker_client,
+            work_dir=tmp_path / "killed" / "runs",
+            host="pin-killed",
+            helper_image="",
+        )
+    assert removed == 1  # the dead worker's container: gone, and its core with it
+    again = runner.run(
+        image=test_images["threads"],
+        recording=recording,
+        output_dir=tmp_path / "o-again",
+        limits=LIMITS,
+    )
+    assert set(seen(again)["affinity"]) == held  # the least used core: the freed one first

@@ -30,7 +30,6 @@ from szbench_worker.docker_runner import (
     connect,
     output_usage,
 )
-from szbench_worker.docker_runner.cpus import CPU_LOCK_DIR
 from szbench_worker.pipeline import run_limits
 from szbench_worker.runner import Limits
 from tests.worker.conftest import BASE_IMAGE, write_edf
@@ -106,7 +105,7 @@ def test_the_watchdog_ends_a_run_past_either_cap(
     assert result.outcome is RunOutcome.INVALID_OUTPUT, result.admin_log[-2000:]
     assert "more than 1 MiB to /output, or more than 100 files" in result.submitter_message
     assert result.output_tsv is None
-    assert [p for p in runner.work_dir.iterdir() if p.name != CPU_LOCK_DIR] == []
+    assert list(runner.work_dir.iterdir()) == []
     left = docker_client.containers.list(  # type: ignore[attr-defined]
         all=True, filters={"label": f"{LABEL_OWNER}={runner.owner}"}
     )
@@ -201,7 +200,7 @@ def test_a_non_root_worker_leaves_nothing_behind(
     assert result["outcome"] == RunOutcome.INVALID_OUTPUT.value, result["log"]
     assert "more than 1 MiB to /output" in result["message"]
     # Nothing the run wrote is left: no staging directory, no container (run or purge).
-    assert [p for p in (unprivileged_dir / "work").iterdir() if p.name != CPU_LOCK_DIR] == []
+    assert list((unprivileged_dir / "work").iterdir()) == []
     assert list((unprivileged_dir / "out").iterdir()) == []
     left = docker_client.containers.list(  # type: ignore[attr-defined]
         all=True, filters={"label": f"{LABEL_OWNER}={result['owner']}"}
@@ -238,7 +237,7 @@ def test_the_tmpfs_refuses_past_either_cap(
     for result in (reserved, many):
         assert result.outcome is RunOutcome.TIMEOUT
         assert result.output_tsv is None
-    assert [p for p in runner.work_dir.iterdir() if p.name != CPU_LOCK_DIR] == []
+    assert list(runner.work_dir.iterdir()) == []
     assert str(runner.work_dir) not in Path("/proc/mounts").read_text()
 
 

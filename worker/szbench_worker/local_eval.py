@@ -125,6 +125,7 @@ def open_source(image: str | None, tar: Path | None, local_process: str | None) 
 
         local = LocalProcessRunner(local_process, cwd=Path.cwd())
         return Source(local, local.digest, local_process, "trusted local process (NOT sandboxed)")
+    from szbench.algorithms.image_check import ArchiveLimits
     from szbench_worker import docker_runner
     from szbench_worker.runner import ImageError
 
@@ -141,7 +142,9 @@ def open_source(image: str | None, tar: Path | None, local_process: str | None) 
         if tar is not None:
             # The next evaluation of the same, unchanged tarball loads nothing.
             id_cache = docker_runner.TarballIdCache(Path(settings.data_dir) / "tarball-ids.json")
-            info = docker_runner.load_image_tarball(tar, runner.client, id_cache=id_cache)
+            info = docker_runner.load_image_tarball(
+                tar, runner.client, limits=ArchiveLimits.from_settings(settings), id_cache=id_cache
+            )
             return Source(runner, info.digest, tar.name, "docker sandbox")
         assert image is not None
         try:

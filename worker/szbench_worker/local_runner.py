@@ -36,6 +36,7 @@ from szbench_worker.runner import (
     check_output,
     classify,
     edf_duration_s,
+    log_text,
     output_name_for,
     worker_host,
 )
@@ -129,7 +130,7 @@ class LocalProcessRunner:
             size = log_path.stat().st_size
             with open(log_path, "rb") as f:
                 f.seek(max(0, size - limits.log_bytes))
-                logs = f.read().decode("utf-8", errors="replace")
+                logs = log_text(f.read())
 
             tsv = scratch / name
             annotations = None

@@ -49,7 +49,7 @@ import lzma
 import posixpath
 import re
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -404,6 +404,11 @@ def _image_entry(
     members: dict[str, tarfile.TarInfo], kept: dict[str, bytes]
 ) -> tuple[str, str, list[str], list[str]]:
     """``(layout, config path, layer paths, tags)`` of the archive's one image."""
+    for name in _NAMING_MEMBERS:
+        if name in members and not members[name].isfile():
+            # A link would be followed by the engine's load, past the names stripped from
+            # the member of that name (:func:`untagged_archive`).
+            raise InvalidSubmission(f"{name}: must be a regular file, not a link or a folder")
     if "manifest.json" in members:
         layout = "oci" if "oci-layout" in members else "docker-save"
         return (layout, *_from_docker_manifest(members, kept))
@@ -730,3 +735,88 @@ def _check_user(
             f"{config_name}: the image runs as root (User is {shown}, uid 0 for the engine); "
             "add `USER 1000` (or another non-root user) to the Dockerfile"
         )
+
+
+# --- loading without names ----------------------------------------------------------------
+
+#: The members through which ``docker load`` names an image: ``manifest.json``'s
+#: ``RepoTags``, ``index.json``'s name annotations (the containerd image store), and the
+#: legacy ``repositories`` file.
+_NAMING_MEMBERS = ("manifest.json", "index.json", "repositories")
+_NAME_ANNOTATIONS = ("org.opencontainers.image.ref.name", "io.containerd.image.name")
+_CHUNK = 1024**2
+
+
+def _without_names(name: str, data: bytes) -> bytes:
+    """``manifest.json`` or ``index.json`` with every image name taken out."""
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidSubmission(f"{name}: not valid JSON ({exc})") from None
+    if name == "manifest.json" and isinstance(document, list):
+        for entry in document:
+            if isinstance(entry, dict):
+                entry["RepoTags"] = None
+    elif name == "index.json" and isinstance(document, dict):
+        for descriptor in document.get("manifests") or ():
+            annotations = descriptor.get("annotations") if isinstance(descriptor, dict) else None
+            if isinstance(annotations, dict):
+                for key in _NAME_ANNOTATIONS:
+                    annotations.pop(key, None)
+    return json.dumps(document).encode()
+
+
+def _header_bytes(member: tarfile.TarInfo) -> bytes:
+    return member.tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
+
+
+def untagged_archive(path: Path) -> Iterator[bytes]:
+    """The archive at ``path`` as a plain tar stream for ``docker load``, with every name
+    taken out: loading it never creates or moves a tag (an upload named after an existing
+    image would otherwise re-point that name to itself).
+
+    Every member is passed on as it is, except ``manifest.json`` (its ``RepoTags`` emptied)
+    and ``index.json`` (its name annotations removed), which are not image content (the
+    image id is the config's digest), and ``repositories``, which is left out. One
+    streaming pass, in chunks of 1 MiB; a ``.tar.gz`` is expanded on the way.
+
+    Raises
+    ------
+    InvalidSubmission
+        When the archive cannot be read to its end, or one of those members is a link, a
+        folder or not JSON.
+    """
+    compressed = _is_gzip(path)
+    try:
+        # Read in chunks as large as those passed on (tarfile's stream default is 10 KiB).
+        with tarfile.open(
+            path, mode="r|gz" if compressed else "r|", tarinfo=_Header, bufsize=_CHUNK
+        ) as tar:
+            while (member := tar.next()) is not None:
+                tar.members.clear()  # type: ignore[attr-defined]
+                name = _clean(member.name)
+                if name in _NAMING_MEMBERS and not member.isfile():
+                    raise InvalidSubmission(
+                        f"{name}: must be a regular file, not a link or a folder"
+                    )
+                if name == "repositories":
+                    continue
+                fh = tar.extractfile(member) if member.isfile() else None
+                if name in _NAMING_MEMBERS and fh is not None:
+                    data = _without_names(name, fh.read(_MAX_JSON_BYTES + 1))
+                    member.size = len(data)
+                    yield _header_bytes(member) + data + bytes(_padded(len(data)) - len(data))
+                    continue
+                if member.type == tarfile.GNUTYPE_SPARSE:
+                    member.type = tarfile.REGTYPE  # written out whole, as extracted
+                yield _header_bytes(member)
+                if fh is not None:
+                    while chunk := fh.read(_CHUNK):
+                        yield chunk
+                    yield bytes(_padded(member.size) - member.size)
+    except (tarfile.TarError, EOFError) as exc:
+        raise InvalidSubmission(f"the archive cannot be read to its end ({exc})") from None
+    except OSError as exc:  # its text may name the file's path: not the submitter's to see
+        reason = exc.strerror or type(exc).__name__
+        raise InvalidSubmission(f"the archive cannot be read to its end ({reason})") from None
+    yield bytes(2 * _BLOCK)

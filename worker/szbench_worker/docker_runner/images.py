@@ -1,5 +1,5 @@
-"""Images on the engine: loading a ``docker save`` tarball, pulling by digest, inspecting,
-building (tests and examples).
+"""Images on the engine: loading a ``docker save`` tarball (by id: its names are never
+applied), pulling by digest, inspecting, building (tests and examples).
 
 The archive itself is read by the platform's one reader of ``docker save`` archives
 (:mod:`szbench.algorithms.image_check`, standard library only): its checks and limits at
@@ -7,6 +7,7 @@ upload and before loading, and the image id that spares loading an image twice."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -19,7 +20,12 @@ import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 
-from szbench.algorithms.image_check import ArchiveLimits, check_image_archive, tarball_image_id
+from szbench.algorithms.image_check import (
+    ArchiveLimits,
+    check_image_archive,
+    tarball_image_id,
+    untagged_archive,
+)
 from szbench.errors import SzbenchError
 from szbench_worker.docker_runner.client import connect
 from szbench_worker.runner import (
@@ -86,19 +92,27 @@ class TarballIdCache:
             return {}
         return entries if isinstance(entries, dict) else {}
 
-    def get(self, tarball: Path, state: str) -> str | None:
-        """The recorded id of ``tarball`` when its file is still in ``state``."""
+    def get(self, tarball: Path, state: str, limits: ArchiveLimits | None = None) -> str | None:
+        """The recorded id of ``tarball`` when its file is still in ``state`` (and, with
+        ``limits``, it passed the archive check under exactly those limits)."""
         entry = self._entries().get(str(tarball.resolve()))
         if not isinstance(entry, dict) or entry.get("state") != state:
+            return None
+        if limits is not None and entry.get("checked") != dataclasses.asdict(limits):
             return None
         image_id = entry.get("id")
         return image_id if isinstance(image_id, str) and _IMAGE_ID.match(image_id) else None
 
-    def put(self, tarball: Path, state: str, image_id: str) -> None:
+    def put(
+        self, tarball: Path, state: str, image_id: str, checked: ArchiveLimits | None = None
+    ) -> None:
+        """Record ``image_id``; ``checked``: the limits the archive passed."""
         entries = self._entries()
         key = str(tarball.resolve())
         entries.pop(key, None)
         entries[key] = {"state": state, "id": image_id}
+        if checked is not None:
+            entries[key]["checked"] = dataclasses.asdict(checked)
         while len(entries) > self.MAX_ENTRIES:  # the oldest first (dicts keep their order)
             entries.pop(next(iter(entries)))
         try:
@@ -120,13 +134,16 @@ def load_image_tarball(
     """Load a ``docker save`` tarball (``.tar``, ``.tar.gz``; streamed from disk).
 
     With ``limits``, the archive is read and counted first and nothing reaches the engine
-    when it is over one (the engine would expand it all to disk before anyone could look).
+    when it is over one (the engine would expand it all to disk before anyone could look);
+    with ``id_cache`` too, an unchanged file that passed under the same limits is not read
+    again.
 
     When the engine already holds the archive's image (its id, see
     :func:`tarball_image_id`), that copy is used and nothing is loaded: the next
     ``szbench evaluate`` of the same tarball does not pay a full ``docker load`` again.
     The id covers the config, which lists every layer's digest, so the engine's copy is the
-    same image; only the archive's tags are not applied to it. With ``id_cache``, an
+    same image. The archive's names are never applied (:func:`untagged_archive`): a loaded
+    image is known by its id only. With ``id_cache``, an
     unchanged file's id is known without reading it (a ``.tar.gz`` costs no inflating).
 
     Raises
@@ -141,8 +158,8 @@ def load_image_tarball(
     if not path.is_file():
         raise ImageError(f"{path.name}: no such image tarball")
     state = _file_state(path)
-    image_id = id_cache.get(path, state) if id_cache is not None else None
-    if limits is not None:
+    image_id = id_cache.get(path, state, limits) if id_cache is not None else None
+    if image_id is None and limits is not None:
         try:
             # Root or not is the platform's decision at upload, not a loading matter.
             image_id = check_image_archive(path, allow_root=True, limits=limits).digest
@@ -157,12 +174,14 @@ def load_image_tarball(
             pass  # not on this engine yet: load it
         else:
             log.info("%s: image %s is already on the engine; not loaded again", path.name, image_id)
-            _remember(id_cache, path, state, info.digest)
+            _remember(id_cache, path, state, info.digest, limits)
             return info
     try:
-        with open(path, "rb") as f:
-            # A file object makes requests stream the body: a multi-GB image never sits in RAM.
-            images = client.images.load(f)
+        # Streamed (a multi-GB image never sits in RAM), without the archive's names: a load
+        # never creates or moves a tag, so no upload can re-point another image's name.
+        images = client.images.load(untagged_archive(path))
+    except SzbenchError as exc:
+        raise ImageRefused(f"{path.name}: {exc.detail}") from exc
     except (APIError, DockerException) as exc:
         log.warning("loading %s failed: %s", path, exc)
         raise ImageError(
@@ -173,15 +192,21 @@ def load_image_tarball(
     if len(unique) != 1:
         raise ImageError(f"{path.name}: holds {len(unique)} images; upload exactly one")
     info = _info(next(iter(unique.values())))
-    _remember(id_cache, path, state, info.digest)
+    _remember(id_cache, path, state, info.digest, limits)
     return info
 
 
-def _remember(id_cache: TarballIdCache | None, path: Path, state: str, image_id: str) -> None:
+def _remember(
+    id_cache: TarballIdCache | None,
+    path: Path,
+    state: str,
+    image_id: str,
+    checked: ArchiveLimits | None,
+) -> None:
     # Recorded under the state read before the archive was: a file rewritten meanwhile is
-    # not the one whose id this is.
+    # not the one whose id this is (nor the one that passed the check).
     if id_cache is not None and _file_state(path) == state:
-        id_cache.put(path, state, image_id)
+        id_cache.put(path, state, image_id, checked)
 
 
 def pull_image(reference: str, client: docker.DockerClient | None = None) -> ImageInfo:
@@ -218,6 +243,35 @@ def inspect_image(reference: str, client: docker.DockerClient | None = None) -> 
         raise ImageError(f"{reference}: image not present on this worker") from None
     except (APIError, requests.RequestException) as exc:
         raise RunnerError(f"inspecting {reference} failed: {exc}") from exc
+
+
+#: The platform's own images (the clean-up helper), by the reference they are configured
+#: as, resolved to an id once per process.
+_PLATFORM_IDS: dict[str, str] = {}
+
+
+def platform_image_id(reference: str, client: docker.DockerClient, *, setting: str) -> str:
+    """The id of the platform's own image that ``setting`` names as ``reference`` (a tag):
+    resolved the first time this process asks, then kept, so that the image these
+    processes run never follows a name (loads never apply names, and nothing else should
+    move one either).
+
+    Raises
+    ------
+    RunnerError
+        When the engine does not hold ``reference``: the setting names a missing image.
+    """
+    image_id = _PLATFORM_IDS.get(reference)
+    if image_id is None:
+        try:
+            image_id = inspect_image(reference, client).digest
+        except ImageError:
+            raise RunnerError(
+                f"{setting}: {reference!r} is not an image on this engine "
+                "(scripts/build-project-images.sh builds it; empty: the run's own image)"
+            ) from None
+        _PLATFORM_IDS[reference] = image_id
+    return image_id
 
 
 def build_image(

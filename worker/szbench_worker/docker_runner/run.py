@@ -14,7 +14,8 @@ What a run looks like (the SzCORE contract plus the platform's sandbox;
 - ``--network none``, read-only root, a bounded tmpfs ``/tmp``, ``--cap-drop ALL``,
   ``no-new-privileges``, a pids limit, memory == memory+swap, a CPU quota, an optional user,
   a size-capped json-file log, GPUs only through an explicit device request;
-- as many cores as the CPU limit rounded up, claimed from the host's pool (:mod:`.cpus`),
+- as many cores as the CPU limit rounded up, claimed from the host's pool (:mod:`.cpus`) while
+  the container is created (its cpuset is the engine's record of them),
   the thread variables set to that count and ``$HOME`` a capped tmpfs of its own
   (:func:`~szbench_worker.docker_runner.sandbox.run_environment`);
 - a tmpfs as bounded as ``/tmp`` at each path the image declares as a ``VOLUME``: without a
@@ -37,11 +38,13 @@ once the exception has unwound the run, removes whatever this process's runs sti
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,8 @@ from szbench_worker.docker_runner.cannot_start import (
     config_refusal,
 )
 from szbench_worker.docker_runner.client import connect, cpuset_supported, userns_base
-from szbench_worker.docker_runner.cpus import CPU_LOCK_DIR, NO_PINNING, CpuPool, cores_for
+from szbench_worker.docker_runner.cpus import NO_PINNING, CpuPool, cores_for
+from szbench_worker.docker_runner.images import platform_image_id
 from szbench_worker.docker_runner.mounts import shares_mounts_with_dockerd, umount
 from szbench_worker.docker_runner.output import output_ok
 from szbench_worker.docker_runner.ownership import (
@@ -95,6 +99,7 @@ from szbench_worker.runner import (
     classify,
     describe_gpus,
     edf_duration_s,
+    log_text,
     output_name_for,
     work_dir_from_settings,
     worker_host,
@@ -125,9 +130,15 @@ class DockerRunner:
         output_tmpfs: bool | None = None,
         helper_image: str | None = None,
         cpu_pool: str = "",
+        cpu_lock_dir: Path | None = None,
     ) -> None:
         self.client = client or connect()
-        self.helper_image = helper_image or None
+        # By id: a name moved later must not change what runs in the clean-up containers.
+        self.helper_image = (
+            platform_image_id(helper_image, self.client, setting="SZBENCH_RUNNER_HELPER_IMAGE")
+            if helper_image
+            else None
+        )
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         # Traversable (not listable) by a remapped container uid, which Docker needs for binds.
@@ -143,9 +154,13 @@ class DockerRunner:
         self._userns = userns_base(self.client)
         self.cpu_pool: CpuPool | None = None
         if cpuset_supported(self.client):
-            # Lock files next to the staging directories: every worker of this engine's host
-            # shares the work directory already.
-            self.cpu_pool = CpuPool.from_setting(cpu_pool, self.work_dir / CPU_LOCK_DIR)
+            # One pool per host, whatever the work directory: every runner of this engine
+            # claims through the same host-wide lock directory.
+            if cpu_lock_dir is None:
+                from szbench.config import get_settings
+
+                cpu_lock_dir = get_settings().runner_cpu_lock_dir
+            self.cpu_pool = CpuPool.from_setting(cpu_pool, cpu_lock_dir, self.client)
         elif cpu_pool.strip().lower() not in NO_PINNING:
             log.warning("the Docker engine cannot pin containers to cores; runs are not pinned")
 
@@ -168,6 +183,7 @@ class DockerRunner:
             output_tmpfs=settings.runner_output_tmpfs,
             helper_image=settings.runner_helper_image,
             cpu_pool=settings.runner_cpu_pool,
+            cpu_lock_dir=settings.runner_cpu_lock_dir,
         )
 
     # The Runner protocol.
@@ -213,18 +229,9 @@ class DockerRunner:
             return self._refused(
                 image_obj, recording, gpus, CANNOT_START_MESSAGES[cause], detail=detail
             )
-        try:
-            claim = self.cpu_pool.claim(cores_for(limits.cpus)) if self.cpu_pool else None
-        except OSError as exc:
-            raise RunnerError(f"cannot claim CPU cores for the run: {exc}") from exc
-        try:
-            run_dir = Path(
-                tempfile.mkdtemp(prefix=f"run-{host_tag(self.host)}-{owner}-", dir=self.work_dir)
-            )
-        except BaseException:
-            if claim is not None:
-                claim.release()
-            raise
+        run_dir = Path(
+            tempfile.mkdtemp(prefix=f"run-{host_tag(self.host)}-{owner}-", dir=self.work_dir)
+        )
         try:
             return self._run_staged(
                 _Run(
@@ -237,13 +244,10 @@ class DockerRunner:
                     output_name=output_name,
                     run_dir=run_dir,
                     scratch=scratch,
-                    cpuset=claim.cores if claim is not None else (),
                 )
             )
         finally:
             # After the container is gone (_run_staged removes it on every path).
-            if claim is not None:
-                claim.release()
             if self.output_tmpfs:
                 umount(run_dir / "output")
             self._remove_staging(run_dir, image_obj.id)
@@ -272,11 +276,12 @@ class DockerRunner:
         container removed on every path), judge, record."""
         ids = numeric_uid(run.limits.user if run.limits.user is not None else run.image_user)
         data, out = self._stage(run.run_dir, run.recording, run.limits, ids)
-        config = self._configure(run, data, out, ids)
         watchdog = Watchdog(
             out if not self.output_tmpfs else None, run.limits, self.poll_interval_s
         )
-        ended = self._execute(run, config, watchdog, out)
+        ended = self._execute(
+            run, functools.partial(self._configure, run, data, out, ids), watchdog, out
+        )
         if isinstance(ended, RunResult):
             return ended  # the engine refused the image: no process of it ran
         result = self._judge(run, ended, out)
@@ -292,9 +297,16 @@ class DockerRunner:
         return result
 
     def _configure(
-        self, run: _Run, data: Path, out: Path, ids: tuple[int, int | None] | None
+        self,
+        run: _Run,
+        data: Path,
+        out: Path,
+        ids: tuple[int, int | None] | None,
+        cpuset: tuple[int, ...],
     ) -> dict[str, Any]:
-        """The container's configuration (:func:`container_config`) for this run."""
+        """The container's configuration (:func:`container_config`) for this run, pinned to
+        ``cpuset`` (none: not pinned)."""
+        pinned = self.cpu_pool.labels if cpuset and self.cpu_pool is not None else {}
         return container_config(
             image_id=run.image.id,
             data_dir=data,
@@ -303,20 +315,25 @@ class DockerRunner:
             output_name=run.output_name,
             limits=run.limits,
             gpus=run.gpus,
-            labels=self._labels(),
+            labels={**self._labels(), **pinned},
             # Known before the container exists: an exception raised between the engine
             # creating it and ``create`` returning (a cold shutdown's) still finds it below.
             name=container_name(run.run_dir),
             scratch=run.scratch,
             scratch_owner=None if ids is None else (ids[0], ids[0] if ids[1] is None else ids[1]),
             image_env=run.image_config.get("Env") or (),
-            cpuset=run.cpuset,
+            cpuset=cpuset,
         )
 
     def _execute(
-        self, run: _Run, config: dict[str, Any], watchdog: Watchdog, out: Path
+        self,
+        run: _Run,
+        configure: Callable[[tuple[int, ...]], dict[str, Any]],
+        watchdog: Watchdog,
+        out: Path,
     ) -> _Ended | RunResult:
-        """Create, start, wait for (killed at the time limit) and remove the container.
+        """Create (:meth:`_create`), start, wait for (killed at the time limit) and remove
+        the container.
 
         A :class:`RunResult` when the engine refused the image (:func:`_start_failure`);
         :class:`RunnerError` for the engine's own faults.
@@ -325,7 +342,7 @@ class DockerRunner:
         try:
             try:
                 try:
-                    container = self.client.containers.create(**config)
+                    container = self._create(run, configure)
                 except APIError as exc:
                     raise _start_failure("creating", exc, run.scratch, run.limits) from exc
                 watchdog.container = container
@@ -365,6 +382,15 @@ class DockerRunner:
             peak_memory_bytes=watchdog.peak_memory_bytes,
             output_over_limit=watchdog.output_exceeded or not output_ok(out, run.limits),
         )
+
+    def _create(self, run: _Run, configure: Callable[[tuple[int, ...]], dict[str, Any]]) -> Any:
+        """Create the run's container, pinned to cores claimed from the host's pool: the
+        claim lock is held until the container exists, and its cpuset is from then on the
+        engine's record of those cores (freed when the container is gone)."""
+        if self.cpu_pool is None:
+            return self.client.containers.create(**configure(()))
+        with self.cpu_pool.claim(cores_for(run.limits.cpus)) as cores:
+            return self.client.containers.create(**configure(cores))
 
     def _judge(self, run: _Run, ended: _Ended, out: Path) -> RunResult:
         """The outcome: how the process ended (:func:`classify`), else its checked output."""
@@ -558,8 +584,7 @@ class DockerRunner:
         except (APIError, requests.RequestException) as exc:
             return f"[logs unavailable: {exc}]"
         # The json-file driver already caps the file; cap again in case the engine does not.
-        raw = raw[-limits.log_bytes :]
-        return raw.decode("utf-8", errors="replace")
+        return log_text(raw[-limits.log_bytes :])
 
 
 @dataclass(frozen=True)
@@ -579,7 +604,6 @@ class _Run:
     run_dir: Path
     #: Paths the image declares as ``VOLUME`` that get a bounded tmpfs.
     scratch: tuple[str, ...]
-    cpuset: tuple[int, ...]
 
     @property
     def image_config(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import docker
 from docker.errors import APIError, NotFound
 
 from szbench_worker.docker_runner.client import connect, userns_base
+from szbench_worker.docker_runner.images import platform_image_id
 from szbench_worker.docker_runner.mounts import umount
 from szbench_worker.docker_runner.ownership import (
     LABEL_HOST,
@@ -24,9 +25,7 @@ from szbench_worker.docker_runner.ownership import (
     owner_token,
 )
 from szbench_worker.docker_runner.staging import purge_output
-from szbench_worker.runner import (
-    worker_host,
-)
+from szbench_worker.runner import RunnerError, worker_host
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,12 @@ def cleanup_orphans(
         from szbench.config import get_settings
 
         helper_image = get_settings().runner_helper_image
-    helper = helper_image or None
+    helper = None
+    if helper_image:
+        try:
+            helper = platform_image_id(helper_image, client, setting="SZBENCH_RUNNER_HELPER_IMAGE")
+        except RunnerError as exc:
+            log.warning("%s; staging directories are removed without it", exc)
 
     def ours(token: str) -> bool:
         if owner is not None:

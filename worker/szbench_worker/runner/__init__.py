@@ -57,6 +57,7 @@ from szbench_worker.runner.interface import (
     RunnerError,
     RunResult,
     bounded,
+    log_text,
 )
 from szbench_worker.runner.outcome import (
     RunEnd,
@@ -66,12 +67,18 @@ from szbench_worker.runner.outcome import (
     output_too_big_message,
     timeout_message,
 )
-from szbench_worker.runner.output_check import MAX_SUBMITTER_DETAIL, OutputCheck, check_output
+from szbench_worker.runner.output_check import (
+    MAX_SUBMITTER_DETAIL,
+    UNSTORABLE_OUTPUT,
+    OutputCheck,
+    check_output,
+)
 
 __all__ = [
     "CONTAINER_DATA_DIR",
     "CONTAINER_OUTPUT_DIR",
     "MAX_SUBMITTER_DETAIL",
+    "UNSTORABLE_OUTPUT",
     "GpuInfo",
     "ImageError",
     "ImageRefused",
@@ -88,6 +95,7 @@ __all__ = [
     "describe_gpus",
     "edf_duration_s",
     "gpus_from_settings",
+    "log_text",
     "make_runner",
     "oom_message",
     "output_name_for",

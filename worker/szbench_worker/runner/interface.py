@@ -141,6 +141,12 @@ class Runner(Protocol):
         ...
 
 
+def log_text(raw: bytes) -> str:
+    """What a run printed, as text any database of the platform can store: bytes that are not
+    UTF-8 replaced, and NUL (which PostgreSQL's text refuses) shown as U+FFFD like them."""
+    return raw.decode("utf-8", errors="replace").replace("\0", "\ufffd")
+
+
 def bounded(text: str, limit: int) -> str:
     """Keep at most ``limit`` characters: the head and the tail, with a marker between."""
     if len(text) <= limit:

@@ -23,6 +23,11 @@ DURATION_TOLERANCE_S = 1.0
 #: Longest snippet of algorithm-controlled text (a parser's reason) shown to a submitter.
 MAX_SUBMITTER_DETAIL = 300
 
+#: Why an output that the database cannot store is refused. Fixed: no byte of the output is
+#: quoted (a NUL would break the message's own storage, and on held-out data the output is
+#: the algorithm's channel).
+UNSTORABLE_OUTPUT = "not UTF-8 text, or it holds a NUL byte; write plain UTF-8 text."
+
 
 @dataclass(frozen=True)
 class OutputCheck:
@@ -54,6 +59,18 @@ def _row_text(tsv: Path, row: int) -> str | None:
     return None
 
 
+def _storable(data: bytes) -> bool:
+    """Whether the TSV's bytes are text every database the platform runs on can hold:
+    UTF-8 (strict: no surrogates) without NUL, which PostgreSQL's text refuses."""
+    if b"\0" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def check_output(
     tsv: Path,
     *,
@@ -61,12 +78,13 @@ def check_output(
     recording_duration_s: float | None,
     hide: tuple[Path, ...] = (),
 ) -> OutputCheck:
-    """Validate an algorithm's TSV with the scorer's parser.
+    """Validate an algorithm's TSV: text the database can store (see :func:`_storable`),
+    then the scorer's parser.
 
     ``contract_name`` is what the submitter knows the file as (``/output/$OUTPUT``); host
     paths in ``hide`` never reach the message.
     """
-    from szbench_scoring import AnnotationError, read_annotations
+    from szbench_scoring import AnnotationError, parse_annotations
 
     shown = f"{CONTAINER_OUTPUT_DIR}/{contract_name}"
     if tsv.is_symlink() or (tsv.exists() and not tsv.is_file()):
@@ -74,7 +92,13 @@ def check_output(
     if not tsv.is_file():
         return OutputCheck(RunOutcome.NO_OUTPUT, f"The algorithm wrote no {shown}.")
     try:
-        annotations = read_annotations(tsv)
+        data = tsv.read_bytes()
+    except OSError as exc:
+        return OutputCheck(RunOutcome.INVALID_OUTPUT, f"{shown}: {_snippet(str(exc), tsv, *hide)}")
+    if not _storable(data):
+        return OutputCheck(RunOutcome.INVALID_OUTPUT, f"{shown}: {UNSTORABLE_OUTPUT}")
+    try:
+        annotations = parse_annotations(data, str(tsv))
     except AnnotationError as exc:
         row = getattr(exc, "row", None)
         where = f" row {row}" if row is not None else ""
@@ -86,7 +110,7 @@ def check_output(
             reason += f" (the row: {quoted})"
         reason = _snippet(reason, tsv, *hide)
         return OutputCheck(RunOutcome.INVALID_OUTPUT, f"{shown}{where}: {reason}")
-    except (UnicodeDecodeError, ValueError, OSError) as exc:
+    except ValueError as exc:
         reason = _snippet(str(exc), tsv, *hide)
         return OutputCheck(RunOutcome.INVALID_OUTPUT, f"{shown}: {reason}")
     declared = float(annotations.recording_duration_s)
