@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from szbench.errors import BadRequest
@@ -176,6 +176,13 @@ class Settings(BaseSettings):
     # subjects than this they would give those figures away, so where a held-out dataset
     # does not disclose per-subject figures non-admins see them only from this many on.
     intervals_min_subjects: int = 10
+    # Where a held-out dataset discloses aggregate figures only, non-admins get the ratio
+    # metrics rounded to this many decimals (FP/day on a fixed grid): each released figure
+    # then carries a known number of bits about the held-out data (docs/security.md).
+    released_decimals: int = Field(default=2, ge=0, le=6)
+    # The Ladder's step for phases that release scores by it without a step of their own:
+    # a released score moves only by beating the submitter's best by this much.
+    ladder_step: float = Field(default=0.01, gt=0, le=0.5)
     bootstrap_seed: int = 0
     confidence_level: float = 0.95
     # Random sign flips of the paired permutation test on the comparison page, used past 16

@@ -101,6 +101,16 @@ class FailedRecordings(enum.StrEnum):
     NO_DETECTIONS = "no_detections"
 
 
+class ReleaseRule(enum.StrEnum):
+    """How a phase releases held-out scores to non-admins (see szbench.results.disclosure)."""
+
+    # The scores as the disclosure level allows (rounded at the aggregate level).
+    EXACT = "exact"
+    # The Ladder (Blum & Hardt, ICML 2015): a submitter's released score changes only when a
+    # submission beats their best by the phase's step, and is rounded to that step.
+    LADDER = "ladder"
+
+
 class VersionStatus(enum.StrEnum):
     """Lifecycle of an algorithm version."""
 
@@ -221,15 +231,41 @@ class Phase(Base):
     # Submissions (algorithm versions) per user in this phase; None means unlimited.
     submission_quota: Mapped[int | None] = mapped_column(Integer)
     is_open: Mapped[bool] = mapped_column(Boolean, default=True)
-    # Overrides the datasets' disclosure for evaluations of this phase's versions.
+    # Overrides the datasets' disclosure for evaluations of this phase's versions, on the
+    # dataset versions it names (dataset_versions) only.
     disclosure: Mapped[Disclosure | None] = mapped_column(_enum(Disclosure))
     # Submissions are accepted from opens_at (inclusive) to closes_at (exclusive); None: no
     # bound on that side. is_open still closes a phase at once, whatever its dates.
     opens_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     closes_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # Overrides the datasets' failed-recordings rule for this phase's versions.
+    # Overrides the datasets' failed-recordings rule for this phase's versions (on the
+    # dataset versions it names).
     failed_recordings: Mapped[FailedRecordings | None] = mapped_column(_enum(FailedRecordings))
+    # How held-out scores are released while the phase is open; None: the default (the
+    # Ladder for a phase without a closing date, exact otherwise). A closed phase is exact.
+    release_rule: Mapped[ReleaseRule | None] = mapped_column(_enum(ReleaseRule))
+    # The Ladder's step; None: SZBENCH_LADDER_STEP.
+    ladder_step: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    # The dataset versions this phase's rules (disclosure, failed recordings, release) apply
+    # to: evaluations of its versions on any other data follow that data's own rules.
+    dataset_versions: Mapped[list[DatasetVersion]] = relationship(
+        secondary="phase_dataset_versions", order_by="DatasetVersion.id"
+    )
+
+
+class PhaseDatasetVersion(Base):
+    """A dataset version a phase names (its rules apply there)."""
+
+    __tablename__ = "phase_dataset_versions"
+
+    phase_id: Mapped[int] = mapped_column(
+        ForeignKey("phases.id", ondelete="CASCADE"), primary_key=True
+    )
+    dataset_version_id: Mapped[int] = mapped_column(
+        ForeignKey("dataset_versions.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
 
 
 class Algorithm(Base):
@@ -251,6 +287,9 @@ class Algorithm(Base):
     # on its own page.
     withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Counts changes of what the read caches show about it (szbench.changes): bumped in the
+    # transaction of every such change, part of the caches' keys.
+    revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     owner: Mapped[User] = relationship(back_populates="algorithms")
     versions: Mapped[list[AlgorithmVersion]] = relationship(
@@ -357,6 +396,9 @@ class DatasetVersion(Base):
     manifest_checksum: Mapped[str] = mapped_column(String(100), default="")
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Counts changes of what the read caches show about it (szbench.changes): bumped in the
+    # transaction of every such change, part of the caches' keys.
+    revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     dataset: Mapped[Dataset] = relationship(back_populates="versions")
     recordings: Mapped[list[Recording]] = relationship(
@@ -437,6 +479,9 @@ class Evaluation(Base):
     reconcile_rounds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     reconciled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     reconcile_progress: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Counts changes of what the read caches show about it (szbench.changes): bumped in the
+    # transaction of every such change, part of the caches' keys.
+    revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     algorithm_version: Mapped[AlgorithmVersion] = relationship()
     dataset_version: Mapped[DatasetVersion] = relationship()

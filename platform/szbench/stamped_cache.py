@@ -3,15 +3,18 @@
 A read whose answer is costly and rarely changes (a leaderboard, an evaluation's results, an
 algorithm's results side by side) belongs to a *subject* (a dataset version, an evaluation,
 an algorithm). Each subject has *facts*: a small named tuple read by one query on every
-request, which changes whenever any answer about the subject could (status, finish time,
-published flag, visibility, owner, disclosure level...). The access check is made on the
-facts; the answer is built again only when they changed, or after a time to live, for edits
-that the facts do not see (a new title). Since every request reads the facts, a write is
-seen by the next read, in every process.
+request: who may see it (owner, visibility, published), the rules that decide what they
+learn, and the explicit change counters that every service changing what is shown bumps in
+its own transaction (:mod:`szbench.changes`), with the rules that change with time alone (a
+phase's closing date) read as they stand now. The access check is made on the facts; the
+answer is built again only when they changed, or after a time to live. Since every request
+reads the facts, a write is seen by the next read, in every process.
 
-Variants (the query parameters, and who asks where answers differ per viewer) are part of
-each answer's key. Errors are never cached. Each answer carries an ETag made from the stamp,
-the variant and its bytes, so that browsers and reverse proxies can revalidate
+Variants (the query parameters, and who asks or what they may learn where answers differ per
+viewer) are part of each answer's key. Errors are never cached. Each answer carries an ETag
+made from the variant and its bytes only, never from the facts: a change the viewer cannot
+see (someone else's private evaluation finishing) rebuilds the answer but leaves its tag,
+so polling the tag tells nothing of it. Browsers and reverse proxies revalidate with it
 (:mod:`szbench.api.cache` turns it into HTTP headers). Nothing here knows about HTTP.
 """
 
@@ -50,11 +53,12 @@ class _Entry:
     answers: dict[Hashable, tuple[float, Answer]] = field(default_factory=dict)
 
 
-def _etag(name: str, subject: Hashable, facts: Hashable, variant: Hashable, body: bytes) -> str:
-    # The bytes are in it because an answer rebuilt after its time to live may differ under
-    # the same facts; repr() of the facts (ints, strings, enums, datetimes) is the same in
-    # every process, so every server of one deployment gives the same tag.
-    digest = hashlib.blake2b(repr((name, subject, facts, variant)).encode(), digest_size=16)
+def _etag(name: str, subject: Hashable, variant: Hashable, body: bytes) -> str:
+    # What the viewer asked and what they got, nothing they cannot see (the facts hold
+    # counters moved by other users' evaluations). repr() of the variant (ints, strings,
+    # enums, frozen dataclasses of those) is the same in every process, so every server of
+    # one deployment gives the same tag.
+    digest = hashlib.blake2b(repr((name, subject, variant)).encode(), digest_size=16)
     digest.update(body)
     return f'"{digest.hexdigest()}"'
 
@@ -100,7 +104,7 @@ class StampedCache(Generic[S, F]):
         if hit is not None and now - hit[0] < self._ttl_s():
             return hit[1]
         body = build()
-        found = Answer(body, _etag(self.name, subject, facts, variant, body))
+        found = Answer(body, _etag(self.name, subject, variant, body))
         with self._lock:
             entry = self._entries.get(subject)
             if entry is None or entry.facts != facts:

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from szbench import changes
 from szbench.auth import service as auth
 from szbench.models import (
     Algorithm,
@@ -137,6 +138,8 @@ def evaluation(
     )
     session.add(row)
     session.flush()
+    # As the pipeline does when an evaluation finishes (szbench.changes).
+    changes.evaluations_changed(session, [row.id])
     return row
 
 
@@ -185,4 +188,5 @@ def result(
     )
     session.add(row)
     session.flush()
+    changes.evaluations_changed(session, [ev.id])
     return row

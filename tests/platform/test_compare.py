@@ -98,7 +98,10 @@ def test_aggregate_disclosure_refuses_non_admins_and_admins_see_it(
 
 def test_a_phase_override_opens_the_comparison(client: TestClient, db_session: Session) -> None:
     dv = f.dataset_version(db_session, f.dataset(db_session, DatasetKind.HELD_OUT))
-    phase = f.phase(db_session, disclosure=Disclosure.RECORDING)
+    # Over (closed: exact scores), and naming the data its level applies to.
+    phase = f.phase(
+        db_session, disclosure=Disclosure.RECORDING, is_open=False, dataset_versions=[dv]
+    )
     evs = []
     for values in (SUBJECTS_A, SUBJECTS_B):
         version = f.version(

@@ -123,7 +123,13 @@ def test_a_phase_overrides_the_datasets_rule(
     admin = f.headers(db_session, board.admin, scopes=["read", "write", "admin"])
     made = client.post(
         "/api/v1/phases",
-        json={"slug": "lenient", "failed_recordings": "no_detections"},
+        json={
+            "slug": "lenient",
+            "failed_recordings": "no_detections",
+            # Its rules apply to the data it names; its scores are released exact.
+            "dataset_versions": [{"dataset": "held", "version": "1"}],
+            "release_rule": "exact",
+        },
         headers=admin,
     )
     assert made.status_code == 201, made.text
@@ -264,13 +270,21 @@ def test_a_phase_may_keep_failures_unranked_on_a_lenient_dataset(
     client.patch(
         "/api/v1/datasets/held", json={"failed_recordings": "no_detections"}, headers=admin
     )
-    made = client.post("/api/v1/phases", json={"slug": "strict"}, headers=admin).json()
+    made = client.post(
+        "/api/v1/phases",
+        json={
+            "slug": "strict",
+            "dataset_versions": [{"dataset": "held", "version": "1"}],
+            "release_rule": "exact",
+        },
+        headers=admin,
+    ).json()
     version = db_session.get(AlgorithmVersion, board.crashed.algorithm_version_id)
     assert version is not None
     version.phase_id = made["id"]
     db_session.flush()
     assert ("crashy", 3) in _names(client.get("/api/v1/leaderboards/held").json())
-    # The cached answer must not survive the override (its stamp holds the phases' rules).
+    # The cached answer must not survive the override (it bumps the data's change counter).
     r = client.patch("/api/v1/phases/strict", json={"failed_recordings": "unranked"}, headers=admin)
     assert r.status_code == 200, r.text
     body = client.get("/api/v1/leaderboards/held").json()

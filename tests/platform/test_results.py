@@ -10,7 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from szbench.algorithms import service as algorithms_service
 from szbench.config import get_settings
+from szbench.datasets import service as datasets_service
 from szbench.models import (
     AlgorithmVersion,
     DatasetKind,
@@ -418,7 +420,7 @@ def test_dataset_detail_hides_admin_fields(
 
 
 def test_leaderboard_statistics(
-    client: TestClient, world: World, settings_env: pytest.MonkeyPatch
+    client: TestClient, world: World, db_session: Session, settings_env: pytest.MonkeyPatch
 ) -> None:
     # Three subjects: shown to anyone once the minimum for intervals allows it (below).
     settings_env.setenv("SZBENCH_INTERVALS_MIN_SUBJECTS", "3")
@@ -432,9 +434,14 @@ def test_leaderboard_statistics(
     assert ci["high"] <= 0.7 + 1e-9
     assert set(alpha["ci"]) == {"event_f1", "event_sensitivity", "event_precision", "event_fp_rate"}
     # Same F1 per subject, beta wins every subject on sensitivity: rank 1 on all 3.
-    assert beta["rank_stability"]["histogram"] == [3, 0]
     assert beta["rank_stability"]["best_share"] == 1.0
     assert alpha["rank_stability"]["median"] == 2.0
+    # The histogram of per-subject ranks is per-subject data: not at the aggregate level.
+    assert beta["rank_stability"]["histogram"] == []
+    admin = client.get(
+        "/api/v1/leaderboards/chb-heldout", headers=f.headers(db_session, world.admin)
+    )
+    assert admin.json()["items"][0]["rank_stability"]["histogram"][0] == 3
     # Cached: the same set of entries gives the same (seeded) figures.
     again = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert again["items"][1]["ci"] == alpha["ci"]
@@ -458,10 +465,10 @@ def test_leaderboard_intervals_over_few_subjects_only_where_subjects_are_disclos
     assert all(row["event_f1_ci_low"] == "" for row in csv.DictReader(io.StringIO(download)))
     admin = f.headers(db_session, world.admin)
     assert all(e["ci"] is not None and e["rank_stability"] for e in entries(admin))
-    world.dv.dataset.disclosure = Disclosure.SUBJECT
+    datasets_service.set_disclosure(db_session, world.dv.dataset, Disclosure.SUBJECT)
     db_session.commit()
     assert all(e["ci"] is not None and e["rank_stability"] for e in entries({}))
-    world.dv.dataset.disclosure = Disclosure.AGGREGATE
+    datasets_service.set_disclosure(db_session, world.dv.dataset, Disclosure.AGGREGATE)
     db_session.commit()
     settings_env.setenv("SZBENCH_INTERVALS_MIN_SUBJECTS", "3")
     get_settings.cache_clear()
@@ -480,6 +487,5 @@ def test_leaderboard_cache_sees_new_results_at_once(
     assert after["total"] == 3
     assert after["items"][0]["algorithm"] == "epsilon"
     # Hiding the algorithm hides it at once too.
-    newcomer.visibility = Visibility.PRIVATE
-    db_session.flush()
+    algorithms_service.update_algorithm(db_session, newcomer, visibility=Visibility.PRIVATE)
     assert client.get("/api/v1/leaderboards/chb-heldout").json()["total"] == 2

@@ -215,6 +215,8 @@ def register(
                 title=slug,
                 # Held-out unless asked: the web UI then shows annotations to admins only.
                 kind=DatasetKind.PUBLIC_SAMPLE if public_sample else DatasetKind.HELD_OUT,
+                # --public-sample is the operator's explicit choice.
+                confirm_public=public_sample,
             )
         dataset_version = datasets.ensure_version(session, dataset, prepared_path=prepared)
     except SzbenchError as exc:

@@ -10,6 +10,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from szbench import changes
 from szbench.algorithms.image_check import ImageInfo, check_image_archive
 from szbench.auth import policy
 from szbench.config import get_settings
@@ -124,14 +125,14 @@ def list_algorithms(
 
 
 def update_algorithm(
-    session: Session, algorithm: Algorithm, *, withdrawn: bool | None = None, **changes: object
+    session: Session, algorithm: Algorithm, *, withdrawn: bool | None = None, **fields: object
 ) -> Algorithm:
     """Change the fields given (None: unchanged); ``withdrawn`` takes the algorithm off every
     leaderboard (True) or puts it back (False)."""
     for key in ("code_url", "paper_url"):
-        if isinstance(changes.get(key), str):
-            changes[key] = check_link(key, str(changes[key]))
-    for key, value in changes.items():
+        if isinstance(fields.get(key), str):
+            fields[key] = check_link(key, str(fields[key]))
+    for key, value in fields.items():
         if value is not None:
             setattr(algorithm, key, value)
     if withdrawn is True and algorithm.withdrawn_at is None:
@@ -139,6 +140,8 @@ def update_algorithm(
     elif withdrawn is False:
         algorithm.withdrawn_at = None
     session.flush()
+    # Visibility, withdrawal and names show on its results and every board it is on.
+    changes.algorithm_changed(session, algorithm.id)
     return algorithm
 
 

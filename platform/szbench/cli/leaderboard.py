@@ -46,15 +46,14 @@ def leaderboard(
 
         try:
             with session_scope() as session:
-                board = service.leaderboard(
-                    session,
+                query = service.BoardQuery(
                     slug=dataset,
                     version=version,
-                    viewer=None,
                     sort=sort,
                     versions=versions,  # type: ignore[arg-type]
                     limit=None,
-                ).model_dump(mode="json")
+                )
+                board = service.leaderboard(session, query, viewer=None).model_dump(mode="json")
         except SzbenchError as exc:
             typer.echo(f"error: {exc.detail}", err=True)
             raise typer.Exit(1) from exc

@@ -63,11 +63,8 @@ def hidden_reason(rows: list[Evaluation], *, viewer: User | None) -> str | None:
     for row in rows:
         view = disclosure.view_of(viewer, row)
         if not view.subjects:
-            return (
-                f"Per-subject results of evaluation {row.id} are not disclosed: its held-out "
-                f"dataset discloses {view.level.value} figures only, so no per-subject "
-                "comparison or paired test is shown."
-            )
+            what = view.withheld(f"Per-subject results of evaluation {row.id}")
+            return f"{what}, so no per-subject comparison or paired test is shown."
     return None
 
 
@@ -82,8 +79,9 @@ def compare(
     if metric not in METRICS:
         raise BadRequest(f"metric: unknown metric {metric!r} (known: {', '.join(METRICS)})")
     rows = load(session, evaluation_ids, viewer=viewer)
+    views = {row.id: disclosure.view_of(viewer, row) for row in rows}
     for row in rows:
-        disclosure.view_of(viewer, row).require_subjects(row.id)
+        views[row.id].require_subjects(row.id)
     column = getattr(SubjectResult, metric)
     per_eval: dict[int, dict[str, float | None]] = {row.id: {} for row in rows}
     for evaluation_id, subject, value in session.execute(
@@ -133,7 +131,9 @@ def compare(
                 algorithm_version=row.algorithm_version.version,
                 title=algorithm.title,
                 owner=algorithm.owner.name or f"user {algorithm.owner_id}",
-                value=_clean(getattr(row.result, metric)) if row.result else None,
+                value=disclosure.released_value(
+                    views[row.id], metric, getattr(row.result, metric) if row.result else None
+                ),
             )
         )
     return Comparison(

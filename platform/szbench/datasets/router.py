@@ -88,7 +88,7 @@ def create_dataset(body: DatasetCreate, session: SessionDep, _admin: AdminOnly) 
 def update_dataset(
     slug: str, body: DatasetUpdate, session: SessionDep, _admin: AdminOnly
 ) -> DatasetDetail:
-    """Change a dataset's disclosure level, its rule for failed recordings or its page's facts."""
+    """Change a dataset's kind, disclosure level, rule for failed recordings or page facts."""
     dataset = queries.get_dataset(session, slug)
     dataset_service.set_facts(
         session,
@@ -102,6 +102,8 @@ def update_dataset(
         dataset_service.set_disclosure(session, dataset, body.disclosure)
     if body.failed_recordings is not None:
         dataset_service.set_failed_recordings(session, dataset, body.failed_recordings)
+    if body.kind is not None and body.kind != dataset.kind:
+        dataset_service.set_kind(session, dataset, body.kind, confirm_public=body.confirm_public)
     return _detail(session, dataset, admin=True)
 
 

@@ -56,7 +56,15 @@ class DatasetCreate(BaseModel):
     description: str = Field(default="", max_length=20000)
     licence: str = Field(default="", max_length=200)
     citation: str = Field(default="", max_length=5000)
-    kind: DatasetKind = DatasetKind.HELD_OUT
+    kind: DatasetKind = Field(
+        default=DatasetKind.HELD_OUT,
+        description="held_out (default): never served to non-admins. public_sample: its "
+        "recordings and annotations are downloadable by anyone signed in; needs "
+        "confirm_public.",
+    )
+    confirm_public: bool = Field(
+        default=False, description="Required (true) to create a public sample."
+    )
     run_limits: dict[str, Any] | None = None
     disclosure: Disclosure = Disclosure.AGGREGATE
     failed_recordings: FailedRecordings = FailedRecordings.UNRANKED
@@ -74,6 +82,14 @@ class DatasetUpdate(BaseModel):
     )
     failed_recordings: FailedRecordings | None = Field(
         default=None, description="See DatasetOut.failed_recordings; omitted: unchanged."
+    )
+    kind: DatasetKind | None = Field(
+        default=None,
+        description="held_out, or public_sample (needs confirm_public: its recordings and "
+        "annotations become downloadable by anyone signed in); omitted: unchanged.",
+    )
+    confirm_public: bool = Field(
+        default=False, description="Required (true) to make a dataset a public sample."
     )
 
 

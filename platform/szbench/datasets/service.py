@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench import changes
 from szbench.errors import BadRequest, Conflict
 from szbench.models import (
     Dataset,
@@ -57,8 +58,14 @@ def create_dataset(
     failed_recordings: FailedRecordings = FailedRecordings.UNRANKED,
     licence: str = "",
     citation: str = "",
+    confirm_public: bool = False,
 ) -> Dataset:
-    """Create a dataset (no versions yet). Raises Conflict when the slug is taken."""
+    """Create a dataset (no versions yet). Raises Conflict when the slug is taken.
+
+    Held-out by default: a public sample (``kind``) needs ``confirm_public``, since anyone
+    signed in may then download its recordings and annotations.
+    """
+    _check_public(slug, kind, confirm_public)
     if not _SLUG.fullmatch(slug):
         raise BadRequest(f"slug: {slug!r} is not a valid slug (lower-case letters, digits, . _ -)")
     limits = dict(run_limits or {})
@@ -93,11 +100,33 @@ def create_dataset(
     return dataset
 
 
+def _check_public(slug: str, kind: DatasetKind, confirmed: bool) -> None:
+    if kind == DatasetKind.PUBLIC_SAMPLE and not confirmed:
+        raise BadRequest(
+            f"kind: a public sample's recordings and annotations can be downloaded by anyone "
+            f"signed in; making {slug[:100]!r} public needs an explicit confirmation "
+            "(confirm_public)"
+        )
+
+
+def set_kind(
+    session: Session, dataset: Dataset, kind: DatasetKind, *, confirm_public: bool = False
+) -> Dataset:
+    """Make ``dataset`` held-out (always allowed) or a public sample (only confirmed: its
+    recordings and annotations become downloadable, and its results fully disclosed)."""
+    _check_public(dataset.slug, kind, confirm_public)
+    dataset.kind = kind
+    session.flush()
+    changes.dataset_changed(session, dataset.id)
+    return dataset
+
+
 def set_failed_recordings(session: Session, dataset: Dataset, rule: FailedRecordings) -> Dataset:
     """Whether evaluations with failed recordings rank on ``dataset``'s leaderboards (scored
-    as no detections) or are shown apart; the leaderboard cache's facts include it."""
+    as no detections) or are shown apart."""
     dataset.failed_recordings = rule
     session.flush()
+    changes.dataset_changed(session, dataset.id)
     return dataset
 
 
@@ -136,9 +165,10 @@ def count_seizures(annotations_file: Path) -> int | None:
 
 def set_disclosure(session: Session, dataset: Dataset, disclosure: Disclosure) -> Dataset:
     """What non-admins see of results on ``dataset`` from now on (see
-    :mod:`szbench.results.disclosure`); the read caches notice it through their facts."""
+    :mod:`szbench.results.disclosure`)."""
     dataset.disclosure = disclosure
     session.flush()
+    changes.dataset_changed(session, dataset.id)
     return dataset
 
 

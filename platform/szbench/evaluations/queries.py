@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, joinedload
+from sqlalchemy.orm import Session, joinedload, selectinload
 
 from szbench.auth import policy
 from szbench.errors import Forbidden, NotFound
@@ -20,10 +20,12 @@ from szbench.models import (
     Algorithm,
     AlgorithmVersion,
     Dataset,
+    DatasetResult,
     DatasetVersion,
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
+    Phase,
     RecordingRun,
     User,
 )
@@ -31,7 +33,12 @@ from szbench.results import disclosure
 
 _LOAD = (
     joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
-    joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.phase),
+    # What szbench.results.disclosure.facts_of reads: the phase and the data it names, the
+    # result's subject count.
+    joinedload(Evaluation.algorithm_version)
+    .joinedload(AlgorithmVersion.phase)
+    .selectinload(Phase.dataset_versions),
+    selectinload(Evaluation.result).load_only(DatasetResult.subjects),
     joinedload(Evaluation.dataset_version).joinedload(DatasetVersion.dataset),
 )
 

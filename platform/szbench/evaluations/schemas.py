@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from szbench.models import EvaluationKind, EvaluationStatus, RunOutcome
+from szbench.results.disclosure import Release
 
 
 class Provenance(BaseModel):
@@ -129,12 +130,26 @@ class Metrics(BaseModel):
     sample_fp_rate: float | None
 
 
+RELEASE_DESCRIPTION = (
+    "How these figures are released to the caller: exact; rounded (held-out data disclosed "
+    "at the aggregate level: the leaderboard's figures at a fixed precision, the others null, "
+    "no raw counts); or ladder (an open phase that releases by the Ladder: only the "
+    "submitter's ladder score as event_f1, the others null). See docs/security.md."
+)
+
+
 class DatasetResultOut(Metrics):
     evaluation_id: int
     subjects: int
     recordings: int
     missing_hypotheses: int
-    report: dict[str, Any]
+    release: Release = Field(description=RELEASE_DESCRIPTION)
+    report: dict[str, Any] = Field(
+        description="The scorer's report as released: exact, it has the per-subject means "
+        "and *_std (the std only where intervals are disclosed), pooled ratios and counts; "
+        "rounded, the released figures (and their *_std where intervals are disclosed); "
+        "always the scorer's parameters."
+    )
     provenance: Provenance
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from szbench.auth import policy
 from szbench.errors import BadRequest, Conflict
 from szbench.models import (
     AlgorithmVersion,
@@ -26,6 +27,7 @@ from szbench.models import (
     User,
     VersionStatus,
 )
+from szbench.phases import service as phases
 from szbench.queue import (
     QUEUE_CPU,
     QUEUE_GPU,
@@ -69,6 +71,40 @@ def evaluation_queue(algorithm_version: AlgorithmVersion, dataset_version: Datas
     if algorithm_version.wants_gpu or wanted == QUEUE_GPU:
         return QUEUE_GPU
     return QUEUE_CPU
+
+
+def held_out_work_refusal(user: User | None, version: AlgorithmVersion) -> str | None:
+    """Why ``user`` may not start held-out work (an evaluation, a re-run, a re-score) of
+    ``version``: its phase takes no submissions any more. A closed phase may disclose
+    per-recording results; new work in it would keep that channel open. None when they may
+    (admins may; versions without a phase are free)."""
+    phase = version.phase
+    if phase is None or policy.is_admin(user):
+        return None
+    refused = phases.refusal(phase)
+    if refused is None:
+        return None
+    return (
+        f"{refused}: its versions get no new evaluation, re-run or re-score on held-out data "
+        "(an admin may start one)"
+    )
+
+
+def closed_phase_refusal(
+    user: User | None, version: AlgorithmVersion, dataset_version: DatasetVersion
+) -> str | None:
+    """:func:`held_out_work_refusal` for work on ``dataset_version`` (public samples: free)."""
+    if dataset_version.dataset.kind != DatasetKind.HELD_OUT:
+        return None
+    return held_out_work_refusal(user, version)
+
+
+def _check_phase_open(
+    user: User | None, version: AlgorithmVersion, dataset_version: DatasetVersion
+) -> None:
+    refused = closed_phase_refusal(user, version, dataset_version)
+    if refused is not None:
+        raise Conflict(refused)
 
 
 def _lock(session: Session, evaluation: Evaluation) -> Evaluation:
@@ -127,6 +163,8 @@ def create_evaluation(
     if not total:
         raise Conflict(f"dataset version {dataset_version.version!r} has no recordings")
     params, official = scoring_params_dict(scoring_params)
+    if created_by is not None:
+        _check_phase_open(created_by, algorithm_version, dataset_version)
     if charge and created_by is not None and kind == EvaluationKind.FULL:
         # A full pass the user asked for (a re-run, a requested evaluation): charged to their
         # quotas, under their lock until this transaction records it. The smoke test's own
@@ -245,6 +283,7 @@ def rescore_evaluation(
         )
     params, official = scoring_params_dict(scoring_params)
     if created_by is not None:
+        _check_phase_open(created_by, source.algorithm_version, source.dataset_version)
         quotas.check_rescore(
             session,
             user=created_by,

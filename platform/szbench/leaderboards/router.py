@@ -60,11 +60,9 @@ def get_leaderboard(
     """A dataset version's leaderboard: SzCORE rank, metrics, bootstrap CIs, rank stability."""
 
     def build() -> bytes:
-        board = service.leaderboard(
-            session,
+        query = service.BoardQuery(
             slug=slug,
             version=version,
-            viewer=caller.user,
             sort=sort,
             order=order,
             versions=versions,
@@ -72,6 +70,7 @@ def get_leaderboard(
             offset=page.offset,
             unranked=unranked,
         )
+        board = service.leaderboard(session, query, viewer=caller.user)
         return board.model_dump_json().encode()
 
     answer = service.leaderboard_answer(
@@ -102,17 +101,16 @@ def download_leaderboard(
     format: Annotated[Literal["csv", "json"], Query(description="Download format.")] = "csv",
 ) -> Response:
     """The whole leaderboard as CSV or JSON."""
-    board = service.leaderboard(
-        session,
+    query = service.BoardQuery(
         slug=slug,
         version=version,
-        viewer=caller.user,
         sort=sort,
         order=order,
         versions=versions,
         limit=None,
         unranked=unranked,
     )
+    board = service.leaderboard(session, query, viewer=caller.user)
     rows, columns = service.download_rows(board)
     name = f"leaderboard-{board.dataset}-{board.dataset_version}"
     return table_response(rows, columns=columns, filename=name, fmt=format)

@@ -6,8 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from szbench.evaluations.schemas import Metrics, Provenance
-from szbench.models import DatasetKind, FailedRecordings
+from szbench.evaluations.schemas import RELEASE_DESCRIPTION, Metrics, Provenance
+from szbench.models import DatasetKind, FailedRecordings, ReleaseRule
+from szbench.results.disclosure import Release
 
 
 class Interval(BaseModel):
@@ -78,11 +79,39 @@ class LeaderboardEntry(Metrics):
     mine: bool = Field(description="The caller's own entry (shown to them even when unpublished).")
     subjects: int
     recordings: int
+    release: Release = Field(description=RELEASE_DESCRIPTION)
     ci: dict[str, Interval] | None = Field(
-        description="Bootstrap confidence interval over subjects, per metric."
+        description="Bootstrap confidence interval over subjects, per metric (rounded as "
+        "the figures are; null where per-subject figures would show through it)."
     )
     rank_stability: RankStability | None
     provenance: Provenance
+
+
+class PhaseRelease(BaseModel):
+    """How a phase that names this dataset version releases its entries' scores now."""
+
+    phase: str
+    rule: ReleaseRule = Field(
+        description="exact, or ladder: a submitter's released event_f1 moves only when a "
+        "submission beats their best by ladder_step, rounded to it (Blum & Hardt's Ladder)."
+    )
+    ladder_step: float | None
+    closed: bool = Field(description="A closed phase releases exact scores.")
+
+
+class BoardRelease(BaseModel):
+    """The rules by which this board releases scores to non-admins (admins see exact)."""
+
+    decimals: int = Field(
+        description="Held-out data disclosed at the aggregate level: F1, sensitivity and "
+        "precision rounded to this many decimals, FP/day on the grid of docs/security.md, the "
+        "other metrics and every raw count withheld."
+    )
+    phases: list[PhaseRelease] = Field(
+        description="Phases naming this dataset version and their rule; entries of other "
+        "phases or none follow the dataset's disclosure level."
+    )
 
 
 class StatisticsInfo(BaseModel):
@@ -96,6 +125,7 @@ class Leaderboard(BaseModel):
     dataset_version: str
     kind: DatasetKind
     ranking: str
+    release: BoardRelease
     failed_recordings: FailedRecordings = Field(
         description="The dataset's rule for evaluations with failed recordings (a phase may "
         "override it for its entries; see each entry's failed_recordings_rule)."

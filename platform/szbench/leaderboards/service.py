@@ -1,6 +1,14 @@
 """Leaderboards: official, finished, visible results on one dataset version, ranked the
 SzCORE way (per-subject-averaged event F1, then event sensitivity), with statistics.
 
+:func:`leaderboard` runs named steps: resolve the dataset version, select the rows the viewer
+may see (each with its :class:`~szbench.results.disclosure.View`), keep the newest of each
+version (and the latest version of each algorithm), release each row's figures as its view
+says (rounded, the Ladder's score, or exact), set apart what does not rank, rank on the
+released figures, order, window, add the statistics the views allow, and build the entries.
+Every rule of what a viewer learns comes from :func:`szbench.results.disclosure.decide`;
+ranking and sorting use the released figures, so neither tells more than the figures shown.
+
 Two kinds of entry are shown apart, unranked (``?unranked=true``), never ranked by default:
 
 - an evaluation in which recordings failed (crashed, timeout, out of memory, no or invalid
@@ -19,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from szbench.auth import policy
@@ -29,11 +37,13 @@ from szbench.errors import BadRequest
 from szbench.evaluations.queries import make_provenance, run_summaries
 from szbench.leaderboards import statistics
 from szbench.leaderboards.schemas import (
+    BoardRelease,
     DuplicateOf,
     Interval,
     Leaderboard,
     LeaderboardEntry,
     LeaderboardIndexRow,
+    PhaseRelease,
     RankStability,
     SameImage,
     StatisticsInfo,
@@ -43,20 +53,18 @@ from szbench.models import (
     Algorithm,
     AlgorithmVersion,
     Dataset,
-    DatasetKind,
     DatasetResult,
     DatasetVersion,
-    Disclosure,
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
     FailedRecordings,
     Phase,
+    PhaseDatasetVersion,
     RecordingRun,
     User,
-    Visibility,
 )
-from szbench.results import disclosure
+from szbench.results import disclosure, ladder
 from szbench.results.queries import METRICS
 from szbench.stamped_cache import Answer, StampedCache, viewer_key
 
@@ -65,6 +73,22 @@ SORT_KEYS = ("rank", *METRICS, "algorithm", "subjects", "recordings")
 # Lower is better for these; every other metric is higher-is-better.
 _LOWER_IS_BETTER = {"event_fp_rate", "sample_fp_rate"}
 VersionsMode = Literal["latest", "all"]
+
+
+@dataclass(frozen=True)
+class BoardQuery:
+    """What a caller asks of a leaderboard: which board, in which order, which page."""
+
+    slug: str
+    version: str | None = None
+    sort: str = "rank"
+    order: str | None = None
+    versions: VersionsMode = "latest"
+    limit: int | None = 50
+    offset: int = 0
+    with_statistics: bool = True
+    # Also list, after the ranked entries, those shown apart (failed, duplicate).
+    unranked: bool = False
 
 
 @dataclass
@@ -84,11 +108,12 @@ class Row:
     finished_at: datetime | None
     subjects: int
     recordings: int
+    view: disclosure.View
     submitted_at: datetime | None = None
     started_at: datetime | None = None
     failures_rule: FailedRecordings = FailedRecordings.UNRANKED
-    disclosure: Disclosure = Disclosure.AGGREGATE
     failed_recordings: int = 0
+    # The figures as computed, then (after the release step) as the viewer gets them.
     metrics: dict[str, float | None] = field(default_factory=dict)
     rank: int | None = 0
     # Why it is not ranked ("failed" or "duplicate"); None for a ranked entry.
@@ -100,28 +125,17 @@ class Row:
         return self.failed_recordings == 0
 
 
-def _intervals_disclosed(row: Row, viewer: User | None) -> bool:
-    """Whether ``viewer`` may see ``row``'s bootstrap intervals and rank stability.
-
-    Both resample the per-subject figures: over a few subjects their bounds are those
-    figures (with two subjects the interval's ends are exactly the two values), so where
-    per-subject figures are not disclosed they are shown only for entries over
-    ``SZBENCH_INTERVALS_MIN_SUBJECTS`` subjects or more.
-    """
-    if (
-        policy.is_admin(viewer)
-        or disclosure.View(admin=False, owner=False, held_out=True, level=row.disclosure).subjects
-    ):
-        return True
-    return row.subjects >= get_settings().intervals_min_subjects
-
-
 def _desc_key(value: float | None) -> float:
     """Sort key putting high values first and NaN/None last."""
     return math.inf if value is None or math.isnan(value) else -value
 
 
-def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row]:
+# --- select ----------------------------------------------------------------------------------
+
+
+def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row]:
+    """The official, finished results on ``dv`` that ``viewer`` may see, newest first, each
+    with its view (the rules of its governing phase, else its dataset's)."""
     query = (
         select(
             Evaluation.id,
@@ -141,9 +155,9 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
             Evaluation.started_at,
             Phase.failed_recordings,
             Dataset.failed_recordings,
-            Phase.disclosure,
-            Dataset.disclosure,
             Dataset.kind,
+            Dataset.disclosure,
+            *disclosure.PHASE_COLUMNS,
             DatasetResult.subjects,
             DatasetResult.recordings,
             *(getattr(DatasetResult, m) for m in METRICS),
@@ -154,7 +168,6 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
         .join(User, Algorithm.owner_id == User.id)
         .join(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
         .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
-        .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
         .where(
             Evaluation.dataset_version_id == dv.id,
             Evaluation.status == EvaluationStatus.DONE,
@@ -166,13 +179,18 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
         )
         .order_by(Evaluation.id.desc())
     )
-    records = session.execute(query).all()
+    records = session.execute(disclosure.join_governing_phase(query)).all()
     failed = failed_counts(session, [record[0] for record in records])
     rows = []
     for record in records:
         (eid, avid, aver, aid, aname, atitle, owner_id, owner, published, digest, scorer,
-         params, finished, submitted, started, phase_rule, dataset_rule, phase_level,
-         dataset_level, kind, subjects, recordings, *values) = record  # fmt: skip
+         params, finished, submitted, started, phase_rule, dataset_rule, kind,
+         dataset_level, *rest) = record  # fmt: skip
+        phase = tuple(rest[:6])
+        subjects, recordings, *values = rest[6:]
+        facts = disclosure.facts_from_row(
+            kind, dataset_level, phase, subjects=subjects, owner_id=owner_id
+        )
         rows.append(
             Row(
                 evaluation_id=eid,
@@ -191,7 +209,7 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
                 submitted_at=submitted,
                 started_at=started,
                 failures_rule=FailedRecordings(phase_rule or dataset_rule),
-                disclosure=disclosure.level_of(kind, dataset_level, phase_level),
+                view=disclosure.decide(viewer, facts),
                 failed_recordings=failed.get(eid, 0),
                 subjects=subjects,
                 recordings=recordings,
@@ -199,6 +217,36 @@ def _rows(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row
             )
         )
     return rows
+
+
+def _newest(rows: list[Row], versions: VersionsMode) -> list[Row]:
+    """The newest evaluation of each algorithm version; with ``latest``, of each algorithm
+    only its latest version."""
+    newest_per_version: dict[int, Row] = {}
+    for row in rows:  # newest evaluation first
+        newest_per_version.setdefault(row.algorithm_version_id, row)
+    kept = list(newest_per_version.values())
+    if versions == "latest":
+        latest: dict[int, Row] = {}
+        for row in sorted(kept, key=lambda r: -r.algorithm_version_id):
+            latest.setdefault(row.algorithm_id, row)
+        kept = list(latest.values())
+    return kept
+
+
+# --- release ---------------------------------------------------------------------------------
+
+
+def _release(session: Session, rows: list[Row]) -> None:
+    """Replace each row's figures by what its view releases (rank and order follow them)."""
+    scores = ladder.ladder_scores(session, [(r.evaluation_id, r.view) for r in rows])
+    for row in rows:
+        row.metrics = disclosure.released_metrics(
+            row.view, row.metrics, ladder_score=scores.get(row.evaluation_id)
+        )
+
+
+# --- rank ------------------------------------------------------------------------------------
 
 
 def earlier_same_image(
@@ -240,9 +288,9 @@ def earlier_same_image(
 
 
 def failures_rule(evaluation: Evaluation) -> FailedRecordings:
-    """The rule for ``evaluation``'s failed recordings: its phase's override, else its
-    dataset's."""
-    phase = evaluation.algorithm_version.phase
+    """The rule for ``evaluation``'s failed recordings: its governing phase's override (the
+    phase of its version, when the phase names its dataset version), else its dataset's."""
+    phase = disclosure.governing_phase(evaluation)
     if phase is not None and phase.failed_recordings is not None:
         return phase.failed_recordings
     return evaluation.dataset_version.dataset.failed_recordings
@@ -294,38 +342,39 @@ def _submission_order(row: Row) -> tuple[datetime, int]:
     return (submitted.replace(tzinfo=None), row.algorithm_version_id)
 
 
+def _rank_key(row: Row) -> tuple[float, float, int]:
+    return (
+        _desc_key(row.metrics["event_f1"]),
+        _desc_key(row.metrics["event_sensitivity"]),
+        row.evaluation_id,
+    )
+
+
+def _rank(rows: list[Row], unranked: list[Row]) -> None:
+    """SzCORE order on the released figures; equal figures share a rank."""
+    for row in unranked:
+        row.rank = None
+    rows.sort(key=_rank_key)
+    previous: tuple[float, float] | None = None
+    for position, row in enumerate(rows, start=1):
+        current = _rank_key(row)[:2]
+        row.rank = rows[position - 2].rank if current == previous else position
+        previous = current
+    unranked.sort(key=_rank_key)
+
+
 def board_rows(
     session: Session, dv: DatasetVersion, *, viewer: User | None, versions: VersionsMode
 ) -> tuple[list[Row], list[Row]]:
     """(ranked, unranked): the entries in SzCORE rank order, and those shown apart."""
-    newest_per_version: dict[int, Row] = {}
-    for row in _rows(session, dv, viewer):  # newest evaluation first
-        newest_per_version.setdefault(row.algorithm_version_id, row)
-    rows = list(newest_per_version.values())
-    if versions == "latest":
-        latest: dict[int, Row] = {}
-        for row in sorted(rows, key=lambda r: -r.algorithm_version_id):
-            latest.setdefault(row.algorithm_id, row)
-        rows = list(latest.values())
-    rows, unranked = _set_apart(rows)
-    for row in unranked:
-        row.rank = None
+    rows = _newest(_select(session, dv, viewer), versions)
+    _release(session, rows)
+    ranked, apart = _set_apart(rows)
+    _rank(ranked, apart)
+    return ranked, apart
 
-    def key(r: Row) -> tuple[float, float, int]:
-        return (
-            _desc_key(r.metrics["event_f1"]),
-            _desc_key(r.metrics["event_sensitivity"]),
-            r.evaluation_id,
-        )
 
-    rows.sort(key=key)
-    previous: tuple[float, float] | None = None
-    for position, row in enumerate(rows, start=1):
-        current = key(row)[:2]
-        row.rank = rows[position - 2].rank if current == previous else position
-        previous = current
-    unranked.sort(key=key)
-    return rows, unranked
+# --- order and window ------------------------------------------------------------------------
 
 
 def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], str]:
@@ -339,7 +388,7 @@ def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], s
         ordered = sorted(rows, key=lambda r: (r.algorithm, r.algorithm_version))
     elif sort in ("subjects", "recordings"):
         natural = "desc"
-        ordered = sorted(rows, key=lambda r: (-getattr(r, sort), _rank_key(r)))
+        ordered = sorted(rows, key=lambda r: (-getattr(r, sort), _rank_position(r)))
     else:
         natural = "asc" if sort in _LOWER_IS_BETTER else "desc"
         # Best first, None/NaN last in both directions.
@@ -347,7 +396,7 @@ def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], s
 
         def best_first(r: Row) -> tuple[float, float]:
             value = r.metrics[sort]
-            return (_desc_key(None if value is None else sign * value), _rank_key(r))
+            return (_desc_key(None if value is None else sign * value), _rank_position(r))
 
         ordered = sorted(rows, key=best_first)
     order = order or natural
@@ -360,7 +409,7 @@ def _sorted(rows: list[Row], sort: str, order: str | None) -> tuple[list[Row], s
     return ordered, order
 
 
-def _rank_key(row: Row) -> float:
+def _rank_position(row: Row) -> float:
     return math.inf if row.rank is None else row.rank
 
 
@@ -371,54 +420,87 @@ def _present(row: Row, sort: str) -> bool:
     return True
 
 
-def _clean(value: float | None) -> float | None:
-    return (
-        None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
+def _order(ranked: list[Row], apart: list[Row], query: BoardQuery) -> tuple[list[Row], str]:
+    """The ranked entries in the asked order, then (if asked) those shown apart."""
+    ordered, order = _sorted(ranked, query.sort, query.order)
+    if query.unranked:
+        ordered += _sorted(apart, query.sort, order)[0]
+    return ordered, order
+
+
+def _window(ordered: list[Row], query: BoardQuery) -> list[Row]:
+    if query.limit is None:
+        return ordered[query.offset :]
+    return ordered[query.offset : query.offset + query.limit]
+
+
+# --- statistics and entries ------------------------------------------------------------------
+
+
+def _statistics(session: Session, ranked: list[Row], query: BoardQuery) -> statistics.BoardStats:
+    """Bootstrap intervals and rank stability over the ranked entries the viewer sees (each
+    entry shows them only where its view allows: :func:`_entry`)."""
+    if not (query.with_statistics and ranked):
+        return statistics.BoardStats(status="not computed", by_evaluation={})
+    return statistics.board_statistics(session, [r.evaluation_id for r in ranked])
+
+
+def _intervals(row: Row, stats: statistics.EntryStats | None) -> dict[str, Interval] | None:
+    if stats is None or not row.view.intervals:
+        return None
+    out = {}
+    for metric, (low, high) in stats.ci.items():
+        released = disclosure.released_interval(row.view, metric, low, high)
+        if released is not None:
+            out[metric] = Interval(low=released[0], high=released[1])
+    return out
+
+
+def _rank_stability(row: Row, stats: statistics.EntryStats | None) -> RankStability | None:
+    if stats is None or not row.view.intervals:
+        return None
+    view = row.view
+    share = (
+        stats.best_share if view.exact else disclosure.round_ratio(stats.best_share, view.decimals)
+    )
+    return RankStability(
+        median=disclosure.released_rank(view, stats.rank_median),
+        low=disclosure.released_rank(view, stats.rank_low),
+        high=disclosure.released_rank(view, stats.rank_high),
+        best_share=share,
+        histogram=disclosure.released_histogram(view, stats.histogram),
     )
 
 
-def leaderboard(
-    session: Session,
-    *,
-    slug: str,
-    version: str | None,
-    viewer: User | None,
-    sort: str = "rank",
-    order: str | None = None,
-    versions: VersionsMode = "latest",
-    limit: int | None = 50,
-    offset: int = 0,
-    with_statistics: bool = True,
-    unranked: bool = False,
-) -> Leaderboard:
-    """The board; with ``unranked`` the entries shown apart follow the ranked ones."""
-    dataset = datasets.get_dataset(session, slug)
-    dv = datasets.get_version(session, dataset, version)
-    rows, apart = board_rows(session, dv, viewer=viewer, versions=versions)
-    ordered, order = _sorted(rows, sort, order)
-    if unranked:
-        ordered += _sorted(apart, sort, order)[0]
-    window = ordered[offset:] if limit is None else ordered[offset : offset + limit]
+def _duplicate_of(row: Row) -> DuplicateOf | None:
+    twin = row.duplicate_of
+    if twin is None:
+        return None
+    return DuplicateOf(
+        evaluation_id=twin.evaluation_id,
+        algorithm_id=twin.algorithm_id,
+        algorithm=twin.algorithm,
+        algorithm_version=twin.algorithm_version,
+        owner=twin.owner,
+    )
 
-    settings = get_settings()
-    if with_statistics and rows:
-        stats = statistics.board_statistics(session, [r.evaluation_id for r in rows])
-    else:
-        stats = statistics.BoardStats(status="not computed", by_evaluation={})
+
+def _entries(
+    session: Session,
+    window: list[Row],
+    stats: statistics.BoardStats,
+    dv: DatasetVersion,
+    viewer: User | None,
+) -> list[LeaderboardEntry]:
     summaries = run_summaries(session, [r.evaluation_id for r in window])
-    if dataset.kind != DatasetKind.PUBLIC_SAMPLE:
-        # A container chooses how long it runs and how much memory it takes, from the data
-        # it reads: on held-out data those figures are for admins (on the evaluation).
-        summaries = {
-            i: dataclasses.replace(s, wall_time_s=None, peak_memory_bytes=None)
-            for i, s in summaries.items()
-        }
     items = []
     for row in window:
+        summary = summaries[row.evaluation_id]
+        if not row.view.run_resources:
+            # A container chooses how long it runs and how much memory it takes, from the
+            # data it reads: on held-out data those figures are for admins.
+            summary = dataclasses.replace(summary, wall_time_s=None, peak_memory_bytes=None)
         entry_stats = stats.by_evaluation.get(row.evaluation_id)
-        if entry_stats is not None and not _intervals_disclosed(row, viewer):
-            entry_stats = None
-        twin = row.duplicate_of
         items.append(
             LeaderboardEntry(
                 rank=row.rank,
@@ -426,17 +508,7 @@ def leaderboard(
                 failed_recordings=row.failed_recordings,
                 failed_recordings_rule=row.failures_rule,
                 unranked_reason=row.unranked,
-                duplicate_of=(
-                    DuplicateOf(
-                        evaluation_id=twin.evaluation_id,
-                        algorithm_id=twin.algorithm_id,
-                        algorithm=twin.algorithm,
-                        algorithm_version=twin.algorithm_version,
-                        owner=twin.owner,
-                    )
-                    if twin
-                    else None
-                ),
+                duplicate_of=_duplicate_of(row),
                 submitted_at=row.submitted_at,
                 started_at=row.started_at,
                 finished_at=row.finished_at,
@@ -451,81 +523,104 @@ def leaderboard(
                 mine=viewer is not None and row.owner_id == viewer.id,
                 subjects=row.subjects,
                 recordings=row.recordings,
-                ci=(
-                    {
-                        m: Interval(low=_clean(lo), high=_clean(hi))
-                        for m, (lo, hi) in entry_stats.ci.items()
-                    }
-                    if entry_stats
-                    else None
-                ),
-                rank_stability=(
-                    RankStability(
-                        median=entry_stats.rank_median,
-                        low=entry_stats.rank_low,
-                        high=entry_stats.rank_high,
-                        best_share=entry_stats.best_share,
-                        histogram=entry_stats.histogram,
-                    )
-                    if entry_stats
-                    else None
-                ),
+                release=row.view.release,
+                ci=_intervals(row, entry_stats),
+                rank_stability=_rank_stability(row, entry_stats),
                 provenance=make_provenance(
-                    summaries[row.evaluation_id],
+                    summary,
                     image_digest=row.image_digest,
-                    dataset=dataset.slug,
+                    dataset=dv.dataset.slug,
                     dataset_version=dv.version,
                     scorer_version=row.scorer_version,
                     scoring_params=row.scoring_params,
                     official=True,
                 ),
-                **{m: _clean(v) for m, v in row.metrics.items()},
+                **row.metrics,
             )
         )
+    return items
+
+
+def board_release(session: Session, dv: DatasetVersion) -> BoardRelease:
+    """How this board releases scores to non-admins: per phase naming it, its rule now;
+    everything else exact, rounded where its dataset discloses aggregate figures only."""
+    settings = get_settings()
+    phases = session.scalars(
+        select(Phase)
+        .join(PhaseDatasetVersion, PhaseDatasetVersion.phase_id == Phase.id)
+        .where(PhaseDatasetVersion.dataset_version_id == dv.id)
+        .order_by(Phase.id)
+    ).all()
+    rules = [disclosure.rules_of(p) for p in phases]
+    return BoardRelease(
+        decimals=settings.released_decimals,
+        phases=[
+            PhaseRelease(
+                phase=r.slug,
+                rule=r.release,
+                ladder_step=r.ladder_step if r.release == "ladder" else None,
+                closed=r.closed,
+            )
+            for r in rules
+        ],
+    )
+
+
+def _resolve(session: Session, query: BoardQuery) -> tuple[Dataset, DatasetVersion]:
+    dataset = datasets.get_dataset(session, query.slug)
+    return dataset, datasets.get_version(session, dataset, query.version)
+
+
+def leaderboard(session: Session, query: BoardQuery, *, viewer: User | None) -> Leaderboard:
+    """The board as ``viewer`` may see it; with ``query.unranked`` the entries shown apart
+    follow the ranked ones."""
+    dataset, dv = _resolve(session, query)
+    ranked, apart = board_rows(session, dv, viewer=viewer, versions=query.versions)
+    ordered, order = _order(ranked, apart, query)
+    window = _window(ordered, query)
+    stats = _statistics(session, ranked, query)
+    settings = get_settings()
     return Leaderboard(
         dataset=dataset.slug,
         dataset_version=dv.version,
         kind=dataset.kind,
         ranking=RANKING_RULE,
+        release=board_release(session, dv),
         failed_recordings=dataset.failed_recordings,
         unranked_total=len(apart),
-        sort=sort,
+        sort=query.sort,
         order=order,
         statistics=StatisticsInfo(
             status=stats.status,
             confidence_level=settings.confidence_level,
             resamples=settings.bootstrap_resamples,
         ),
-        items=items,
+        items=_entries(session, window, stats, dv, viewer),
         total=len(ordered),
-        limit=len(window) if limit is None else limit,
-        offset=offset,
+        limit=len(window) if query.limit is None else query.limit,
+        offset=query.offset,
     )
 
 
+# --- the cache -------------------------------------------------------------------------------
+
+
 class LeaderboardFacts(NamedTuple):
-    """What a leaderboard depends on: the dataset version that the slug and version asked
-    for mean, its rules, and a stamp of its evaluations that changes whenever a result
-    appears, finishes, is published or hidden (the sums are weighted by evaluation id so
-    that two changes, one published and another hidden, rarely cancel out)."""
+    """What a leaderboard's answers key on: the dataset version the slug and version asked
+    for mean, its change counter (bumped by every service that changes what a board on it
+    shows: :mod:`szbench.changes`) and whether each phase naming it is closed now (a closing
+    date passes without a write)."""
 
     dataset_version_id: int
-    failed_recordings: str
-    disclosure: str
-    evaluations: int
-    last_id: int | None
-    last_finished_at: datetime | None
-    shown_ids: int | None
-    done_ids: int | None
-    scored_as_empty_ids: int | None
-    kept_unranked_ids: int | None
+    revision: int
+    phases_closed: tuple[tuple[int, bool], ...]
 
 
 def _facts(session: Session, subject: tuple[str, str | None]) -> LeaderboardFacts | None:
     slug, version = subject
     # As datasets.get_version: the named version, or the newest active one.
     meant = session.execute(
-        select(DatasetVersion.id, Dataset.failed_recordings, Dataset.disclosure)
+        select(DatasetVersion.id, DatasetVersion.revision)
         .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
         .where(
             Dataset.slug == slug,
@@ -538,31 +633,17 @@ def _facts(session: Session, subject: tuple[str, str | None]) -> LeaderboardFact
     ).first()
     if meant is None:
         return None
-    dv_id, rule, level = meant
-    # A withdrawal (or its undoing) changes both sums, so every viewer's answer is rebuilt.
-    listed = Algorithm.withdrawn_at.is_(None)
-    shown = and_(Evaluation.published.is_(True), Algorithm.visibility == Visibility.PUBLIC, listed)
-    done = and_(Evaluation.status == EvaluationStatus.DONE, listed)
-    # A phase's failed-recordings override moves entries in or out of the ranking, either
-    # way (a phase may keep failures unranked on a dataset that scores them).
-    scored_as_empty = Phase.failed_recordings == FailedRecordings.NO_DETECTIONS
-    kept_unranked = Phase.failed_recordings == FailedRecordings.UNRANKED
-    stamp = session.execute(
-        select(
-            func.count(Evaluation.id),
-            func.max(Evaluation.id),
-            func.max(Evaluation.finished_at),
-            func.sum(case((shown, Evaluation.id), else_=0)),
-            func.sum(case((done, Evaluation.id), else_=0)),
-            func.sum(case((scored_as_empty, Evaluation.id), else_=0)),
-            func.sum(case((kept_unranked, Evaluation.id), else_=0)),
-        )
-        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
-        .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
-        .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
-        .where(Evaluation.dataset_version_id == dv_id)
-    ).one()
-    return LeaderboardFacts(dv_id, str(rule), str(level), *stamp)
+    dv_id, revision = meant
+    phases = session.execute(
+        select(Phase.id, Phase.is_open, Phase.closes_at)
+        .join(PhaseDatasetVersion, PhaseDatasetVersion.phase_id == Phase.id)
+        .where(PhaseDatasetVersion.dataset_version_id == dv_id)
+        .order_by(Phase.id)
+    ).all()
+    closed = tuple(
+        (pid, disclosure.phase_closed(is_open, closes)) for pid, is_open, closes in phases
+    )
+    return LeaderboardFacts(dv_id, revision, closed)
 
 
 answers: StampedCache[tuple[str, str | None], LeaderboardFacts] = StampedCache(
@@ -588,8 +669,8 @@ def leaderboard_answer(
     build: Callable[[], bytes],
 ) -> Answer:
     """A leaderboard's answer for this viewer and variant (query parameters), kept while
-    its facts are unchanged. What a viewer may see is decided in :func:`leaderboard`, so
-    each viewer has their own answer."""
+    its facts are unchanged. What a viewer may see is decided per entry in
+    :func:`leaderboard`, and differs per viewer (their own entries), so each has their own."""
     facts = answers.facts(session, (slug, version))
     if facts is None:
         # The not-found error names what is missing: the dataset or its version.
@@ -641,7 +722,7 @@ def index(session: Session, *, viewer: User | None) -> list[LeaderboardIndexRow]
 def download_rows(board: Leaderboard) -> tuple[list[dict[str, Any]], list[str]]:
     columns = [
         "rank", "algorithm", "algorithm_version", "owner", "published", "subjects", "recordings",
-        *METRICS,
+        "release", *METRICS,
         *(f"{m}_ci_{b}" for m in statistics.CI_METRICS for b in ("low", "high")),
         "rank_median", "image_digest", "scorer_version", "evaluation_id",
         "complete", "failed_recordings", "failed_recordings_rule", "unranked_reason",

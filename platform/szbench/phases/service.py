@@ -1,4 +1,11 @@
-"""Challenge phases and publishing hidden results."""
+"""Challenge phases and publishing hidden results.
+
+A phase's rules (disclosure level, failed-recordings rule, release rule) apply to the dataset
+versions it names (:attr:`~szbench.models.Phase.dataset_versions`) and nowhere else: data
+registered later, or any other data its versions are evaluated on, follows its own rules.
+Every change of a rule bumps the change counters of the data it names
+(:mod:`szbench.changes`), in the same transaction.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,9 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from szbench import changes
 from szbench.errors import BadRequest, Conflict, NotFound
-from szbench.models import AlgorithmVersion, Evaluation, Phase
+from szbench.models import AlgorithmVersion, Dataset, DatasetVersion, Evaluation, Phase
 
 
 def list_phases(session: Session, *, limit: int, offset: int) -> tuple[list[Phase], int]:
@@ -59,12 +67,43 @@ def accepting(session: Session, now: datetime | None = None) -> list[Phase]:
     return [p for p in rows if refusal(p, now) is None]
 
 
+def resolve_dataset_versions(
+    session: Session, refs: list[tuple[str, str]], *, field: str = "dataset_versions"
+) -> list[DatasetVersion]:
+    """The dataset versions named by ``(dataset slug, version)`` pairs; BadRequest naming the
+    first that does not exist."""
+    found = []
+    for i, (slug, version) in enumerate(refs):
+        dv = session.scalar(
+            select(DatasetVersion)
+            .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
+            .where(Dataset.slug == slug, DatasetVersion.version == version)
+        )
+        if dv is None:
+            raise BadRequest(
+                f"{field}[{i}]: dataset {slug[:100]!r} has no version {version[:100]!r}"
+            )
+        if dv not in found:
+            found.append(dv)
+    return found
+
+
+def set_dataset_versions(session: Session, phase: Phase, versions: list[DatasetVersion]) -> Phase:
+    """Name the dataset versions ``phase``'s rules apply to (replacing the previous list)."""
+    before = [dv.id for dv in phase.dataset_versions]
+    phase.dataset_versions = list(versions)
+    session.flush()
+    changes.phase_changed(session, phase.id, also=before)
+    return phase
+
+
 def create_phase(
     session: Session,
     *,
     slug: str,
     opens_at: datetime | None = None,
     closes_at: datetime | None = None,
+    dataset_versions: list[DatasetVersion] | None = None,
     **fields: object,
 ) -> Phase:
     if session.scalar(select(Phase.id).where(Phase.slug == slug)) is not None:
@@ -74,40 +113,61 @@ def create_phase(
     phase = Phase(slug=slug, opens_at=opens_at, closes_at=closes_at, **fields)
     session.add(phase)
     session.flush()
+    if dataset_versions:
+        set_dataset_versions(session, phase, dataset_versions)
     return phase
 
 
 #: Fields where None is a value (removes the override or the date), not "unchanged".
-NULLABLE = ("disclosure", "opens_at", "closes_at", "failed_recordings")
+NULLABLE = (
+    "disclosure",
+    "opens_at",
+    "closes_at",
+    "failed_recordings",
+    "release_rule",
+    "ladder_step",
+)
 
 
-def update_phase(session: Session, phase: Phase, **changes: Any) -> Phase:
+def update_phase(session: Session, phase: Phase, **changed: Any) -> Phase:
     for key in ("opens_at", "closes_at"):
-        if key in changes:
-            changes[key] = _aware(changes[key])
-    _check_dates(changes.get("opens_at", phase.opens_at), changes.get("closes_at", phase.closes_at))
-    for key, value in changes.items():
+        if key in changed:
+            changed[key] = _aware(changed[key])
+    _check_dates(changed.get("opens_at", phase.opens_at), changed.get("closes_at", phase.closes_at))
+    for key, value in changed.items():
         # None means "unchanged", except where it is a value (NULLABLE).
         if value is not None or key in NULLABLE:
             setattr(phase, key, value)
     session.flush()
+    # Its dates, opening and rules decide what is shown of its results on the data it names.
+    changes.phase_changed(session, phase.id)
     return phase
 
 
 def publish_phase(session: Session, phase: Phase) -> int:
     """Publish every evaluation of every version submitted to ``phase``; how many changed."""
     versions = select(AlgorithmVersion.id).where(AlgorithmVersion.phase_id == phase.id)
-    result = session.execute(
-        update(Evaluation)
-        .where(Evaluation.algorithm_version_id.in_(versions), Evaluation.published.is_(False))
-        .values(published=True)
-        .execution_options(synchronize_session=False)
+    hidden = list(
+        session.scalars(
+            select(Evaluation.id).where(
+                Evaluation.algorithm_version_id.in_(versions), Evaluation.published.is_(False)
+            )
+        )
     )
+    if hidden:
+        session.execute(
+            update(Evaluation)
+            .where(Evaluation.id.in_(hidden))
+            .values(published=True)
+            .execution_options(synchronize_session=False)
+        )
+        changes.evaluations_changed(session, hidden)
     session.flush()
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    return len(hidden)
 
 
 def publish_evaluation(session: Session, evaluation: Evaluation) -> Evaluation:
     evaluation.published = True
     session.flush()
+    changes.evaluations_changed(session, [evaluation.id])
     return evaluation

@@ -25,7 +25,7 @@ from szbench.models import (
     SubjectResult,
     User,
 )
-from szbench.results import disclosure, run_log
+from szbench.results import disclosure, ladder, run_log
 
 METRICS = (
     "event_sensitivity",
@@ -53,15 +53,33 @@ def dataset_result(
         raise NotFound(
             f"evaluation {evaluation.id} has no result yet (status {evaluation.status.value})"
         )
+    view = disclosure.view_of(viewer, evaluation)
     return DatasetResultOut(
         evaluation_id=evaluation.id,
         subjects=result.subjects,
         recordings=result.recordings,
         missing_hypotheses=result.missing_hypotheses,
-        report=result.report or {},
+        release=view.release,
+        report=disclosure.released_report(view, result.report or {}),
         provenance=provenances(session, [evaluation], viewer=viewer)[evaluation.id],
-        **metrics_of(result),
+        **released_metrics(session, [(evaluation, view)])[evaluation.id],
     )
+
+
+def released_metrics(
+    session: Session, shown: list[tuple[Evaluation, disclosure.View]]
+) -> dict[int, dict[str, float | None]]:
+    """Each evaluation's dataset-level figures as its view releases them (the Ladder's
+    scores read in one query per submitter)."""
+    scores = ladder.ladder_scores(session, [(e.id, view) for e, view in shown])
+    return {
+        e.id: disclosure.released_metrics(
+            view,
+            metrics_of(e.result) if e.result is not None else dict.fromkeys(METRICS),
+            ladder_score=scores.get(e.id),
+        )
+        for e, view in shown
+    }
 
 
 def subject_results(

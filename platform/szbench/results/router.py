@@ -18,7 +18,7 @@ from szbench.evaluations import queries as evaluations
 from szbench.evaluations.queries import provenances
 from szbench.evaluations.schemas import DatasetResultOut, RunOut, SubjectResultsPage
 from szbench.models import RunOutcome
-from szbench.results import queries, service
+from szbench.results import disclosure, queries, service
 from szbench.results.schemas import AlgorithmResultRow, AlgorithmResults
 
 router = APIRouter(tags=["results"], responses=ERROR_RESPONSES)
@@ -177,6 +177,8 @@ def algorithm_results(
             offset=page.offset,
         )
         prov = provenances(session, window, viewer=caller.user)
+        views = [(e, disclosure.view_of(caller.user, e)) for e in window]
+        released = queries.released_metrics(session, views)
         items = [
             AlgorithmResultRow(
                 evaluation_id=e.id,
@@ -187,10 +189,11 @@ def algorithm_results(
                 published=e.published,
                 subjects=e.result.subjects if e.result else 0,
                 recordings=e.result.recordings if e.result else 0,
+                release=view.release,
                 provenance=prov[e.id],
-                **(queries.metrics_of(e.result) if e.result else dict.fromkeys(queries.METRICS)),
+                **released[e.id],
             )
-            for e in window
+            for e, view in views
         ]
         return _json(
             AlgorithmResults(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from szbench.evaluations.schemas import Metrics, Provenance
+from szbench.evaluations.schemas import RELEASE_DESCRIPTION, Metrics, Provenance
+from szbench.results.disclosure import Release
 
 
 class AlgorithmResultRow(Metrics):
@@ -16,6 +17,7 @@ class AlgorithmResultRow(Metrics):
     published: bool
     subjects: int
     recordings: int
+    release: Release = Field(description=RELEASE_DESCRIPTION)
     provenance: Provenance
 
 

@@ -4,10 +4,9 @@ algorithm's results side by side (see :mod:`szbench.stamped_cache`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from szbench.auth import policy
@@ -17,13 +16,10 @@ from szbench.models import (
     Algorithm,
     AlgorithmVersion,
     Dataset,
-    DatasetKind,
     DatasetResult,
     DatasetVersion,
-    Disclosure,
     Evaluation,
     EvaluationKind,
-    EvaluationStatus,
     Phase,
     User,
     Visibility,
@@ -33,62 +29,67 @@ from szbench.stamped_cache import Answer, StampedCache, viewer_key
 
 
 class EvaluationFacts(NamedTuple):
-    """Who may see an evaluation, and what its results depend on."""
+    """Who may see an evaluation, what decides what they learn of it, and the change
+    counters of what its answers show (:mod:`szbench.changes`)."""
 
     owner_id: int
     visibility: Visibility
     published: bool
     kind: EvaluationKind
-    status: EvaluationStatus
-    finished_at: datetime | None
-    recordings_done: int
-    result_id: int | None
-    # What the disclosure rules need (see disclosure_view): a change of level changes the
-    # facts, so no answer built under the old level is served again.
-    dataset_kind: DatasetKind
-    dataset_disclosure: Disclosure | None
-    phase_disclosure: Disclosure | None
+    disclosure: disclosure.Facts
+    # The evaluation's, its algorithm's and its dataset version's counters: a result, a
+    # publish, a rule of the dataset or of the governing phase bumps one of them.
+    revisions: tuple[int, int, int]
 
 
 class AlgorithmFacts(NamedTuple):
-    """An algorithm's owner and visibility, and a stamp of its evaluations (a new one, a
-    finish, a publish or hide changes it: the sums are weighted by id so that two changes
-    rarely cancel out)."""
+    """An algorithm's owner and visibility, and the change counters of what its results
+    show: its own, the sum of its evaluations' dataset versions' (counters only grow, so
+    the sum moves with any of them), and whether each of its phases is closed now (a
+    closing date passes without a write)."""
 
     owner_id: int
     visibility: Visibility
     name: str
-    evaluations: int
-    last_id: int | None
-    last_finished_at: datetime | None
-    published_ids: int | None
-    done_ids: int | None
+    revision: int
+    dataset_revisions: int
+    phases_closed: tuple[tuple[int, bool], ...]
 
 
 def _evaluation_facts(session: Session, evaluation_id: int) -> EvaluationFacts | None:
-    row = session.execute(
+    query = (
         select(
             Algorithm.owner_id,
             Algorithm.visibility,
             Evaluation.published,
             Evaluation.kind,
-            Evaluation.status,
-            Evaluation.finished_at,
-            Evaluation.recordings_done,
-            DatasetResult.id,
             Dataset.kind,
             Dataset.disclosure,
-            Phase.disclosure,
+            *disclosure.PHASE_COLUMNS,
+            DatasetResult.subjects,
+            Evaluation.revision,
+            Algorithm.revision,
+            DatasetVersion.revision,
         )
         .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
         .join(Algorithm, AlgorithmVersion.algorithm_id == Algorithm.id)
         .join(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
         .join(Dataset, DatasetVersion.dataset_id == Dataset.id)
-        .outerjoin(Phase, AlgorithmVersion.phase_id == Phase.id)
         .outerjoin(DatasetResult, DatasetResult.evaluation_id == Evaluation.id)
         .where(Evaluation.id == evaluation_id)
-    ).first()
-    return EvaluationFacts(*row) if row is not None else None
+    )
+    row = session.execute(disclosure.join_governing_phase(query)).first()
+    if row is None:
+        return None
+    owner_id, visibility, published, kind, dataset_kind, level, *rest = row
+    phase, (subjects, *revisions) = tuple(rest[:6]), rest[6:]
+    facts = disclosure.facts_from_row(
+        dataset_kind, level, phase, subjects=subjects, owner_id=owner_id
+    )
+    evaluation_rev, algorithm_rev, dataset_rev = revisions
+    return EvaluationFacts(
+        owner_id, visibility, published, kind, facts, (evaluation_rev, algorithm_rev, dataset_rev)
+    )
 
 
 def _algorithm_facts(session: Session, algorithm_id: int) -> AlgorithmFacts | None:
@@ -97,18 +98,28 @@ def _algorithm_facts(session: Session, algorithm_id: int) -> AlgorithmFacts | No
             Algorithm.owner_id,
             Algorithm.visibility,
             Algorithm.name,
-            func.count(Evaluation.id),
-            func.max(Evaluation.id),
-            func.max(Evaluation.finished_at),
-            func.sum(case((Evaluation.published.is_(True), Evaluation.id), else_=0)),
-            func.sum(case((Evaluation.status == EvaluationStatus.DONE, Evaluation.id), else_=0)),
+            Algorithm.revision,
+            func.coalesce(func.sum(DatasetVersion.revision), 0),
         )
         .outerjoin(AlgorithmVersion, AlgorithmVersion.algorithm_id == Algorithm.id)
         .outerjoin(Evaluation, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+        .outerjoin(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
         .where(Algorithm.id == algorithm_id)
         .group_by(Algorithm.id, Algorithm.owner_id, Algorithm.visibility, Algorithm.name)
     ).first()
-    return AlgorithmFacts(*row) if row is not None else None
+    if row is None:
+        return None
+    phases = session.execute(
+        select(Phase.id, Phase.is_open, Phase.closes_at)
+        .join(AlgorithmVersion, AlgorithmVersion.phase_id == Phase.id)
+        .where(AlgorithmVersion.algorithm_id == algorithm_id)
+        .distinct()
+        .order_by(Phase.id)
+    ).all()
+    closed = tuple(
+        (pid, disclosure.phase_closed(is_open, closes_at)) for pid, is_open, closes_at in phases
+    )
+    return AlgorithmFacts(*row, phases_closed=closed)
 
 
 evaluation_answers: StampedCache[int, EvaluationFacts] = StampedCache(
@@ -140,23 +151,10 @@ def authorize_evaluation(viewer: User | None, evaluation_id: int, facts: Evaluat
         raise NotFound(f"evaluation {evaluation_id} does not exist")
 
 
-def disclosure_view(viewer: User | None, facts: EvaluationFacts) -> disclosure.View:
-    """:func:`disclosure.view_of` on the facts of an evaluation."""
-    return disclosure.View(
-        admin=policy.is_admin(viewer),
-        owner=viewer is not None and viewer.id == facts.owner_id,
-        held_out=facts.dataset_kind != DatasetKind.PUBLIC_SAMPLE,
-        level=disclosure.level_of(
-            facts.dataset_kind, facts.dataset_disclosure, facts.phase_disclosure
-        ),
-        signed_in=viewer is not None,
-    )
-
-
 def authorize_subjects(viewer: User | None, evaluation_id: int, facts: EvaluationFacts) -> None:
     """:func:`authorize_evaluation`, and the per-subject figures must be disclosed."""
     authorize_evaluation(viewer, evaluation_id, facts)
-    disclosure_view(viewer, facts).require_subjects(evaluation_id)
+    disclosure.decide(viewer, facts.disclosure).require_subjects(evaluation_id)
 
 
 def authorize_algorithm(viewer: User | None, algorithm_id: int, facts: AlgorithmFacts) -> None:
@@ -176,14 +174,14 @@ def evaluation_answer(
     build: Callable[[], bytes],
     authorize: Callable[[User | None, int, EvaluationFacts], None] = authorize_evaluation,
 ) -> Answer:
-    """An answer about one evaluation, shared by every viewer who sees the same: admins,
-    the owner, everyone else (what differs is in :mod:`szbench.results.disclosure`)."""
+    """An answer about one evaluation, shared by every viewer with the same
+    :class:`~szbench.results.disclosure.View` of it (admins, the owner, everyone else)."""
     facts = evaluation_answers.facts(session, evaluation_id)
     if facts is None:
         raise NotFound(f"evaluation {evaluation_id} does not exist")
     authorize(viewer, evaluation_id, facts)
-    view = disclosure_view(viewer, facts)
-    return evaluation_answers.answer(evaluation_id, facts, (variant, view.admin, view.owner), build)
+    view = disclosure.decide(viewer, facts.disclosure)
+    return evaluation_answers.answer(evaluation_id, facts, (variant, view.shape), build)
 
 
 def algorithm_answer(

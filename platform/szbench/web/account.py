@@ -20,6 +20,7 @@ from szbench.datasets import queries as datasets
 from szbench.errors import Forbidden, NotFound, SzbenchError, TooManyAttempts, Unauthorized
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
+from szbench.evaluations import service as evaluation_service
 from szbench.evaluations.schemas import EvaluationCreate
 from szbench.leaderboards.service import failures_rule
 from szbench.models import AlgorithmVersion
@@ -374,6 +375,8 @@ def submissions(request: Request, session: SessionDep, caller: SignedIn) -> Resp
         "title": "My submissions",
         "views": views,
         "counts": counts,
+        # Versions whose phase takes no more held-out work from this user, and why.
+        "closed": web_queries.closed_versions(views, caller.user),
         "datasets": [d for d in all_datasets if any(v.is_active for v in d.versions)],
     }
     template = (
@@ -445,6 +448,9 @@ def evaluation_page(
         "version": version,
         "can_manage": caller.user is not None
         and (caller.is_admin or evaluation.algorithm_version.algorithm.owner_id == caller.user.id),
+        "rerun_refused": evaluation_service.closed_phase_refusal(
+            caller.user, evaluation.algorithm_version, evaluation.dataset_version
+        ),
         "failures_rule": failures_rule(evaluation).value,
     }
     return render(request, "evaluation.html", caller, context)

@@ -3,6 +3,7 @@ phases, publishing hidden results, the queue. Every route requires the admin rol
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -21,9 +22,17 @@ from szbench.datasets import service as dataset_service
 from szbench.datasets.schemas import DatasetVersionCreate
 from szbench.errors import BadRequest, SzbenchError
 from szbench.evaluations import queries as evaluations
-from szbench.models import DatasetKind, Disclosure, FailedRecordings, Role
+from szbench.models import (
+    DatasetKind,
+    DatasetVersion,
+    Disclosure,
+    FailedRecordings,
+    ReleaseRule,
+    Role,
+)
 from szbench.phases import service as phases
 from szbench.phases.schemas import PhaseCreate
+from szbench.results.disclosure import rules_of
 from szbench.web import queries as web_queries
 from szbench.web.common import CsrfChecked, redirect, render
 
@@ -56,7 +65,8 @@ def _datasets_page(
         "title": "Datasets",
         "datasets": rows,
         "counts": counts,
-        "kinds": list(DatasetKind),
+        # Held-out first: the default, and what a dataset stays unless made public on purpose.
+        "kinds": [DatasetKind.HELD_OUT, DatasetKind.PUBLIC_SAMPLE],
         "error": error,
         "check": check,
         "form": form or {},
@@ -80,17 +90,23 @@ def create_dataset(
     title: Annotated[str, Form(max_length=200)] = "",
     description: Annotated[str, Form(max_length=5000)] = "",
     kind: Annotated[str, Form(max_length=30)] = DatasetKind.HELD_OUT.value,
+    confirm_public: Annotated[str, Form(max_length=100)] = "",
 ) -> Response:
-    """Create a dataset."""
+    """Create a dataset (held-out unless a public sample is confirmed by its slug)."""
     try:
         kind_value = DatasetKind(kind)
     except ValueError:
         return _datasets_page(
-            request, session, caller, error=f"kind: unknown kind {kind!r}", status_code=400
+            request, session, caller, error=f"kind: unknown kind {kind[:30]!r}", status_code=400
         )
     try:
         dataset_service.create_dataset(
-            session, slug=slug.strip(), title=title, description=description, kind=kind_value
+            session,
+            slug=slug.strip(),
+            title=title,
+            description=description,
+            kind=kind_value,
+            confirm_public=_confirmed(slug, confirm_public),
         )
     except SzbenchError as exc:
         session.rollback()
@@ -98,6 +114,45 @@ def create_dataset(
             request, session, caller, error=exc.detail, status_code=exc.status_code
         )
     return redirect("/admin/datasets", f"Dataset {slug} created.")
+
+
+def _confirmed(slug: str, typed: str) -> bool:
+    # Making data public is confirmed by typing its slug, so no default or stray click does it.
+    return bool(slug.strip()) and typed.strip() == slug.strip()
+
+
+@router.post("/datasets/{slug}/kind", response_class=HTMLResponse)
+def set_kind(
+    request: Request,
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    kind: Annotated[str, Form(max_length=30)] = "",
+    confirm_public: Annotated[str, Form(max_length=100)] = "",
+) -> Response:
+    """Make a dataset held-out, or (confirmed by its slug) a downloadable public sample."""
+    try:
+        kind_value = DatasetKind(kind)
+    except ValueError:
+        return _datasets_page(
+            request, session, caller, error=f"kind: unknown kind {kind[:30]!r}", status_code=400
+        )
+    dataset = datasets.get_dataset(session, slug)
+    try:
+        dataset_service.set_kind(
+            session, dataset, kind_value, confirm_public=_confirmed(slug, confirm_public)
+        )
+    except SzbenchError as exc:
+        session.rollback()
+        return _datasets_page(
+            request, session, caller, error=exc.detail, status_code=exc.status_code
+        )
+    told = {
+        DatasetKind.HELD_OUT: "is held-out: its data is for admins only",
+        DatasetKind.PUBLIC_SAMPLE: "is a public sample: anyone signed in may download it",
+    }
+    return redirect("/admin/datasets", f"Dataset {slug} {told[kind_value]}.")
 
 
 @router.post("/datasets/{slug}/disclosure", response_class=HTMLResponse)
@@ -386,6 +441,40 @@ def _level(text: str) -> Disclosure | None:
         ) from None
 
 
+def _rule(text: str) -> ReleaseRule | None:
+    if not text:
+        return None
+    try:
+        return ReleaseRule(text)
+    except ValueError:
+        raise BadRequest(
+            f"release_rule: unknown rule {text[:30]!r} (exact or ladder; empty: the default)"
+        ) from None
+
+
+def _step(text: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        step = float(text)
+    except ValueError:
+        step = math.nan
+    if not 0 < step <= 0.5:
+        raise BadRequest(f"ladder_step: {text[:20]!r} is not a number above 0 and up to 0.5")
+    return step
+
+
+def _named_versions(session: SessionDep, ids: list[int]) -> list[DatasetVersion]:
+    found = []
+    for i, dv_id in enumerate(ids):
+        dv = session.get(DatasetVersion, dv_id)
+        if dv is None:
+            raise BadRequest(f"dataset_version[{i}]: no dataset version {dv_id}")
+        found.append(dv)
+    return found
+
+
 def _phases_page(
     request: Request,
     session: SessionDep,
@@ -396,10 +485,16 @@ def _phases_page(
     status_code: int = 200,
 ) -> Response:
     rows = web_queries.all_phases(session)
+    all_datasets, _ = datasets.list_datasets(session, limit=500, offset=0)
     context = {
         "title": "Phases",
         "phases": rows,
         "refusals": {p.id: phases.refusal(p) for p in rows},
+        "rules": {p.id: rules_of(p) for p in rows},
+        "named": {p.id: {dv.id for dv in p.dataset_versions} for p in rows},
+        "dataset_versions": [
+            dv for d in all_datasets if d.kind == DatasetKind.HELD_OUT for dv in d.versions
+        ],
         "levels": list(Disclosure),
         "error": error,
         "form": form or {},
@@ -429,11 +524,15 @@ def create_phase(
     submission_quota: PhaseText = "",
     disclosure: PhaseText = "",
     hidden: PhaseText = "",
+    release_rule: PhaseText = "",
+    ladder_step: PhaseText = "",
+    dataset_version: Annotated[list[int] | None, Form(max_length=200)] = None,
 ) -> Response:
     """Create a phase."""
     form = {
         "slug": slug, "title": title, "opens_at": opens_at, "closes_at": closes_at,
         "submission_quota": submission_quota, "disclosure": disclosure, "hidden": hidden,
+        "release_rule": release_rule, "ladder_step": ladder_step,
     }  # fmt: skip
     try:
         body = PhaseCreate(
@@ -442,10 +541,16 @@ def create_phase(
             hidden=hidden == "true",
             submission_quota=_quota(submission_quota),
             disclosure=_level(disclosure),
+            release_rule=_rule(release_rule),
+            ladder_step=_step(ladder_step),
             opens_at=_moment("opens_at", opens_at),
             closes_at=_moment("closes_at", closes_at),
         )
-        phases.create_phase(session, **body.model_dump())
+        phases.create_phase(
+            session,
+            **body.model_dump(exclude={"dataset_versions"}),
+            dataset_versions=_named_versions(session, dataset_version or []),
+        )
     except ValidationError as exc:
         detail = describe_validation_errors([dict(e) for e in exc.errors()])
         return _phases_page(request, session, caller, error=detail, form=form, status_code=400)
@@ -514,6 +619,40 @@ def set_phase_disclosure(
     phases.update_phase(session, phase, disclosure=level)
     shown = level.value if level else "each dataset's own level"
     return redirect("/admin/publishing", f"Phase {slug} now discloses {shown}.")
+
+
+@router.post("/phases/{slug}/datasets")
+def set_phase_datasets(
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    dataset_version: Annotated[list[int] | None, Form(max_length=200)] = None,
+) -> Response:
+    """Name the dataset versions a phase's rules apply to (none ticked: none)."""
+    phase = phases.get_phase(session, slug)
+    named = _named_versions(session, dataset_version or [])
+    phases.set_dataset_versions(session, phase, named)
+    shown = ", ".join(f"{dv.dataset.slug} {dv.version}" for dv in named) or "no data"
+    return redirect("/admin/phases", f"Phase {slug}'s rules now apply to {shown}.")
+
+
+@router.post("/phases/{slug}/release")
+def set_phase_release(
+    slug: str,
+    session: SessionDep,
+    caller: AdminOnly,
+    _csrf: CsrfChecked,
+    release_rule: PhaseText = "",
+    ladder_step: PhaseText = "",
+) -> Response:
+    """How a phase releases held-out scores while open (empty: the default)."""
+    phase = phases.get_phase(session, slug)
+    phases.update_phase(
+        session, phase, release_rule=_rule(release_rule), ladder_step=_step(ladder_step)
+    )
+    rules = rules_of(phase)
+    return redirect("/admin/phases", f"Phase {slug} now releases scores: {rules.release.value}.")
 
 
 @router.post("/phases/{slug}/failed-recordings")

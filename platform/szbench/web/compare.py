@@ -125,14 +125,10 @@ def compare_page(
     if not dataset:
         raise BadRequest("dataset: choose a dataset (open the comparison from a leaderboard)")
     ds = datasets.get_dataset(session, dataset)
-    board = leaderboards.leaderboard(
-        session,
-        slug=ds.slug,
-        version=version or None,
-        viewer=caller.user,
-        versions="all",
-        limit=None,
+    query = leaderboards.BoardQuery(
+        slug=ds.slug, version=version or None, versions="all", limit=None
     )
+    board = leaderboards.leaderboard(session, query, viewer=caller.user)
     context: dict[str, object] = {
         "title": f"Compare algorithms on {ds.title or ds.slug}",
         "dataset": ds,

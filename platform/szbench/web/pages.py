@@ -191,17 +191,16 @@ def leaderboard(
             "algorithm, subjects, recordings or a metric (event_f1, event_fp_rate, ...); "
             "use the column headings."
         )
-    board = leaderboards.leaderboard(
-        session,
+    query = leaderboards.BoardQuery(
         slug=slug,
         version=version or None,
-        viewer=caller.user,
         sort=sort,
         order=order,
         versions=versions,
         limit=None,
         unranked=unranked,
     )
+    board = leaderboards.leaderboard(session, query, viewer=caller.user)
     phase_of = web_queries.phases_of_versions(
         session, [e.algorithm_version_id for e in board.items]
     )
@@ -253,6 +252,7 @@ def leaderboard(
         "ranked_count": sum(1 for e in board.items if e.rank is not None),
         "phases": web_queries.all_phases(session),
         "fp_max": fp_max,
+        "decimals": board.release.decimals,
     }
     return render(request, "leaderboard.html", caller, context)
 
@@ -275,10 +275,15 @@ def algorithm_page(
             raise NotFound(f"evaluation {evaluation} is not a result of this algorithm")
     elif shown:
         selected = shown[-1]
+    views = [(e, disclosure.view_of(caller.user, e)) for e in shown]
     context: dict[str, object] = {
         "title": algorithm.title or algorithm.name,
         "algorithm": algorithm,
         "results": shown,
+        # Each result's figures as its view releases them, and how (rounded, ladder, exact).
+        "released": results.released_metrics(session, views),
+        "release": {e.id: view.release.value for e, view in views},
+        "decimals": get_settings().released_decimals,
         "selected": selected,
         "labels": METRIC_LABELS,
         # A count per finished evaluation: what every viewer of the result may know.
@@ -301,10 +306,7 @@ def _evaluation_charts(
     if view.subjects:
         subjects, _ = results.subject_results(session, evaluation, viewer=caller.user, limit=None)
     else:
-        subjects_hidden = (
-            f"Per-subject results are not disclosed: this held-out dataset discloses "
-            f"{view.level.value} figures only."
-        )
+        subjects_hidden = view.withheld("Per-subject results") + "."
     labels = [s.subject for s in subjects]
     subject_charts = [
         charts.horizontal_bars(
@@ -329,27 +331,26 @@ def _evaluation_charts(
     statistics_status = None
     if evaluation.status.value == "done" and evaluation.official:
         dv = evaluation.dataset_version
-        board = leaderboards.leaderboard(
-            session,
-            slug=dv.dataset.slug,
-            version=dv.version,
-            viewer=caller.user,
-            versions="all",
-            limit=None,
+        query = leaderboards.BoardQuery(
+            slug=dv.dataset.slug, version=dv.version, versions="all", limit=None
         )
+        board = leaderboards.leaderboard(session, query, viewer=caller.user)
         statistics_status = board.statistics.status
         entry = next((e for e in board.items if e.evaluation_id == evaluation.id), None)
         if entry is not None and entry.rank_stability is None and statistics_status == "ok":
             statistics_status = (
-                f"not disclosed: over {entry.subjects} subject(s) the resampled ranks would "
-                "show per-subject results, which this held-out dataset does not disclose"
+                "not disclosed: this phase releases scores by the Ladder until it closes"
+                if view.release.value == "ladder"
+                else f"not disclosed: over {entry.subjects} subject(s) the resampled ranks "
+                "would show per-subject results, which this held-out dataset does not disclose"
             )
         if entry is not None and entry.rank_stability is not None:
             stability = {"entry": entry, "rs": entry.rank_stability, "board_size": board.total}
-            rank_chart = charts.rank_histogram(
-                entry.rank_stability.histogram,
-                title=f"Rank across subjects on {dv.dataset.slug} {dv.version}",
-            )
+            if entry.rank_stability.histogram:
+                rank_chart = charts.rank_histogram(
+                    entry.rank_stability.histogram,
+                    title=f"Rank across subjects on {dv.dataset.slug} {dv.version}",
+                )
     lines, hidden_reason = web_queries.timelines(session, evaluation, viewer=caller.user)
     timeline_charts = [
         (

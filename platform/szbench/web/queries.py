@@ -21,6 +21,7 @@ from szbench.algorithms import service as algorithms
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.evaluations import queries as evaluations
+from szbench.evaluations import service as evaluation_service
 from szbench.models import (
     FAILED_OUTCOMES,
     Algorithm,
@@ -91,6 +92,17 @@ def my_submissions(
         for e in rows
     }
     return views, counts
+
+
+def closed_versions(views: list[AlgorithmView], user: User | None) -> dict[int, str]:
+    """Versions whose phase no longer takes held-out work from ``user``, and why."""
+    closed = {}
+    for view in views:
+        for vv in view.versions:
+            refused = evaluation_service.held_out_work_refusal(user, vv.version)
+            if refused is not None:
+                closed[vv.version.id] = refused
+    return closed
 
 
 def progress_snapshot(session: Session, user: User) -> dict[str, Any]:
@@ -179,10 +191,7 @@ def timelines(
     dataset = evaluation.dataset_version.dataset
     view = disclosure.view_of(viewer, evaluation)
     if not view.recordings:
-        return [], (
-            "Timelines are not disclosed: this held-out dataset discloses "
-            f"{view.level.value} figures only."
-        )
+        return [], view.withheld("Timelines") + "."
     if not view.held_out and not policy.can_read_recordings(viewer, dataset):
         return [], "Sign in to see the timelines of public-sample recordings."
     show_detections = policy.can_read_detections(viewer, evaluation)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench import changes
 from szbench.db import session_scope
 from szbench.models import (
     DatasetVersion,
@@ -76,6 +77,8 @@ def finalize_locked(session: Session, evaluation: Evaluation) -> bool:
         else ""
     )
     notify.record_evaluation_end(session, evaluation)
+    # Its result shows on its pages and boards from this transaction on (the read caches).
+    changes.evaluations_changed(session, [evaluation.id])
     return True
 
 
