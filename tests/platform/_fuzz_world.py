@@ -454,7 +454,9 @@ def _seed(conn: Connection, tmp: Path) -> World:
     held_dir = make_prepared_dataset(tmp / "held", HELD_RECS, seed=EDF_SEED)
     sample_dir = make_prepared_dataset(tmp / "sample", SAMPLE_RECS, seed=1)
     held = create_dataset(session, slug=f"fuzz-held-{mark}", kind=DatasetKind.HELD_OUT)
-    sample = create_dataset(session, slug=f"fuzz-sample-{mark}", kind=DatasetKind.PUBLIC_SAMPLE)
+    sample = create_dataset(
+        session, slug=f"fuzz-sample-{mark}", kind=DatasetKind.PUBLIC_SAMPLE, confirm_public=True
+    )
     held_dv = register_dataset_version(session, held, version="1", prepared_path=held_dir)
     sample_dv = register_dataset_version(session, sample, version="1", prepared_path=sample_dir)
     session.flush()

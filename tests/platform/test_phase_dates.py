@@ -8,8 +8,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from szbench import queue
 from szbench.evaluations import service as evaluation_service
-from szbench.models import Role
+from szbench.models import DatasetKind, Disclosure, Role
 from tests.platform import factories as f
 
 NOW = datetime.now(UTC)
@@ -105,3 +106,50 @@ def test_creating_with_dates_in_the_wrong_order_is_refused(
         "closes_at: 2030-01-01 00:00 UTC is not after opens_at 2030-02-01 00:00 UTC"
     )
     assert client.get("/api/v1/phases/backwards", headers=h).status_code == 404
+
+
+@pytest.mark.parametrize("closed", [{"is_open": False}, {"closes_at": NOW - timedelta(hours=1)}])
+def test_a_closed_phase_takes_no_held_out_work_but_from_admins(
+    client: TestClient, db_session: Session, closed: dict[str, object]
+) -> None:
+    """Issue 20.2: no new evaluation, re-run or re-score of a closed phase's versions on
+    held-out data for non-admins (API, pages), whatever the phase discloses."""
+    s = db_session
+    queue.set_sender(lambda name, q, kwargs: None)
+    try:
+        owner, admin = f.user(s), f.user(s, role=Role.ADMIN)
+        phase = f.phase(s, disclosure=Disclosure.RECORDING, **closed)
+        version = f.version(s, f.algorithm(s, owner), phase_id=phase.id)
+        held = f.dataset_version(s, f.dataset(s, slug="held"), version="1")
+        sample = f.dataset_version(s, f.dataset(s, DatasetKind.PUBLIC_SAMPLE, slug="pub"), "1")
+        phase.dataset_versions = [held]
+        for dv in (held, sample):
+            f.recording(s, dv)
+        done = f.evaluation(s, version, held)
+        f.result(s, done, {"01": {"event_f1": 0.5, "event_sensitivity": 0.5}})
+        mine, theirs = f.headers(s, owner), f.headers(s, admin)
+        new = {"algorithm_version_id": version.id, "dataset": "held"}
+        requests = [
+            ("/api/v1/evaluations", new),
+            (f"/api/v1/evaluations/{done.id}/rerun", None),
+            (f"/api/v1/evaluations/{done.id}/rescore", {"scoring_params": {"min_overlap": 0.5}}),
+        ]
+        for path, body in requests:
+            r = client.post(path, headers=mine, json=body)
+            assert r.status_code == 409, (path, r.text)
+            assert r.json()["detail"].startswith(f"phase: {phase.slug!r} ")
+            assert "no new evaluation, re-run or re-score on held-out data" in r.json()["detail"]
+        # The public sample is free, and an admin may start held-out work.
+        r = client.post("/api/v1/evaluations", headers=mine, json={**new, "dataset": "pub"})
+        assert r.status_code == 201, r.text
+        for path, body in requests:
+            assert client.post(path, headers=theirs, json=body).status_code == 201, path
+        # The pages offer no re-run, and the web route refuses it too.
+        page = client.get(f"/evaluations/{done.id}", headers=mine).text
+        assert 'id="rerun-refused"' in page
+        assert f'action="/evaluations/{done.id}/rerun"' not in page
+        listing = client.get("/submissions", headers=mine).text
+        assert "closed-phase-note" in listing
+        assert f'action="/evaluations/{done.id}/rerun"' not in listing
+    finally:
+        queue.set_sender(None)

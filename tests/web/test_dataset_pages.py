@@ -69,6 +69,7 @@ def _dataset(
         title=slug.title(),
         description="Scalp EEG of an epilepsy monitoring unit.",
         kind=kind,
+        confirm_public=True,
         disclosure=disclosure,
         licence="CC-BY-4.0",
         citation="Doe J. et al. An EEG corpus. 2024.",

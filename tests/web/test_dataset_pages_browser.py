@@ -47,7 +47,12 @@ def _seed(tmp_path: Path) -> dict[str, int]:
             ("held", DatasetKind.HELD_OUT),
         ):
             ds = dataset_service.create_dataset(
-                s, slug=slug, kind=kind, licence="CC-BY-4.0", citation=f"Cite {slug}."
+                s,
+                slug=slug,
+                kind=kind,
+                licence="CC-BY-4.0",
+                citation=f"Cite {slug}.",
+                confirm_public=True,
             )
             dv = dataset_service.register_dataset_version(
                 s,

@@ -171,7 +171,9 @@ def seed_world(
         status=status,
     )
     session.add(version)
-    dataset = create_dataset(session, slug=slug, kind=kind, run_limits=run_limits)
+    dataset = create_dataset(
+        session, slug=slug, kind=kind, run_limits=run_limits, confirm_public=True
+    )
     dv = register_dataset_version(session, dataset, version="1", prepared_path=prepared)
     session.flush()
     return World(user=user, version=version, dataset_version=dv, recs=list(recs))

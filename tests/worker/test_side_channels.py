@@ -156,7 +156,9 @@ def leak(
                 created_by_id=owner.id,
             )
             session.add(version)
-            sample_ds = create_dataset(session, slug="leak-sample", kind=DatasetKind.PUBLIC_SAMPLE)
+            sample_ds = create_dataset(
+                session, slug="leak-sample", kind=DatasetKind.PUBLIC_SAMPLE, confirm_public=True
+            )
             register_dataset_version(session, sample_ds, version="1", prepared_path=sample)
             held_ds = create_dataset(session, slug="leak-held", run_limits={"timeout_s": 3})
             register_dataset_version(session, held_ds, version="1", prepared_path=held)
