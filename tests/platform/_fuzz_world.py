@@ -3,11 +3,15 @@
 Another user (the victim) owns a private algorithm with versions, a public one with a
 version in an open phase and one in a hidden phase, evaluations on held-out data and a
 smoke test on the public sample, a token and an upload session. The researcher who calls
-owns a private algorithm with an evaluation on held-out data and an upload session. Every
-run on held-out data carries unique markers (messages, admin log, exit code, reference
-counts, resources, detections), as do the held-out annotations and EEG files: none of them
-may reach a non-admin, owner included. The victim's private objects carry unique names that
-may reach only the victim and admins.
+owns a private algorithm with an evaluation on held-out data and an upload session, and a
+version in a closed phase that discloses per-recording results on the held-out set it names,
+evaluated on a second held-out dataset registered after the phase closed. The held-out set
+has two subjects (mean and std of two figures are the figures). Every run on held-out data
+carries unique markers (messages, admin log, exit code, reference counts, resources,
+detections), as do the held-out annotations and EEG files, the exact dataset-level figures,
+their ``*_std`` and the pooled counts of the stored reports: none of them may reach a
+non-admin, owner included. The victim's private objects carry unique names that may reach
+only the victim and admins. No non-admin may start held-out work in the closed phase.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import io
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,7 @@ from szbench.leaderboards import statistics
 from szbench.models import (
     DatasetKind,
     DatasetResult,
+    Disclosure,
     EvaluationKind,
     Role,
     SubjectResult,
@@ -69,6 +75,9 @@ HELD_RECS = (
     Rec("sub-02", "run-00", 600, ((321.0, 54.0),)),
 )
 SAMPLE_RECS = (Rec("sub-90", "run-00", 600, ((200.0, 30.0),)),)
+# Registered after the closed phase closed; its EDF headers say "seed4343000".
+LATE_RECS = (Rec("sub-07", "run-00", 600, ((111.0, 22.0),)),)
+LATE_SEED = EDF_SEED + 101
 
 Owner = int | None  # the user who may see a value; None: anyone
 
@@ -96,6 +105,11 @@ class Facts:
     private_floats: dict[int, set[float]] = field(default_factory=dict)
     private_evaluations: dict[int, int] = field(default_factory=dict)  # id -> owner
     held_recordings: set[int] = field(default_factory=set)
+    # A closed phase's versions and their evaluations, and the held-out dataset slugs: no
+    # non-admin may start held-out work of them.
+    closed_versions: set[int] = field(default_factory=set)
+    closed_evaluations: set[int] = field(default_factory=set)
+    held_slugs: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -269,6 +283,9 @@ class World:
             and status < 300
         ):
             fail("write_scope", f"a write without the write scope got {status}")
+        if case.method == "POST" and status < 300:
+            for what in self.closed_work(case):
+                fail("closed_phase_work", what)
         if case.method in UNSAFE and status < 300:
             for container in _containers(case).values():
                 for key, value in (container or {}).items():
@@ -305,6 +322,20 @@ class World:
                 "oracle",
                 f"{named} answers {_answer(response)}, a missing one {_answer(absent)}",
             )
+
+    def closed_work(self, case: Any) -> list[str]:
+        """What held-out work of a closed phase ``case`` started (it got a 2xx)."""
+        facts = self.facts
+        body = case.body if isinstance(case.body, dict) else {}
+        if case.path == "/api/v1/evaluations":
+            version, slug = body.get("algorithm_version_id"), body.get("dataset")
+            if version in facts.closed_versions and slug in facts.held_slugs:
+                return [f"a held-out evaluation of version {version} of a closed phase"]
+        if case.path.endswith(("/rerun", "/rescore")):
+            evaluation = (case.path_parameters or {}).get("evaluation_id")
+            if evaluation in facts.closed_evaluations:
+                return [f"a re-run or re-score of evaluation {evaluation} of a closed phase"]
+        return []
 
     # -- what must not reach a caller -----------------------------------------------------
 
@@ -450,6 +481,14 @@ def _seed(conn: Connection, tmp: Path) -> World:
 
     open_phase = f.phase(session, slug=f"fuzz-open-{mark}")
     hidden_phase = f.phase(session, slug=f"fuzz-hidden-{mark}", hidden=True)
+    # Over: it discloses per-recording results of the held-out set it names (below).
+    closed_phase = f.phase(
+        session,
+        slug=f"fuzz-closed-{mark}",
+        is_open=False,
+        closes_at=datetime.now(UTC) - timedelta(days=1),
+        disclosure=Disclosure.RECORDING,
+    )
 
     held_dir = make_prepared_dataset(tmp / "held", HELD_RECS, seed=EDF_SEED)
     sample_dir = make_prepared_dataset(tmp / "sample", SAMPLE_RECS, seed=1)
@@ -459,13 +498,20 @@ def _seed(conn: Connection, tmp: Path) -> World:
     )
     held_dv = register_dataset_version(session, held, version="1", prepared_path=held_dir)
     sample_dv = register_dataset_version(session, sample, version="1", prepared_path=sample_dir)
+    closed_phase.dataset_versions = [held_dv]
+    late_dir = make_prepared_dataset(tmp / "late", LATE_RECS, seed=LATE_SEED)
+    late = create_dataset(session, slug=f"fuzz-late-{mark}", kind=DatasetKind.HELD_OUT)
+    late_dv = register_dataset_version(session, late, version="1", prepared_path=late_dir)
     session.flush()
     held_recs = list(held_dv.recordings)
-    facts.held_recordings = {r.id for r in held_recs}
-    for i, rec in enumerate(HELD_RECS):
-        facts.held_out_markers.append(f"seed{EDF_SEED * 1000 + i}".encode())
-        for onset, duration in rec.seizures:
-            facts.held_out_markers.append(f"{onset:.1f}\t{duration:.1f}\tsz".encode())
+    late_recs = list(late_dv.recordings)
+    facts.held_recordings = {r.id for r in [*held_recs, *late_recs]}
+    facts.held_slugs = {held.slug, late.slug}
+    for seed, recs in ((EDF_SEED, HELD_RECS), (LATE_SEED, LATE_RECS)):
+        for i, rec in enumerate(recs):
+            facts.held_out_markers.append(f"seed{seed * 1000 + i}".encode())
+            for onset, duration in rec.seizures:
+                facts.held_out_markers.append(f"{onset:.1f}\t{duration:.1f}\tsz".encode())
 
     def algorithm(owner: User, visibility: Visibility, label: str) -> Any:
         row = f.algorithm(
@@ -494,18 +540,22 @@ def _seed(conn: Connection, tmp: Path) -> World:
     vpub = version(victim_public, "vpub1", phase_id=open_phase.id)
     vhid = version(victim_public, "vhid1", phase_id=hidden_phase.id)
     rp1 = version(mine, "rp1", phase_id=open_phase.id)
+    rc1 = version(mine, "rc1", phase_id=closed_phase.id)
+    facts.closed_versions = {rc1.id}
 
     counter = iter(range(1, 1000))
     held_values: dict[str, set[float]] = {}
     runs: list[tuple[int, int, Owner]] = []  # (evaluation, run, owner when private)
     run_owner: dict[int, int] = {}
 
-    def held_evaluation(av: Any, owner: User, *, private_to_owner: bool, **kw: Any) -> Any:
-        ev = f.evaluation(session, av, held_dv, **kw)
+    def held_evaluation(
+        av: Any, owner: User, *, private_to_owner: bool, dv: Any = held_dv, **kw: Any
+    ) -> Any:
+        ev = f.evaluation(session, av, dv, **kw)
         if private_to_owner:
             facts.private_evaluations[ev.id] = owner.id
         total_wall_time_s = 0.0
-        for rec in held_recs:
+        for rec in dv.recordings:
             i = next(counter)
             values = {
                 "exit_code": 100 + i,
@@ -565,11 +615,33 @@ def _seed(conn: Connection, tmp: Path) -> World:
     e2 = held_evaluation(vpub, victim, private_to_owner=False)
     e3 = held_evaluation(vhid, victim, private_to_owner=True, published=False)
     er = held_evaluation(rp1, researcher, private_to_owner=True)
+    # Continuous benchmarking ran the closed phase's version on the data registered later:
+    # the phase's per-recording level does not apply there.
+    el = held_evaluation(rc1, researcher, private_to_owner=True, dv=late_dv)
+    facts.closed_evaluations = {el.id}
     unpublished = 0.8642097531
     facts.private_floats[victim.id] = {unpublished}
-    for ev in (e1, e2, e3, er):
-        f1 = unpublished if ev is e3 else 0.5
-        session.add(DatasetResult(evaluation_id=ev.id, subjects=2, recordings=2, event_f1=f1))
+    for i, ev in enumerate((e1, e2, e3, er, el)):
+        # Exact figures, their std (with two subjects: the subjects' figures) and the
+        # pooled counts: all marked, none may reach a non-admin at the aggregate level.
+        exact, std, pooled = 0.5123 + i / 1e5 + 1e-7, 0.0612 + i / 1e5 + 1e-7, 9100 + 10 * i
+        facts.held_floats |= {exact, std}
+        for key in ("tp", "fp", "fn", "ref_true"):
+            held_values.setdefault(key, set()).add(float(pooled))
+            pooled += 1
+        report = {
+            "event_results": {"f1": exact, "f1_std": std, "sensitivity_std": std},
+            "sample_results": {"f1": exact, "f1_std": std},
+            "pooled_counts": {
+                "event": {"tp": pooled - 4, "fp": pooled - 3},
+                "sample": {"fn": pooled - 2, "ref_true": pooled - 1},
+            },
+            "subjects": 2,
+        }
+        f1 = unpublished if ev is e3 else exact
+        session.add(
+            DatasetResult(evaluation_id=ev.id, subjects=2, recordings=2, event_f1=f1, report=report)
+        )
     smoke = f.evaluation(session, vpub, sample_dv, kind=EvaluationKind.SMOKE_TEST)
     facts.private_evaluations[smoke.id] = victim.id
     smoke_run = f.run(session, smoke, sample_dv.recordings[0], exit_code=0)
@@ -608,6 +680,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 (vpub.id, None),
                 (vhid.id, None),
                 (rp1.id, researcher.id),
+                (rc1.id, researcher.id),
                 (MISSING_ID, None),
             ],
             "evaluation_id": [
@@ -615,6 +688,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 (e2.id, None),
                 (e3.id, None),
                 (er.id, researcher.id),
+                (el.id, researcher.id),
                 (smoke.id, victim.id),
                 (MISSING_ID, None),
             ],
@@ -637,17 +711,23 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 (my_upload.id, researcher.id),
                 (MISSING_UPLOAD, None),
             ],
-            "dataset_slug": [(held.slug, None), (sample.slug, None), ("no-such-dataset", None)],
+            "dataset_slug": [
+                (held.slug, None),
+                (sample.slug, None),
+                (late.slug, None),
+                ("no-such-dataset", None),
+            ],
             "phase_slug": [
                 (open_phase.slug, None),
                 (hidden_phase.slug, None),
+                (closed_phase.slug, None),
                 ("no-such-phase", None),
             ],
             "dataset_version": [("1", None), ("9", None)],
             # Demoting or deactivating the only admin must be refused: worth drawing often.
             "role": [("researcher", None), ("admin", None)],
             "is_active": [(False, None), (True, None)],
-            "key": [(r.key, None) for r in [*held_recs, *sample_dv.recordings]]
+            "key": [(r.key, None) for r in [*held_recs, *late_recs, *sample_dv.recordings]]
             + [("sub-99_ses-01_task-szMonitoring_run-00", None)],
         },
         joint={
@@ -657,11 +737,12 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 (victim_public.id, vpub.id),
                 (victim_public.id, vhid.id),
                 (mine.id, rp1.id),
+                (mine.id, rc1.id),
             ],
             ("evaluation_id", "run_id"): [(ev, run) for ev, run, _ in runs],
             ("slug", "version", "key"): [
                 (ds.slug, "1", r.key)
-                for ds, dv in ((held, held_dv), (sample, sample_dv))
+                for ds, dv in ((held, held_dv), (sample, sample_dv), (late, late_dv))
                 for r in dv.recordings
             ],
         },
@@ -676,7 +757,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
         },
     )
     pools.by_name["algorithm_version_id"] = pools.by_name["version_id"]
-    versions = {v.id: v.algorithm.owner_id for v in (vp1, vp2, vpub, vhid, rp1)}
+    versions = {v.id: v.algorithm.owner_id for v in (vp1, vp2, vpub, vhid, rp1, rc1)}
     pools.owner_of = {
         "algorithm_id": {a.id: a.owner_id for a in (victim_private, victim_public, mine)},
         "version_id": versions,
@@ -684,6 +765,7 @@ def _seed(conn: Connection, tmp: Path) -> World:
         "evaluation_id": {
             **{ev.id: victim.id for ev in (e1, e2, e3, smoke)},
             er.id: researcher.id,
+            el.id: researcher.id,
         },
         "run_id": run_owner,
         "token_id": {

@@ -366,6 +366,7 @@ def test_the_stated_bound_is_the_arithmetic(client: TestClient) -> None:
         "bits_per_evaluation": round(per_eval, 1),
         "bits_per_day": round(per_day, 1),
         "bits_with_intervals": round(with_stats, 1),
+        "bits_with_intervals_per_day": round(with_stats * (settings.held_out_runs_per_day or 0), 1),
         "ladder_bits": round(ladder, 1),
     }
 

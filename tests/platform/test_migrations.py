@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 from typer.testing import CliRunner
 
 from szbench import migrate
@@ -43,3 +43,51 @@ def test_cli_db_upgrade_and_check(tmp_path: Path) -> None:
     result = runner.invoke(app, ["db", "check", "--url", url])
     assert result.exit_code == 0, result.output
     assert "agree" in result.output
+
+
+def test_existing_phases_name_the_data_they_were_evaluated_on(tmp_path: Path) -> None:
+    """0011: a phase's rules keep applying to the dataset versions its versions were already
+    evaluated on (not smoke tests), unless that data was registered after it closed."""
+    url = f"sqlite:///{tmp_path / 'phases.sqlite3'}"
+    migrate.upgrade(url, "0010")
+    engine = create_engine(url)
+    rows = [
+        "INSERT INTO users (id, email, name, role, is_active, created_at) "
+        "VALUES (1, 'a@example.org', 'a', 'researcher', 1, '2026-01-01')",
+        "INSERT INTO algorithms (id, owner_id, name, title, authors, licence, description, "
+        "visibility, created_at) VALUES (1, 1, 'a', '', '', '', '', 'public', '2026-01-01')",
+        "INSERT INTO phases (id, slug, title, hidden, is_open, closes_at, created_at) "
+        "VALUES (1, 'final', '', 0, 0, '2026-02-01 00:00:00', '2026-01-01')",
+        "INSERT INTO algorithm_versions (id, algorithm_id, version, phase_id, status, "
+        "status_message, wants_gpu, created_at) VALUES (1, 1, '1', 1, 'active', '', 0, '2026-01-01')",
+        "INSERT INTO datasets (id, slug, title, description, kind, run_limits, disclosure, "
+        "created_at) VALUES (1, 'held', '', '', 'held_out', '{}', 'aggregate', '2026-01-01')",
+    ]
+    # Version 1 before the deadline, 2 after it, 3 only smoke-tested, 4 never evaluated.
+    for dv, created in ((1, "2026-01-10"), (2, "2026-03-01"), (3, "2026-01-10"), (4, "2026-01-10")):
+        rows.append(
+            "INSERT INTO dataset_versions (id, dataset_id, version, path, manifest_checksum, "
+            f"is_active, created_at) VALUES ({dv}, 1, '{dv}', '/x', '', 1, '{created}')"
+        )
+    for eid, dv, kind in ((1, 1, "full"), (2, 2, "full"), (3, 3, "smoke_test")):
+        rows.append(
+            "INSERT INTO evaluations (id, algorithm_version_id, dataset_version_id, kind, status, "
+            "image_digest, scorer_version, scoring_params, official, published, queue, "
+            "recordings_total, recordings_done, message, created_at) "
+            f"VALUES ({eid}, 1, {dv}, '{kind}', 'done', 'sha256:x', '', '{{}}', 1, 1, 'cpu', "
+            "1, 1, '', '2026-03-02')"
+        )
+    try:
+        with engine.begin() as conn:
+            for row in rows:
+                conn.execute(text(row))
+        migrate.upgrade(url)
+        with engine.connect() as conn:
+            named = conn.execute(
+                text("SELECT phase_id, dataset_version_id FROM phase_dataset_versions")
+            ).all()
+            revisions = conn.execute(text("SELECT revision FROM evaluations")).scalars().all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in named] == [(1, 1)]
+    assert set(revisions) == {0}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -162,3 +163,16 @@ def test_the_checks_see_each_kind_of_leak(world: World) -> None:
         assert world.leaks(None, response), kind
         assert not world.leaks(victim, response), f"{kind}: its owner may see it"
     assert not world.leaks(None, _answer(b'{"items": [], "total": 0}', JSON))
+    # Held-out work of a closed phase's version is seen, on held-out data only.
+    version, evaluation = min(facts.closed_versions), min(facts.closed_evaluations)
+    for slug in facts.held_slugs:
+        body = {"algorithm_version_id": version, "dataset": slug}
+        assert world.closed_work(SimpleNamespace(path="/api/v1/evaluations", body=body))
+    public = {"algorithm_version_id": version, "dataset": "public-sample"}
+    assert not world.closed_work(SimpleNamespace(path="/api/v1/evaluations", body=public))
+    rerun = SimpleNamespace(
+        path="/api/v1/evaluations/{evaluation_id}/rerun",
+        body=None,
+        path_parameters={"evaluation_id": evaluation},
+    )
+    assert world.closed_work(rerun)

@@ -218,6 +218,25 @@ def test_evaluation_end_to_end_with_fake_runner(env: Env) -> None:
             assert row.counts["event"]["tp"] == by_subject[row.subject].counts.event.tp
 
 
+def test_finalize_bumps_the_change_counters(env: Env) -> None:
+    """The stored result shows at once on every cached read (szbench.changes)."""
+
+    def counters(evaluation_id: int) -> tuple[int, int, int]:
+        with session_scope() as session:
+            ev = session.get_one(Evaluation, evaluation_id)
+            return (
+                ev.revision,
+                ev.algorithm_version.algorithm.revision,
+                ev.dataset_version.revision,
+            )
+
+    evaluation_id = new_evaluation(env)
+    before = counters(evaluation_id)
+    deliver(env)
+    after = counters(evaluation_id)
+    assert all(b > a for a, b in zip(before, after, strict=True)), (before, after)
+
+
 def test_progress_is_visible_while_it_runs(env: Env) -> None:
     evaluation_id = new_evaluation(env)
     _name, _, kwargs = env.sent.pop(0)

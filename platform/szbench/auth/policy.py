@@ -8,8 +8,9 @@ The rules:
 - an evaluation's results are seen by the algorithm's owner; by others only when the
   algorithm is public, the evaluation is published (hidden phases stay unpublished until an
   admin publishes them) and it is not a smoke test;
-- held-out datasets' recordings, annotations and the detections made on them are never
-  served to non-admins; a public sample's are served to anyone signed in;
+- held-out datasets' recordings and annotations are never served to non-admins; a public
+  sample's are served to anyone signed in (what a viewer learns of an evaluation, the
+  detections made on the data included, is :func:`szbench.results.disclosure.decide`'s);
 - admin logs of runs are for admins only.
 """
 
@@ -87,16 +88,6 @@ def can_read_recordings(user: User | None, dataset: Dataset) -> bool:
     if is_admin(user):
         return True
     return user is not None and dataset.kind == DatasetKind.PUBLIC_SAMPLE
-
-
-def can_read_detections(user: User | None, evaluation: Evaluation) -> bool:
-    """The algorithm's raw output TSVs: on held-out data they could carry the data out."""
-    if is_admin(user):
-        return True
-    dataset = evaluation.dataset_version.dataset
-    return owns(user, evaluation.algorithm_version.algorithm) and (
-        dataset.kind == DatasetKind.PUBLIC_SAMPLE
-    )
 
 
 def visible_algorithms(user: User | None) -> Any:

@@ -15,9 +15,9 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from szbench.auth import policy
 from szbench.errors import Forbidden, NotFound, Unauthorized
 from szbench.models import Dataset, DatasetKind, DatasetVersion, Disclosure, Recording, User
+from szbench.results import disclosure
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,13 @@ class VersionFacts:
 
 
 def subjects_disclosed(dataset: Dataset, viewer: User | None) -> bool:
-    """Whether ``viewer`` may see per-subject counts (seizures included) of ``dataset``."""
-    return (
-        dataset.kind == DatasetKind.PUBLIC_SAMPLE
-        or policy.is_admin(viewer)
-        or dataset.disclosure in (Disclosure.SUBJECT, Disclosure.RECORDING)
+    """Whether ``viewer`` may see per-subject counts (seizures included) of ``dataset``: its
+    own rule, decided where every such rule is (no phase governs the data itself)."""
+    facts = disclosure.Facts(
+        held_out=dataset.kind != DatasetKind.PUBLIC_SAMPLE,
+        dataset_level=dataset.disclosure or Disclosure.AGGREGATE,
     )
+    return disclosure.decide(viewer, facts).subjects
 
 
 def _size(recordings: int, seconds: float | None, seizures: int | None, unknown: int) -> Size:

@@ -281,13 +281,10 @@ def provenances(
     Time and memory of held-out runs are for admins: a container can choose both.
     """
     summaries = run_summaries(session, [e.id for e in evaluations])
-    if not policy.is_admin(viewer):
-        for e in evaluations:
-            if not disclosure.view_of(viewer, e).run_resources:
-                summary = summaries[e.id]
-                summaries[e.id] = dataclasses.replace(
-                    summary, wall_time_s=None, peak_memory_bytes=None
-                )
+    for e in evaluations:
+        if not disclosure.view_of(viewer, e).run_resources:
+            summary = summaries[e.id]
+            summaries[e.id] = dataclasses.replace(summary, wall_time_s=None, peak_memory_bytes=None)
     return {
         e.id: make_provenance(
             summaries[e.id],

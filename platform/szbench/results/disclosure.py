@@ -288,6 +288,11 @@ class View:
         return self.admin or (self.owner and not self.held_out)
 
     @property
+    def detections(self) -> bool:
+        """The algorithm's raw output files: on held-out data they could carry the data out."""
+        return self.admin or (self.owner and not self.held_out)
+
+    @property
     def run_resources(self) -> bool:
         """Wall time, peak memory and timestamps of runs (a container can choose them)."""
         return self.admin or not self.held_out

@@ -138,8 +138,7 @@ def recording_runs(
     )
     if limit is not None:
         query = query.limit(limit)
-    admin = policy.is_admin(viewer)
-    details, resources = view.run_details, view.run_resources
+    admin, details, resources = view.admin, view.run_details, view.run_resources
     runs = list(session.scalars(query))
     logs = _logs(session, runs) if details else {}
     items = []
@@ -209,7 +208,7 @@ def detections(
     run = session.get(RecordingRun, run_id)
     if run is None or run.evaluation_id != evaluation.id:
         raise NotFound(f"evaluation {evaluation.id} has no run {run_id}")
-    if not policy.can_read_detections(viewer, evaluation):
+    if not disclosure.view_of(viewer, evaluation).detections:
         if viewer is None:
             raise Unauthorized("sign in to read detections")
         raise Forbidden(

@@ -194,7 +194,7 @@ def timelines(
         return [], view.withheld("Timelines") + "."
     if not view.held_out and not policy.can_read_recordings(viewer, dataset):
         return [], "Sign in to see the timelines of public-sample recordings."
-    show_detections = policy.can_read_detections(viewer, evaluation)
+    show_detections = view.detections
     runs = session.scalars(
         select(RecordingRun)
         .where(RecordingRun.evaluation_id == evaluation.id)
