@@ -11,6 +11,10 @@ patient field ``... LEAK-<mode>-<secret>``), so the outcome is a function of the
 - ``duration``: a well-formed output whose recordingDuration encodes the bytes;
 - ``nooutput``: writes nothing, exits 0;
 - ``timeout``: sleeps past any sensible time limit;
+- ``bits``: encodes k = 9 bits of the header (the secret's first three hex digits, modulo
+  512) as the seconds it marks as seizure from the recording's start: a valid output whose
+  scored counts carry them (tests/worker/test_bits_bound.py);
+- ``quiet``: a valid output with no detection;
 - ``ok``: a valid output with one detection.
 """
 
@@ -20,6 +24,15 @@ import time
 from pathlib import Path
 
 HEADER = "onset\tduration\teventType\tconfidence\tchannels\tdateTime\trecordingDuration"
+
+
+def bits_rows(secret: str, duration: float) -> str:
+    """The rows that carry ``secret``'s first 9 bits: that many seconds of seizure from 0."""
+    seconds = int(secret[:3], 16) % 512
+    row = "0.0\t{:.1f}\t{}\tn/a\tn/a\t2020-01-01 00:00:00\t{:.1f}\n"
+    if seconds:
+        return row.format(seconds, "sz", duration)
+    return row.format(duration, "bckg", duration)
 
 
 def main() -> None:
@@ -48,6 +61,8 @@ def main() -> None:
         return
     elif mode == "timeout":
         time.sleep(600)
+    elif mode in ("bits", "quiet"):
+        out.write_text(HEADER + "\n" + bits_rows(secret if mode == "bits" else "000", duration))
     else:
         out.write_text(valid)
 
