@@ -79,15 +79,15 @@ _.alive
 _.eeg_file
 _.annotations_file
 
-# Stamp fields of the stamped caches' facts: compared as a whole, read by name for debugging.
-_.result_id
-_.last_id
-_.last_finished_at
-_.published_ids
-_.done_ids
-_.shown_ids
-_.scored_as_empty_ids
-_.kept_unranked_ids
+# Fields of the stamped caches' facts (change counters, phases closed now): compared as a
+# whole, read by name for debugging.
+_.dataset_revisions
+_.phases_closed
+
+# The information arithmetic of szbench.results.disclosure: stated in docs/security.md and
+# checked against it by the tests.
+_.bits_per_evaluation
+_.ladder_bits_per_evaluation
 
 # prometheus_client calls a registered collector's collect() (szbench.ops.service).
 _.collect

@@ -82,12 +82,6 @@ def algorithm_changed(session: Session, algorithm_id: int) -> None:
     _bump(session, DatasetVersion, set(dvs))
 
 
-def dataset_versions_changed(session: Session, dataset_version_ids: Iterable[int]) -> None:
-    """A rule of these dataset versions changed."""
-    session.flush()
-    _bump(session, DatasetVersion, set(dataset_version_ids))
-
-
 def dataset_changed(session: Session, dataset_id: int) -> None:
     """A rule of this dataset (kind, disclosure, failed recordings) changed."""
     session.flush()

@@ -59,7 +59,8 @@ def test_existing_phases_name_the_data_they_were_evaluated_on(tmp_path: Path) ->
         "INSERT INTO phases (id, slug, title, hidden, is_open, closes_at, created_at) "
         "VALUES (1, 'final', '', 0, 0, '2026-02-01 00:00:00', '2026-01-01')",
         "INSERT INTO algorithm_versions (id, algorithm_id, version, phase_id, status, "
-        "status_message, wants_gpu, created_at) VALUES (1, 1, '1', 1, 'active', '', 0, '2026-01-01')",
+        "status_message, wants_gpu, created_at) "
+        "VALUES (1, 1, '1', 1, 'active', '', 0, '2026-01-01')",
         "INSERT INTO datasets (id, slug, title, description, kind, run_limits, disclosure, "
         "created_at) VALUES (1, 'held', '', '', 'held_out', '{}', 'aggregate', '2026-01-01')",
     ]
