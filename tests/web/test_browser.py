@@ -277,7 +277,7 @@ def register_dataset(page: Any, base: str, slug: str, kind: str, prepared: Path)
     page.get_by_label("Title").fill(slug.replace("-", " ").title())
     page.get_by_label("Kind").select_option(kind)
     if kind == "public_sample":  # making data public is confirmed by typing its slug
-        page.get_by_label("For a public sample only: type its slug again to confirm").fill(slug)
+        page.get_by_label("Public sample only: type the short name again to confirm").fill(slug)
     page.get_by_role("button", name="Create dataset").click()
     page.wait_for_load_state()
     assert f"Dataset {slug} created" in page.inner_text(".flash")
