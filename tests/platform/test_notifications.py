@@ -338,7 +338,8 @@ def test_a_held_out_evaluation_says_what_its_page_shows_its_owner(
     assert e["url"] == f"/evaluations/{ev.id}"
     # Aggregate disclosure: how many runs succeeded and failed, never which or why.
     assert e["outcomes"] == {"ok": 1, "failed": 1}
-    assert e["figures"]["event_f1"] == pytest.approx(0.375)
+    # The figures as released to the owner at this level: rounded (docs/security.md).
+    assert (e["figures"]["event_f1"], e["figures"]["release"]) == (0.38, "rounded")
     assert e["message"] == "1 of 2 recordings failed."
     assert LEAK not in json.dumps(payload)
     assert (

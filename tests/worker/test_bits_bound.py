@@ -46,9 +46,16 @@ from szbench.models import (
     VersionStatus,
 )
 from szbench.results import disclosure
-from szbench_scoring import ScoringParams, aggregate, parse_annotations, score_recording
+from szbench_scoring import (
+    SCORER_VERSION,
+    ScoringParams,
+    aggregate,
+    parse_annotations,
+    score_recording,
+)
 from szbench_scoring.report import RecordingResult
 from szbench_worker import pipeline
+from szbench_worker.pipeline.report import report_dict
 
 from ._pipeline_factories import Rec, truncate_all
 from .test_side_channels import _deliver, _prepared
@@ -213,7 +220,7 @@ def _simulated(held: Path, view: disclosure.View) -> dict[str, list[int]]:
             score = score_recording(reference, hypothesis, params)
             results.append(RecordingResult(subject=subject, recording=key, score=score))
         report = aggregate(results, params=params)
-        stored = pipeline.report_dict(report, scorer_version=pipeline.SCORER_VERSION)
+        stored = report_dict(report, scorer_version=SCORER_VERSION)
         metrics = _metrics(report)
         answer = {
             "subjects": len(report.subjects),

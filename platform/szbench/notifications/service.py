@@ -474,7 +474,9 @@ def _algorithm_facts(algorithm: Algorithm) -> dict[str, Any]:
 def _evaluation_facts(session: Session, evaluation: Evaluation, user: User) -> dict[str, Any]:
     """The evaluation as its page shows it to ``user``: outcome counts through the
     disclosure rules (:func:`szbench.evaluations.queries.progress`), the dataset-level
-    figures (disclosed at every level), the platform's own summary message."""
+    figures as they are released to ``user`` (rounded, the Ladder's score or exact, with
+    ``release`` saying which: :mod:`szbench.results.disclosure`), the platform's own summary
+    message."""
     progress = evaluation_queries.progress(session, evaluation, viewer=user)
     version = evaluation.algorithm_version
     dataset_version = evaluation.dataset_version
@@ -486,7 +488,9 @@ def _evaluation_facts(session: Session, evaluation: Evaluation, user: User) -> d
             result = None
         if result is not None:
             figures = {m: getattr(result, m) for m in result_queries.METRICS}
-            figures.update(subjects=result.subjects, recordings=result.recordings)
+            figures.update(
+                subjects=result.subjects, recordings=result.recordings, release=result.release
+            )
     return {
         "id": evaluation.id,
         "url": link(f"/evaluations/{evaluation.id}"),
