@@ -275,6 +275,8 @@ def test_evaluation_list_get_progress(
         "complete": False,
         "estimated_remaining_s": None,
         "estimate_basis": None,
+        # A finished evaluation waits on no platform fault (issue 21's Progress.held_by).
+        "held_by": None,
     }
     filtered = client.get("/api/v1/evaluations", params={"status": "running"}).json()
     assert [e["id"] for e in filtered["items"]] == [world.evals["b1_running"].id]
