@@ -46,7 +46,7 @@ def test_cli_db_upgrade_and_check(tmp_path: Path) -> None:
 
 
 def test_existing_phases_name_the_data_they_were_evaluated_on(tmp_path: Path) -> None:
-    """0013: a phase's rules keep applying to the dataset versions its versions were already
+    """0014: a phase's rules keep applying to the dataset versions its versions were already
     evaluated on (not smoke tests), unless that data was registered after it closed."""
     url = f"sqlite:///{tmp_path / 'phases.sqlite3'}"
     migrate.upgrade(url, "0010")

@@ -1,7 +1,7 @@
 """disclosure: phases name their dataset versions, the Ladder, change counters
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-10 12:00:00
 
 A phase's rules (disclosure, failed recordings, release) now apply only to the dataset
@@ -16,8 +16,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision: str = '0013'
-down_revision: Union[str, Sequence[str], None] = '0012'
+revision: str = '0014'
+down_revision: Union[str, Sequence[str], None] = '0013'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
