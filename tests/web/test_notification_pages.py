@@ -141,6 +141,8 @@ def site(pg_url: str, settings_env: pytest.MonkeyPatch) -> Iterator[Site]:
             "SZBENCH_SMTP_HOST": "127.0.0.1",
             "SZBENCH_SMTP_PORT": str(sink.port),
             "SZBENCH_SMTP_STARTTLS": "false",
+            # Mail on needs the site's public address (links are never built from Host).
+            "SZBENCH_PUBLIC_URL": "https://bench.example.org",
             **LOOPBACK,
         }
 
