@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 
+from szbench.config import get_settings
+
 
 def migrations_dir() -> Path:
-    override = os.environ.get("SZBENCH_MIGRATIONS_DIR")
+    override = get_settings().migrations_dir
     if override:
-        return Path(override)
+        return override
     # Source checkout and the project's images both keep migrations/ next to platform/.
     return Path(__file__).resolve().parents[2] / "migrations"
 

@@ -17,6 +17,11 @@ from numpy.typing import ArrayLike, NDArray
 
 from szbench_scoring.report import SubjectResult
 
+# Every deployment publishes 95% intervals from the same seed, so the same results give the
+# same intervals wherever they are computed (a board quoted in a paper can be re-derived).
+CONFIDENCE_LEVEL = 0.95
+SEED = 0
+
 __all__ = [
     "METRICS",
     "ConfidenceInterval",
@@ -106,8 +111,8 @@ def bootstrap_ci(
     values: ArrayLike,
     *,
     n_resamples: int = 2000,
-    confidence_level: float = 0.95,
-    seed: int | np.random.Generator | None = 0,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    seed: int | np.random.Generator | None = SEED,
 ) -> ConfidenceInterval:
     """Percentile bootstrap interval of the nan-mean of per-subject values.
 
@@ -165,8 +170,8 @@ def bootstrap_metrics(
     metrics: Sequence[str] = METRICS,
     kind: str = "event",
     n_resamples: int = 2000,
-    confidence_level: float = 0.95,
-    seed: int | np.random.Generator | None = 0,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    seed: int | np.random.Generator | None = SEED,
 ) -> dict[str, ConfidenceInterval]:
     """Bootstrap intervals of several metrics of one algorithm, with the same resamples.
 
@@ -281,8 +286,8 @@ def bootstrap_ranks(
     tiebreak: ArrayLike | None = None,
     *,
     n_resamples: int = 2000,
-    confidence_level: float = 0.95,
-    seed: int | np.random.Generator | None = 0,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    seed: int | np.random.Generator | None = SEED,
 ) -> list[RankStability]:
     """How stable the leaderboard rank of each algorithm is when subjects are resampled.
 
@@ -329,7 +334,7 @@ def per_subject_ranks(
     values: ArrayLike,
     tiebreak: ArrayLike | None = None,
     *,
-    confidence_level: float = 0.95,
+    confidence_level: float = CONFIDENCE_LEVEL,
 ) -> list[RankStability]:
     """Distribution over subjects of each algorithm's rank on that subject alone.
 
@@ -408,7 +413,7 @@ def paired_permutation_test(
     b: ArrayLike,
     *,
     n_resamples: int = 10000,
-    seed: int | np.random.Generator | None = 0,
+    seed: int | np.random.Generator | None = SEED,
 ) -> tuple[float, bool]:
     """Two-sided paired permutation test of the mean difference between ``a`` and ``b``.
 
@@ -475,8 +480,8 @@ def paired_comparison(
     *,
     n_resamples: int = 2000,
     n_permutations: int = 10000,
-    confidence_level: float = 0.95,
-    seed: int | np.random.Generator | None = 0,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    seed: int | np.random.Generator | None = SEED,
 ) -> PairedComparison:
     """The mean per-subject difference A - B, its bootstrap interval and a permutation p-value.
 

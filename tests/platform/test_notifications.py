@@ -85,7 +85,8 @@ def test_signature_is_the_hmac_of_timestamp_and_body() -> None:
 
 
 def test_backoff_doubles_up_to_its_cap(settings_env: pytest.MonkeyPatch) -> None:
-    _env(settings_env, SZBENCH_NOTIFY_BACKOFF_BASE_S="30", SZBENCH_NOTIFY_BACKOFF_MAX_S="200")
+    settings_env.setattr(service, "BACKOFF_BASE_S", 30.0)
+    settings_env.setattr(service, "BACKOFF_MAX_S", 200.0)
     assert [service.backoff_s(n) for n in range(1, 6)] == [30.0, 60.0, 120.0, 200.0, 200.0]
 
 
@@ -439,7 +440,7 @@ def test_phase_news_goes_to_its_submitters_and_those_who_asked(
 def test_attempts_retry_with_backoff_then_give_up(
     db_session: Session, receiver: Receiver, settings_env: pytest.MonkeyPatch
 ) -> None:
-    _env(settings_env, SZBENCH_NOTIFY_MAX_ATTEMPTS="3", SZBENCH_NOTIFY_BACKOFF_BASE_S="60")
+    settings_env.setattr(service, "MAX_ATTEMPTS", 3)
     owner = f.user(db_session)
     service.update_preferences(db_session, owner, webhook_url=receiver.url())
     event_id = service.record_evaluation_end(db_session, _held_out_evaluation(db_session, owner))

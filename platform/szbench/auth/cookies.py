@@ -40,6 +40,8 @@ from szbench.auth import service
 from szbench.config import get_settings
 from szbench.models import User
 
+SESSION_COOKIE = "szbench_session"
+
 _SALT = "szbench-session"
 # The name of every web sign-in's token: the account page lists them apart from API tokens.
 WEB_SESSION_NAME = "web session"
@@ -79,7 +81,7 @@ def set_session_cookie(response: Response, token_secret: str) -> None:
     """Put ``token_secret`` in the signed session cookie on ``response``."""
     settings = get_settings()
     response.set_cookie(
-        settings.session_cookie_name,
+        SESSION_COOKIE,
         _serializer().dumps(token_secret),
         max_age=settings.login_token_ttl_s,
         httponly=True,
@@ -90,13 +92,13 @@ def set_session_cookie(response: Response, token_secret: str) -> None:
 
 
 def clear_session_cookie(response: Response) -> None:
-    response.delete_cookie(get_settings().session_cookie_name, path="/")
+    response.delete_cookie(SESSION_COOKIE, path="/")
 
 
 def read_session_cookie(request: Request) -> str | None:
     """The token secret in the request's session cookie, or None (absent, forged, too old)."""
     settings = get_settings()
-    raw = request.cookies.get(settings.session_cookie_name)
+    raw = request.cookies.get(SESSION_COOKIE)
     if not raw:
         return None
     try:

@@ -21,7 +21,7 @@ from szbench.evaluations import queries as evaluations
 from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, SubjectResult, User
 from szbench.results import disclosure
 from szbench.results.queries import METRICS
-from szbench_scoring.stats import paired_comparison
+from szbench_scoring.stats import CONFIDENCE_LEVEL, paired_comparison
 
 #: The ranking metric: the paired test defaults to it.
 RANKING_METRIC = "event_f1"
@@ -104,8 +104,6 @@ def compare(
             xb,
             n_resamples=settings.bootstrap_resamples,
             n_permutations=settings.compare_permutations,
-            confidence_level=settings.confidence_level,
-            seed=settings.bootstrap_seed,
         )
         tests.append(
             PairedTest(
@@ -140,7 +138,7 @@ def compare(
         dataset=dv.dataset.slug,
         dataset_version=dv.version,
         metric=metric,
-        confidence_level=settings.confidence_level,
+        confidence_level=CONFIDENCE_LEVEL,
         n_resamples=settings.bootstrap_resamples,
         evaluations=compared,
         subjects=table,

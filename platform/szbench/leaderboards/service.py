@@ -580,6 +580,9 @@ def leaderboard(session: Session, query: BoardQuery, *, viewer: User | None) -> 
     window = _window(ordered, query)
     stats = _statistics(session, ranked, query)
     settings = get_settings()
+    # Imported here: numpy is not loaded by pages that never build a board.
+    from szbench_scoring.stats import CONFIDENCE_LEVEL
+
     return Leaderboard(
         dataset=dataset.slug,
         dataset_version=dv.version,
@@ -592,7 +595,7 @@ def leaderboard(session: Session, query: BoardQuery, *, viewer: User | None) -> 
         order=order,
         statistics=StatisticsInfo(
             status=stats.status,
-            confidence_level=settings.confidence_level,
+            confidence_level=CONFIDENCE_LEVEL,
             resamples=settings.bootstrap_resamples,
         ),
         items=_entries(session, window, stats, dv, viewer),

@@ -97,8 +97,6 @@ def _compute(session: Session, evaluation_ids: Sequence[int]) -> BoardStats:
             table,
             metrics=list(_SHORT),
             n_resamples=settings.bootstrap_resamples,
-            confidence_level=settings.confidence_level,
-            seed=settings.bootstrap_seed,
         )
         cis[evaluation_id] = {
             metric: (_finite(intervals[short].low), _finite(intervals[short].high))
@@ -109,7 +107,7 @@ def _compute(session: Session, evaluation_ids: Sequence[int]) -> BoardStats:
     # Rank stability: each entry's rank subject by subject, over the subjects they share.
     _, f1 = stats.align_subjects(f1_rows)
     _, sens = stats.align_subjects(sens_rows)
-    ranks = stats.per_subject_ranks(f1, sens, confidence_level=settings.confidence_level)
+    ranks = stats.per_subject_ranks(f1, sens)
     for evaluation_id, rank in zip(evaluation_ids, ranks, strict=True):
         out[evaluation_id] = EntryStats(
             ci=cis[evaluation_id],
@@ -132,8 +130,6 @@ def board_statistics(session: Session, evaluation_ids: Sequence[int]) -> BoardSt
     key = (
         tuple(evaluation_ids),
         settings.bootstrap_resamples,
-        settings.bootstrap_seed,
-        settings.confidence_level,
     )
     now = time.monotonic()
     with _lock:

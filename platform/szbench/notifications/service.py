@@ -12,7 +12,7 @@
 3. :func:`claim` takes a due delivery for one attempt (a conditional update: two workers
    never make the same attempt), :func:`send` makes it outside any transaction, and
    :func:`finish` records the outcome and when to retry (exponential backoff, at most
-   ``notify_max_attempts`` attempts). :mod:`szbench.notifications.outbox` drives these.
+   ``MAX_ATTEMPTS`` attempts). :mod:`szbench.notifications.outbox` drives these.
 
 Recipients: an evaluation's or a smoke test's events go to the algorithm's owner; a phase's
 to the owners of the algorithms with a version in that phase, and to users who asked for
@@ -615,19 +615,20 @@ def summary(payload: dict[str, Any]) -> str:
 # --- attempts ---------------------------------------------------------------------------------
 
 
+# A receiver that is down for an hour or so still gets its message; one gone for good stops
+# costing attempts after about two hours (60 s, 2, 4, 8, 16 min between the six).
+MAX_ATTEMPTS = 6
+BACKOFF_BASE_S = 60.0
+BACKOFF_MAX_S = 3600.0
+
+
 def backoff_s(attempts: int) -> float:
     """Seconds to wait after the ``attempts``-th failed attempt.
 
-    >>> [backoff_s(n) for n in (1, 2, 3)]  # with the default settings
+    >>> [backoff_s(n) for n in (1, 2, 3)]
     [60.0, 120.0, 240.0]
     """
-    settings = get_settings()
-    return float(
-        min(
-            settings.notify_backoff_base_s * 2 ** max(attempts - 1, 0),
-            settings.notify_backoff_max_s,
-        )
-    )
+    return float(min(BACKOFF_BASE_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S))
 
 
 def due(session: Session, *, event_id: int | None = None, limit: int = 200) -> list[int]:
@@ -727,7 +728,6 @@ def send(job: Job) -> webhook.Outcome:
 
 def finish(session: Session, delivery_id: int, outcome: webhook.Outcome) -> NotificationDelivery:
     """Record an attempt's outcome; schedule the next one, or end the delivery."""
-    settings = get_settings()
     now = _now()
     delivery = session.get_one(NotificationDelivery, delivery_id, populate_existing=True)
     delivery.last_status_code = outcome.status_code
@@ -739,7 +739,7 @@ def finish(session: Session, delivery_id: int, outcome: webhook.Outcome) -> Noti
         delivery.status = DeliveryStatus.DELIVERED
         delivery.delivered_at = now
         delivery.next_attempt_at = None
-    elif once or not outcome.retry or delivery.attempts >= settings.notify_max_attempts:
+    elif once or not outcome.retry or delivery.attempts >= MAX_ATTEMPTS:
         delivery.status = DeliveryStatus.FAILED
         delivery.next_attempt_at = None
     else:

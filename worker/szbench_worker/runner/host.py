@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import socket
 import subprocess
@@ -28,8 +27,11 @@ def work_dir_from_settings(settings: Settings) -> Path:
 
 
 def worker_host() -> str:
-    """The name this worker records with its results."""
-    return os.environ.get("SZBENCH_WORKER_HOST") or socket.gethostname()
+    """The name this worker records with its results (``SZBENCH_WORKER_HOST``, else the
+    hostname)."""
+    from szbench.config import get_settings
+
+    return get_settings().worker_host or socket.gethostname()
 
 
 @functools.lru_cache(maxsize=16)
