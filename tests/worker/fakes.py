@@ -2,7 +2,7 @@
 
 It copies canned outputs and never produces results that count: the real runners are tested
 against a real Docker engine (``test_docker_runner.py``) and a real process
-(``test_local_runner.py``).
+(``test_runner_unit.py``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 No Redis here: the same task messages go through kombu's SQLAlchemy transport and the
 same task code consumes them. The ``szbench evaluate`` command is tested end to end with
 the trusted local-process runner (a tiny detector script); the Docker path is tested in
-test_pipeline_docker.py.
+test_evaluate_cli.py and test_pipeline_celery.py.
 """
 
 from __future__ import annotations
