@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup services test lint format typecheck demo bench clean
+.PHONY: setup services test test-fast lint format typecheck demo bench clean
 
 $(BIN)/szbench: pyproject.toml
 	./scripts/setup.sh
@@ -17,6 +17,9 @@ services: setup ## start PostgreSQL, Redis and the Docker engine; build the loca
 
 test: ## the whole test suite (what CI runs: scripts/test.sh)
 	./scripts/test.sh $(PYTEST_ARGS)
+
+test-fast: ## the fast stage: no Docker engine, no browser, nothing slow
+	./scripts/test.sh --fast $(PYTEST_ARGS)
 
 lint: setup ## ruff, mypy, the import contracts and the dead-code check (.pre-commit-config.yaml: the same)
 	$(BIN)/ruff check .

@@ -31,6 +31,9 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
     for _ in $(seq 30); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.5; done
 fi
 
+# The fast test stage needs the databases only (scripts/test.sh --fast).
+if [ "${SZBENCH_SERVICES:-all}" = databases ]; then exit 0; fi
+
 # Docker engine from Debian's docker.io, debootstrap for the base images, and Debian's
 # docker-registry (the tests start their own on loopback to pull images by digest).
 # dockerd runs with --userns-remap=default (container root is an unprivileged host uid, as

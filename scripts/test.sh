@@ -1,8 +1,27 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: install the project, start PostgreSQL, Redis and the
-# Docker engine, build the local base images, then pytest (arguments are passed on).
+# The test suite as CI runs it, in two stages:
+#   scripts/test.sh --fast   no Docker engine, no browser, nothing slow: PostgreSQL and Redis
+#                            only (the stage a developer runs while working)
+#   scripts/test.sh --rest   everything the fast stage leaves out (the engine, Chromium, the
+#                            slow end-to-end tests)
+#   scripts/test.sh          both, fast first (what CI runs)
+# Each installs the project and starts what its tests need; other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage=all
+case "${1:-}" in
+    --fast) stage=fast; shift ;;
+    --rest) stage=rest; shift ;;
+esac
+FAST='not docker and not browser and not slow'
 ./scripts/setup.sh
-./scripts/test-services.sh
-exec .venv/bin/pytest "$@"
+if [ "$stage" = rest ]; then
+    ./scripts/test-services.sh
+else
+    SZBENCH_SERVICES=databases ./scripts/test-services.sh
+    # No engine in this stage, and proof of it: a test that reaches for Docker fails here.
+    DOCKER_HOST=unix:///nonexistent/docker.sock .venv/bin/pytest -n auto -m "$FAST" "$@"
+    [ "$stage" = fast ] && exit 0
+    ./scripts/test-services.sh
+fi
+exec .venv/bin/pytest -m "not ($FAST)" "$@"

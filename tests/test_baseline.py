@@ -16,6 +16,8 @@ from szbench_worker import synth
 from szbench_worker.eeg.edf_write import EdfStreamWriter
 from szbench_worker.eeg.labels import OUTPUT_LABELS
 
+pytestmark = pytest.mark.slow
+
 DETECT = Path(__file__).resolve().parents[1] / "examples" / "baseline" / "detect.py"
 HEADER = "onset\tduration\teventType\tconfidence\tchannels\tdateTime\trecordingDuration"
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 ENV = {
     **os.environ,
@@ -60,6 +62,7 @@ def test_other_import_errors_are_not_disguised() -> None:
     assert "extra" not in result.stderr
 
 
+@pytest.mark.slow
 def test_errors_naming_a_long_path_stay_on_one_line(tmp_path: Path) -> None:
     deep = tmp_path.joinpath(*(["a-rather-long-folder-name-for-a-dataset"] * 6), "bids")
     result = szbench("dataset", "check", str(deep))

@@ -28,6 +28,8 @@ from szbench.config import get_settings
 from szbench.models import AlgorithmVersion
 from tests.platform.images import docker_save
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE_BYTES = 3 * 1024**2
 RATE = 1024**2  # bytes per second: about 3 s for the archive

@@ -160,6 +160,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["api image", "szbench serve"])
 def test_served_behind_the_documented_proxy_forged_entries_are_throttled(
     how: str, tmp_path: Path

@@ -68,6 +68,7 @@ def _names(body: dict) -> list[tuple[str, int | None]]:
     return [(e["algorithm"], e["rank"]) for e in body["items"]]
 
 
+@pytest.mark.slow
 def test_an_evaluation_with_failed_recordings_is_not_ranked_by_default(
     client: TestClient, board: Board
 ) -> None:

@@ -102,6 +102,7 @@ def test_metrics_survive_a_dead_database(settings_env: pytest.MonkeyPatch) -> No
     assert "szbench_metrics_db_up 0.0" in r.text
 
 
+@pytest.mark.slow
 def test_metrics_only_for_the_scraper_token(settings_env: pytest.MonkeyPatch, tmp_path) -> None:
     # Run counters by outcome would show each held-out run's outcome on a quiet platform.
     url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
@@ -145,6 +146,7 @@ def test_error_envelope_everywhere(client: TestClient, db_session) -> None:
     assert "path.evaluation_id" in r.json()["detail"]
 
 
+@pytest.mark.slow
 def test_openapi_documents_every_route(app) -> None:
     schema = app.openapi()
     for path, ops in schema["paths"].items():
@@ -154,6 +156,7 @@ def test_openapi_documents_every_route(app) -> None:
                 assert "422" in op["responses"] or "404" in op["responses"], f"{method} {path}"
 
 
+@pytest.mark.slow
 def test_openapi_declares_the_bearer_token(app) -> None:
     """So that the docs page offers "Authorize" and clients generated from it send tokens."""
     schema = app.openapi()

@@ -47,6 +47,8 @@ from sqlalchemy.engine import Engine
 from szbench.app import create_app
 from tests.platform._fuzz_world import CALLERS, World, open_world
 
+pytestmark = pytest.mark.slow
+
 JSON, CSV = "application/json", "text/csv"
 
 # Each example is sent five times (once per caller), plus replays for the oracle and

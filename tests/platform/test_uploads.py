@@ -295,6 +295,7 @@ def test_an_archive_over_a_limit_is_refused_with_413_naming_the_setting(
     assert smoke_requests == []
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_is_refused_with_413_at_the_default_limits(
     client: TestClient,
     db_session: Session,

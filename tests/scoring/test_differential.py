@@ -144,6 +144,7 @@ def _ours(score) -> RefCounts:
 N_PAIRS = 3000
 
 
+@pytest.mark.slow
 def test_random_pairs_match_reference_counts() -> None:
     rng = np.random.default_rng(20251202)
     texts: list[tuple[bytes, str]] = []

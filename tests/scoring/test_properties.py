@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -162,6 +163,7 @@ def test_batch_scoring_equals_one_by_one(recs):
     assert score_many(pairs) == [score_recording(a, b) for a, b in pairs]
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(recording())
 def test_write_read_round_trip_scores_the_same(rec):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -120,6 +121,7 @@ def test_evaluation_page_times_scoring_and_failures(
     assert states[ids["scoring"]] == "scoring"
 
 
+@pytest.mark.slow
 def test_admin_overview_counts_done_with_failures_as_failed(
     client: TestClient, db_session: Session
 ) -> None:

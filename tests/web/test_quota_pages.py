@@ -16,6 +16,7 @@ from tests.platform import factories as f
 from .conftest import PASSWORD, post_form, sign_in
 
 
+@pytest.mark.slow
 def test_a_rerun_past_the_held_out_limit_is_refused_on_the_page(
     client: TestClient, db_session: Session, sent: list[Any], settings_env: pytest.MonkeyPatch
 ) -> None:

@@ -47,6 +47,7 @@ def embedded(settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
     pipeline.set_dependencies(None)
 
 
+@pytest.mark.slow
 def test_markup_in_the_output_is_printed_literally_and_the_json_written(
     embedded: Path, tmp_path: Path
 ) -> None:

@@ -410,6 +410,7 @@ def _peak_bytes(src: Path, dst: Path) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_peak_memory_does_not_grow_with_recording_length(tmp_path: Path) -> None:
     # 512 Hz with an extra channel (the resampling path), 5 min against 30 min.
     short = standard_edf(tmp_path / "short.edf", 300, 512, extra=["ECG"])

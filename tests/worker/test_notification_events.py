@@ -300,6 +300,7 @@ def test_phases_older_than_notifications_are_looked_at_without_an_event(env: Env
 # --- the embedded mode ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("embedded")
 def test_the_embedded_worker_tells_the_owner_without_a_broker(
     tmp_path: Path, settings_env: pytest.MonkeyPatch

@@ -85,6 +85,7 @@ def onnx_image(docker_client: object, wheels: Path) -> str:
     return build_image(EXAMPLE, "szbench-test/onnx-example:latest", docker_client).digest  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_committed_model_is_what_make_model_writes(tmp_path: Path) -> None:
     """model.onnx is reproducible from the script: no weights of unknown origin in the repo."""
     done = subprocess.run(

@@ -35,6 +35,8 @@ from szbench_worker.runner import RunnerError
 from ._pipeline_factories import Rec, events_tsv, make_prepared_dataset, seed_world
 from .fakes import FakeRun, FakeRunner
 
+pytestmark = pytest.mark.slow
+
 RECS = [
     Rec("sub-01", "run-00", 600, ((100, 40),)),
     Rec("sub-02", "run-00", 600, ()),

@@ -59,6 +59,7 @@ def test_dataset_layout_and_annotations(tmp_path: Path) -> None:
     assert ds.n_seizures > 0
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path) -> None:
     kwargs = {"subjects": 1, "hours": 1 / 6, "recording_minutes": 10}
     a = synth.generate_dataset(tmp_path / "a", seed=11, **kwargs)
