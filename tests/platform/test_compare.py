@@ -140,7 +140,7 @@ def test_aggregate_from_the_minimum_gives_the_rounded_test_without_subjects(
     ]
     # A metric the aggregate level does not release gets no test either.
     other = client.get(url + "&metric=sample_sensitivity").json()["tests"][0]
-    assert other["p_value"] is None and "not released at the aggregate level" in other["withheld"]
+    assert other["p_value"] is None and "compared on event_f1 only" in other["withheld"]
 
 
 def test_an_entry_differing_on_one_subject_gets_no_test(

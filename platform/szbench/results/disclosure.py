@@ -90,6 +90,8 @@ OK_KEY, FAILED_KEY = "ok", "failed"
 ROUNDED_METRICS = ("event_f1", "event_sensitivity", "event_precision", "event_fp_rate", "sample_f1")
 #: The one figure the Ladder releases: the ranking metric.
 LADDER_METRIC = "event_f1"
+#: The metrics a paired test is released on at the aggregate level: the ranking one alone.
+COMPARED_METRICS = ("event_f1",)
 #: FP/day at the aggregate level: 0.1 below 10, 1 below 100, 10 below 1000, then capped.
 FP_RATE_CAP = 1000.0
 FP_RATE_GRID_SIZE = 100 + 90 + 90 + 1
@@ -605,9 +607,9 @@ def comparison_withheld(views: Mapping[int, View]) -> str | None:
             what = view.withheld(f"Per-subject results of evaluation {evaluation_id}")
             return (
                 f"{what}, so no per-subject values are shown: each pair gets the paired test "
-                f"alone (mean difference, interval, p) where at least {view.min_subjects} "
-                f"subjects have a value under both and the two differ on at least as many, "
-                f"rounded to {view.decimals} decimals (p rounded up)."
+                f"alone on {', '.join(COMPARED_METRICS)} (mean difference, interval, p) where "
+                f"at least {view.min_subjects} subjects have a value under both and the two "
+                f"differ on at least as many, rounded to {view.decimals} decimals (p rounded up)."
             )
     return None
 
@@ -673,10 +675,11 @@ def released_test(
     decimals = min(v.decimals for v in views)
     if mode == Comparing.NONE:
         reason = "Comparisons are not disclosed for these entries."
-    elif metric not in ROUNDED_METRICS:
+    elif metric not in COMPARED_METRICS:
         reason = (
-            f"{metric} is not released at the aggregate level (only "
-            f"{', '.join(ROUNDED_METRICS)}), so neither is a test on it."
+            f"No test: at the aggregate level pairs are compared on "
+            f"{', '.join(COMPARED_METRICS)} only (each metric compared is another channel "
+            "out of the held-out data)."
         )
     elif pairs < minimum:
         floor = "" if smallest_p is None else (
@@ -736,24 +739,19 @@ def bits_per_evaluation(
     return bits
 
 
-def bits_per_comparison(
-    *, subjects: int, metric: str = LADDER_METRIC, decimals: int | None = None
-) -> float:
-    """The most bits one paired test at the aggregate level (a pair of evaluations, one
-    metric) can tell a non-admin: the mean difference and both ends of its interval on the
-    metric's signed grid (``2 * 10**decimals + 1`` values for a ratio, twice the FP/day grid
-    less one for FP/day) or null, p on ``10**decimals + 1`` values or null, and the number of
-    subjects with a value under both (0 to ``subjects``). Whether a test is withheld is one of
-    the answers counted (all null).
+def bits_per_comparison(*, subjects: int, decimals: int | None = None) -> float:
+    """The most bits one paired test at the aggregate level (a pair of evaluations, on the
+    one metric compared there, :data:`COMPARED_METRICS`) can tell a non-admin: the mean
+    difference and both ends of its interval on the signed grid (``2 * 10**decimals + 1``
+    values from -1 to 1) or null, p on ``10**decimals + 1`` values or null, and the number of
+    subjects with a value under both (0 to ``subjects``). A withheld test is one of the
+    answers counted (all null).
 
     >>> round(bits_per_comparison(subjects=10, decimals=2), 1)
     33.1
     """
     decimals = get_settings().released_decimals if decimals is None else decimals
-    if metric.endswith("fp_rate"):
-        grid = 2 * FP_RATE_GRID_SIZE - 1
-    else:
-        grid = 2 * 10**decimals + 1
+    grid = 2 * 10**decimals + 1
     return 3 * math.log2(grid + 1) + math.log2(10**decimals + 2) + math.log2(subjects + 1)
 
 
