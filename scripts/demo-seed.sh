@@ -49,7 +49,7 @@ if [ "$runner" = docker ]; then
     echo "== Docker engine found: the baseline runs sandboxed in a container"
     ./scripts/build-base-images.sh
     docker build -q -t szbench/baseline:latest examples/baseline >/dev/null
-    printf 'FROM szbench/baseline:latest\nENV BASELINE_THRESHOLD=2.0\n' |
+    printf 'FROM szbench/baseline:latest\nENV BASELINE_THRESHOLD=1.5\n' |
         docker build -q -t szbench/baseline-eager:latest - >/dev/null
     algo=(--image szbench/baseline:latest)
     eager=(--image szbench/baseline-eager:latest)
@@ -57,7 +57,7 @@ else
     echo "== No Docker engine used: the baseline runs as a TRUSTED LOCAL PROCESS (not sandboxed);"
     echo "   run 'make services' (root, Debian) to install and start Docker for the sandboxed path."
     algo=(--local-process "$PWD/.venv/bin/python examples/baseline/detect.py")
-    eager=(--local-process "$PWD/.venv/bin/python examples/baseline/detect.py --threshold 2.0")
+    eager=(--local-process "$PWD/.venv/bin/python examples/baseline/detect.py --threshold 1.5")
 fi
 
 # The slug public-sample is the smoke test's (SZBENCH_SMOKE_TEST_DATASET's default).

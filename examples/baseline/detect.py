@@ -147,9 +147,7 @@ def seizure_score(data: np.ndarray, fs: float) -> np.ndarray:
     return np.convolve(score, kernel, mode="same")
 
 
-def detect(
-    data: np.ndarray, fs: float, threshold: float = THRESHOLD
-) -> list[tuple[float, float]]:
+def detect(data: np.ndarray, fs: float, threshold: float = THRESHOLD) -> list[tuple[float, float]]:
     """Seizure events as (onset_s, duration_s)."""
     score = seizure_score(data, fs)
     above = score > threshold

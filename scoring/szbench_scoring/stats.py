@@ -495,7 +495,7 @@ def smallest_p_value(n_subjects: int, n_permutations: int = 10000) -> float:
     if n_subjects == 0:
         return math.nan
     if n_subjects <= EXACT_MAX_SUBJECTS:
-        return 2.0 / 2**n_subjects
+        return 2.0 / float(2**n_subjects)
     if n_permutations < 1:
         raise ValueError(f"n_permutations must be >= 1, got {n_permutations}")
     return 1.0 / (1 + n_permutations)

@@ -111,7 +111,8 @@ def test_aggregate_below_the_minimum_says_why_and_the_smallest_p(
     assert mine["tests"][0]["mean_difference"] is None
     admin = f.user(db_session, role=Role.ADMIN)
     full = client.get(url, headers=f.headers(db_session, admin)).json()
-    assert full["release"] == "subjects" and full["subjects_withheld"] is None
+    assert full["release"] == "subjects"
+    assert full["subjects_withheld"] is None
     assert full["tests"][0]["p_value"] == pytest.approx(2 / 16)
 
 
@@ -125,11 +126,14 @@ def test_aggregate_from_the_minimum_gives_the_rounded_test_without_subjects(
     admin = client.get(url, headers=f.headers(db_session, f.user(db_session, role=Role.ADMIN)))
     exact = admin.json()["tests"][0]
     body = client.get(url).json()  # anyone, as the leaderboard
-    assert body["release"] == "test" and body["subjects"] == []
+    assert body["release"] == "test"
+    assert body["subjects"] == []
     (test,) = body["tests"]
-    assert test["withheld"] is None and test["n_subjects"] == 12
+    assert test["withheld"] is None
+    assert test["n_subjects"] == 12
     assert test["mean_difference"] == round(exact["mean_difference"], 2)
-    assert test["low"] == round(exact["low"], 2) and test["high"] == round(exact["high"], 2)
+    assert test["low"] == round(exact["low"], 2)
+    assert test["high"] == round(exact["high"], 2)
     # Every subject better under A: p = 2 / 2**12, released rounded up to 0.01.
     assert exact["p_value"] == pytest.approx(2 / 2**12)
     assert test["p_value"] == 0.01
@@ -140,7 +144,8 @@ def test_aggregate_from_the_minimum_gives_the_rounded_test_without_subjects(
     ]
     # A metric the aggregate level does not release gets no test either.
     other = client.get(url + "&metric=sample_sensitivity").json()["tests"][0]
-    assert other["p_value"] is None and "compared on event_f1 only" in other["withheld"]
+    assert other["p_value"] is None
+    assert "compared on event_f1 only" in other["withheld"]
 
 
 def test_an_entry_differing_on_one_subject_gets_no_test(
@@ -154,7 +159,8 @@ def test_an_entry_differing_on_one_subject_gets_no_test(
     twin = _entry(db_session, dv, {**TWELVE_A, "07": 0.0}, owner=owner)
     url = f"/api/v1/comparisons?evaluation={a.id}&evaluation={twin.id}"
     (test,) = client.get(url, headers=f.headers(db_session, owner)).json()["tests"]
-    assert test["mean_difference"] is None and test["p_value"] is None
+    assert test["mean_difference"] is None
+    assert test["p_value"] is None
     assert "differ on fewer than 10 subjects" in test["withheld"]
 
 

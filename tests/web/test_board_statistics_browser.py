@@ -59,9 +59,7 @@ def seed() -> dict[str, int]:
             owner = f.user(s, name=name.title() + " Lab")
             version = f.version(s, f.algorithm(s, owner, name=name), version="1.0")
             ev = f.evaluation(s, version, dv)
-            f.result(
-                s, ev, {k: {"event_f1": v, "event_sensitivity": v} for k, v in values.items()}
-            )
+            f.result(s, ev, {k: {"event_f1": v, "event_sensitivity": v} for k, v in values.items()})
             ids[name] = ev.id
         return ids
 
@@ -111,9 +109,7 @@ def test_the_board_says_why_statistics_are_withheld(browser: Any, site: Site, wi
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_a_newcomer_compares_at_the_aggregate_level(
-    browser: Any, site: Site, width: int
-) -> None:
+def test_a_newcomer_compares_at_the_aggregate_level(browser: Any, site: Site, width: int) -> None:
     watched = Watched(browser, width)
     page = watched.page()
     sign_in(page, site.url, NEWCOMER)
@@ -136,9 +132,7 @@ def test_a_newcomer_compares_at_the_aggregate_level(
     assert page.locator("#subject-table").count() == 0
     _checked(page)
     # With the four-subject entry: no test, why, and the smallest p four subjects can give.
-    page.goto(
-        f"{site.url}/compare?evaluation={site.ids['alpha']}&evaluation={site.ids['gamma']}"
-    )
+    page.goto(f"{site.url}/compare?evaluation={site.ids['alpha']}&evaluation={site.ids['gamma']}")
     withheld = page.locator("#paired-tests .test-withheld")
     assert withheld.count() == 1
     reason = withheld.inner_text()

@@ -113,9 +113,7 @@ def compare(
             n_permutations=settings.compare_permutations,
         )
         smallest = (
-            smallest_p_value(c.n_subjects, settings.compare_permutations)
-            if c.n_subjects
-            else None
+            smallest_p_value(c.n_subjects, settings.compare_permutations) if c.n_subjects else None
         )
         released = disclosure.released_test(
             [views[a.id], views[b.id]],

@@ -643,7 +643,7 @@ def round_p_up(value: float | None, decimals: int) -> float | None:
     value = _finite(value)
     if value is None:
         return None
-    scale = 10**decimals
+    scale = float(10**decimals)
     return min(1.0, math.ceil(value * scale - 1e-9) / scale)
 
 
@@ -682,9 +682,13 @@ def released_test(
             "out of the held-out data)."
         )
     elif pairs < minimum:
-        floor = "" if smallest_p is None else (
-            f" With {pairs} subjects the smallest p-value this test can give is "
-            f"{smallest_p:.3g}."
+        floor = (
+            ""
+            if smallest_p is None
+            else (
+                f" With {pairs} subjects the smallest p-value this test can give is "
+                f"{smallest_p:.3g}."
+            )
         )
         reason = (
             f"No test: {pairs} subjects have a value under both entries, and a paired test "

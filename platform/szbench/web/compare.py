@@ -153,7 +153,9 @@ def compare_page(
             names = [f"{e.algorithm} {e.algorithm_version}" for e in comparison.evaluations]
             label = METRIC_LABELS.get(metric, metric)
             context["comparison"] = comparison
-            context["digits"] = 3 if comparison.release == "subjects" else settings.released_decimals
+            context["digits"] = (
+                3 if comparison.release == "subjects" else settings.released_decimals
+            )
             context["names"] = dict(
                 zip([e.evaluation_id for e in comparison.evaluations], names, strict=True)
             )

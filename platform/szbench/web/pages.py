@@ -236,7 +236,7 @@ def leaderboard(
             )
         rows.append({"entry": e, "bars": bars, "phase": phase_of.get(e.algorithm_version_id)})
     # Why statistics are withheld is the disclosure module's sentence, carried by each entry.
-    withheld = [r["entry"].statistics_withheld for r in rows if r["entry"].statistics_withheld]
+    withheld = [e.statistics_withheld for e in items if e.statistics_withheld]
     context = {
         "title": f"Leaderboard: {dataset.title or dataset.slug}",
         "dataset": dataset,
