@@ -88,6 +88,7 @@ _.phases_closed
 # checked against it by the tests.
 _.bits_per_evaluation
 _.ladder_bits_per_evaluation
+_.bits_per_comparison
 
 # prometheus_client calls a registered collector's collect() (szbench.ops.service).
 _.collect

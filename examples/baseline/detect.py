@@ -147,10 +147,10 @@ def seizure_score(data: np.ndarray, fs: float) -> np.ndarray:
     return np.convolve(score, kernel, mode="same")
 
 
-def detect(data: np.ndarray, fs: float) -> list[tuple[float, float]]:
+def detect(data: np.ndarray, fs: float, threshold: float = THRESHOLD) -> list[tuple[float, float]]:
     """Seizure events as (onset_s, duration_s)."""
     score = seizure_score(data, fs)
-    above = score > THRESHOLD
+    above = score > threshold
     events: list[list[float]] = []
     edges = np.flatnonzero(np.diff(np.concatenate([[0], above.astype(np.int8), [0]])))
     for start, stop in zip(edges[::2], edges[1::2], strict=True):
@@ -192,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--input", help="EDF file (default: /data/$INPUT)")
     parser.add_argument("--output", help="TSV file (default: /output/$OUTPUT)")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=float(os.environ.get("BASELINE_THRESHOLD", THRESHOLD)),
+        help=f"decision threshold on the score (default: $BASELINE_THRESHOLD or {THRESHOLD})",
+    )
     args = parser.parse_args(argv)
     src = args.input or (
         os.path.join("/data", os.environ["INPUT"]) if "INPUT" in os.environ else None
@@ -207,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"baseline: cannot read input: {exc}", file=sys.stderr)
         return 1
     duration_s = data.shape[1] / fs
-    events = detect(data, fs)
+    events = detect(data, fs, args.threshold)
     write_tsv(dst, events, duration_s, start)
     print(f"baseline: {len(events)} seizure event(s) in {duration_s:.0f} s", file=sys.stderr)
     return 0

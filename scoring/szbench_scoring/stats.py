@@ -34,6 +34,7 @@ __all__ = [
     "paired_comparison",
     "paired_permutation_test",
     "per_subject_ranks",
+    "smallest_p_value",
     "subject_values",
 ]
 
@@ -472,6 +473,32 @@ def paired_permutation_test(
         hits += int(np.count_nonzero(np.abs(signs @ d) / n >= observed - tolerance))
         done += size
     return (1 + hits) / (1 + n_resamples), False
+
+
+def smallest_p_value(n_subjects: int, n_permutations: int = 10000) -> float:
+    """The smallest p-value :func:`paired_permutation_test` can give over ``n_subjects``
+    complete pairs.
+
+    Exact (up to ``EXACT_MAX_SUBJECTS`` pairs): the observed flip and its mirror image are
+    always at least as extreme, so p >= 2 / 2**n (reached when every difference has the same
+    sign and no other flip is as far from zero). With random flips (more pairs) p is
+    ``(1 + hits) / (1 + n_permutations)``, at least ``1 / (1 + n_permutations)``. NaN
+    without pairs.
+
+    Examples
+    --------
+    >>> smallest_p_value(4), smallest_p_value(10), smallest_p_value(20, 9999)
+    (0.125, 0.001953125, 0.0001)
+    """
+    if n_subjects < 0:
+        raise ValueError(f"n_subjects must be >= 0, got {n_subjects}")
+    if n_subjects == 0:
+        return math.nan
+    if n_subjects <= EXACT_MAX_SUBJECTS:
+        return 2.0 / float(2**n_subjects)
+    if n_permutations < 1:
+        raise ValueError(f"n_permutations must be >= 1, got {n_permutations}")
+    return 1.0 / (1 + n_permutations)
 
 
 def paired_comparison(

@@ -98,6 +98,8 @@ def test_user_token_submit_leaderboard_locally(local_db: str, tmp_path: Path) ->
         )
     table = _invoke("leaderboard", "cli-ds")
     assert "my-algo" in table
+    # One held-out subject at the aggregate level: no interval, and the table says why.
+    assert "released from 10 subjects on (this result has 1;" in table
     assert "0.400" in table
     board = json.loads(_invoke("leaderboard", "cli-ds", "--json"))
     assert board["items"][0]["algorithm"] == "my-algo"

@@ -73,27 +73,113 @@ def test_three_algorithms_give_every_pair(
     assert pairs == [(ids[0], ids[1]), (ids[0], ids[2]), (ids[1], ids[2])]
 
 
-def test_aggregate_disclosure_refuses_non_admins_and_admins_see_it(
+def _aggregate(session: Session) -> Any:
+    return f.dataset_version(
+        session, f.dataset(session, DatasetKind.HELD_OUT, disclosure=Disclosure.AGGREGATE)
+    )
+
+
+#: Twelve subjects (the minimum is 10), A better on each by a different amount.
+TWELVE_A = {f"{i:02d}": 0.5 + 0.03 * i for i in range(1, 13)}
+TWELVE_B = {f"{i:02d}": 0.4 + 0.011 * i for i in range(1, 13)}
+
+
+def test_aggregate_below_the_minimum_says_why_and_the_smallest_p(
     client: TestClient, db_session: Session
 ) -> None:
-    dv = f.dataset_version(
-        db_session, f.dataset(db_session, DatasetKind.HELD_OUT, disclosure=Disclosure.AGGREGATE)
-    )
+    dv = _aggregate(db_session)
     a = _entry(db_session, dv, SUBJECTS_A)
     b = _entry(db_session, dv, SUBJECTS_B)
     url = f"/api/v1/comparisons?evaluation={a.id}&evaluation={b.id}"
     r = client.get(url, headers=f.headers(db_session, f.user(db_session)))
-    assert r.status_code == 403
-    assert r.json()["detail"] == (
-        f"per-subject results of evaluation {a.id} are not disclosed: its held-out dataset "
-        "discloses aggregate figures only"
-    )
-    # Even the owner of one of them: per-subject values of held-out data are disclosed facts.
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["release"] == "test"
+    assert body["subjects"] == []
+    assert "discloses aggregate figures only" in body["subjects_withheld"]
+    (test,) = body["tests"]
+    assert [test[k] for k in ("mean_difference", "low", "high", "p_value")] == [None] * 4
+    assert test["n_subjects"] == 4
+    # Four pairs: the exact sign-flip test cannot go below 2 / 2**4.
+    assert test["smallest_p"] == 0.125
+    assert "4 subjects have a value under both" in test["withheld"]
+    assert "released from 10 on" in test["withheld"]
+    assert "smallest p-value this test can give is 0.125" in test["withheld"]
+    # The owner of one entry learns no more; an admin gets everything.
     owner = a.algorithm_version.algorithm.owner
-    assert client.get(url, headers=f.headers(db_session, owner)).status_code == 403
-    assert client.get(url).status_code == 401
+    mine = client.get(url, headers=f.headers(db_session, owner)).json()
+    assert mine["tests"][0]["mean_difference"] is None
     admin = f.user(db_session, role=Role.ADMIN)
-    assert client.get(url, headers=f.headers(db_session, admin)).status_code == 200
+    full = client.get(url, headers=f.headers(db_session, admin)).json()
+    assert full["release"] == "subjects"
+    assert full["subjects_withheld"] is None
+    assert full["tests"][0]["p_value"] == pytest.approx(2 / 16)
+
+
+def test_aggregate_from_the_minimum_gives_the_rounded_test_without_subjects(
+    client: TestClient, db_session: Session
+) -> None:
+    dv = _aggregate(db_session)
+    a = _entry(db_session, dv, TWELVE_A)
+    b = _entry(db_session, dv, TWELVE_B)
+    url = f"/api/v1/comparisons?evaluation={a.id}&evaluation={b.id}"
+    admin = client.get(url, headers=f.headers(db_session, f.user(db_session, role=Role.ADMIN)))
+    exact = admin.json()["tests"][0]
+    body = client.get(url).json()  # anyone, as the leaderboard
+    assert body["release"] == "test"
+    assert body["subjects"] == []
+    (test,) = body["tests"]
+    assert test["withheld"] is None
+    assert test["n_subjects"] == 12
+    assert test["mean_difference"] == round(exact["mean_difference"], 2)
+    assert test["low"] == round(exact["low"], 2)
+    assert test["high"] == round(exact["high"], 2)
+    # Every subject better under A: p = 2 / 2**12, released rounded up to 0.01.
+    assert exact["p_value"] == pytest.approx(2 / 2**12)
+    assert test["p_value"] == 0.01
+    assert test["smallest_p"] == pytest.approx(2 / 2**12)
+    assert [e["value"] for e in body["evaluations"]] == [
+        round(sum(TWELVE_A.values()) / 12, 2),
+        round(sum(TWELVE_B.values()) / 12, 2),
+    ]
+    # A metric the aggregate level does not release gets no test either.
+    other = client.get(url + "&metric=sample_sensitivity").json()["tests"][0]
+    assert other["p_value"] is None
+    assert "compared on event_f1 only" in other["withheld"]
+
+
+def test_an_entry_differing_on_one_subject_gets_no_test(
+    client: TestClient, db_session: Session
+) -> None:
+    """Comparing one's own entry with a near copy of it (or of another entry) that differs on
+    one subject would tell that subject's difference as n times the mean difference."""
+    dv = _aggregate(db_session)
+    owner = f.user(db_session)
+    a = _entry(db_session, dv, TWELVE_A, owner=owner)
+    twin = _entry(db_session, dv, {**TWELVE_A, "07": 0.0}, owner=owner)
+    url = f"/api/v1/comparisons?evaluation={a.id}&evaluation={twin.id}"
+    (test,) = client.get(url, headers=f.headers(db_session, owner)).json()["tests"]
+    assert test["mean_difference"] is None
+    assert test["p_value"] is None
+    assert "differ on fewer than 10 subjects" in test["withheld"]
+
+
+def test_the_ladder_refuses_comparisons(client: TestClient, db_session: Session) -> None:
+    dv = f.dataset_version(db_session, f.dataset(db_session, DatasetKind.HELD_OUT))
+    phase = f.phase(db_session, is_open=True, dataset_versions=[dv])  # no closing date: Ladder
+    evs = []
+    for values in (TWELVE_A, TWELVE_B):
+        version = f.version(
+            db_session, f.algorithm(db_session, f.user(db_session)), phase_id=phase.id
+        )
+        ev = f.evaluation(db_session, version, dv)
+        f.result(db_session, ev, {s: {"event_f1": v} for s, v in values.items()})
+        evs.append(ev)
+    url = f"/api/v1/comparisons?evaluation={evs[0].id}&evaluation={evs[1].id}"
+    r = client.get(url, headers=f.headers(db_session, f.user(db_session)))
+    assert r.status_code == 403
+    assert "releases scores by the Ladder" in r.json()["detail"]
+    assert client.get(url).status_code == 401
 
 
 def test_a_phase_override_opens_the_comparison(client: TestClient, db_session: Session) -> None:

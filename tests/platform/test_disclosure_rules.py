@@ -368,6 +368,8 @@ def test_the_stated_bound_is_the_arithmetic(client: TestClient) -> None:
         "bits_with_intervals": round(with_stats, 1),
         "bits_with_intervals_per_day": round(with_stats * (settings.held_out_runs_per_day or 0), 1),
         "ladder_bits": round(ladder, 1),
+        "bits_per_comparison": round(disclosure.bits_per_comparison(subjects=10), 1),
+        "bits_per_comparison_65": round(disclosure.bits_per_comparison(subjects=65), 1),
     }
 
 

@@ -13,7 +13,9 @@ from szbench_scoring.stats import (
     bootstrap_ci,
     bootstrap_metrics,
     bootstrap_ranks,
+    paired_permutation_test,
     per_subject_ranks,
+    smallest_p_value,
     subject_values,
 )
 
@@ -121,3 +123,29 @@ def test_validation():
         bootstrap_ci([1.0], n_resamples=0)
     with pytest.raises(ValueError, match="tiebreak"):
         bootstrap_ranks([[1.0, 2.0]], [[1.0]])
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 7, 10])
+def test_the_smallest_p_value_is_reached_and_never_beaten(n: int) -> None:
+    """All differences of one sign reach 2/2**n; random differences never go below it."""
+    floor = smallest_p_value(n)
+    assert floor == 2 / 2**n
+    same_sign = np.linspace(0.1, 0.5, n)
+    assert paired_permutation_test(same_sign, np.zeros(n))[0] == pytest.approx(floor)
+    rng = np.random.default_rng(n)
+    for _ in range(20):
+        p, exact = paired_permutation_test(rng.normal(size=n), rng.normal(size=n))
+        assert exact
+        assert p >= floor - 1e-12
+
+
+def test_the_smallest_p_value_with_random_flips() -> None:
+    n = 20
+    floor = smallest_p_value(n, 999)
+    assert floor == pytest.approx(1 / 1000)
+    p, exact = paired_permutation_test(np.full(n, 0.5), np.zeros(n), n_resamples=999)
+    assert not exact
+    assert p >= floor
+    assert np.isnan(smallest_p_value(0))
+    with pytest.raises(ValueError, match="n_subjects must be >= 0"):
+        smallest_p_value(-1)

@@ -51,5 +51,7 @@ def test_aggregate_disclosure_says_so_instead(client: TestClient, db_session: Se
     page = client.get(f"/compare?evaluation={a.id}&evaluation={b.id}")
     assert page.status_code == 200
     assert "discloses aggregate figures only" in page.text
-    assert 'id="paired-tests"' not in page.text
+    # Three subjects: no test, and why, with the smallest p three subjects can give.
+    assert 'class="test-withheld"' in page.text
+    assert "smallest p-value this test can give is 0.25" in page.text
     assert 'id="subject-table"' not in page.text

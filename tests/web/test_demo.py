@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 WIDTHS = (1280, 390)
 EMAIL, PASSWORD = "newcomer@example.org", "newcomer-password-7"
 DEADLINE_S = 240
+SAMPLE_SUBJECTS = 3
 
 
 @dataclass
@@ -66,6 +67,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         DEMO_SUBJECTS="1",
         DEMO_HOURS=str(20 / 60),
         DEMO_RECORDING_MINUTES="10",
+        DEMO_SAMPLE_SUBJECTS=str(SAMPLE_SUBJECTS),
         DEMO_RUNNER="local",
         PY=sys.executable,
     )
@@ -209,6 +211,25 @@ def test_the_pages_of_the_journey_in_chromium(
     page.wait_for_url(demo.url + "/")
     text = visit("/leaderboards/synthetic-demo")
     assert "First try" in text or "first-try" in text
+    # Issue 23.5: four held-out subjects (aggregate level) are too few for intervals; the
+    # board says why instead of showing a bare dot and "n/a".
+    assert "released from 10 subjects on (this result has 1" in page.inner_text("#stats-withheld")
+    # The public sample ranks two baselines over several subjects: a newcomer sees their
+    # intervals and compares them (issue 23.4/23.5).
+    text = visit("/leaderboards/public-sample")
+    assert "baseline-eager" in text
+    assert page.locator("span.ci").count() >= 8
+    assert page.locator("#stats-withheld").count() == 0
+    page.click("#compare-link")
+    page.wait_for_load_state()
+    for box in page.locator("#compare-form input[name=evaluation]").all():
+        box.check()
+    page.get_by_role("button", name="Compare").click()
+    page.wait_for_load_state()
+    visit(page.url.removeprefix(demo.url))
+    cells = page.locator("#paired-tests tbody tr").first.locator("td").all_inner_texts()
+    assert cells[-1] == str(SAMPLE_SUBJECTS), cells
+    assert page.locator("#subject-table tbody tr").count() == SAMPLE_SUBJECTS
     text = visit(f"/evaluations/{journey['smoke']}")
     page.click("details.run-log summary")
     assert "baseline:" in page.inner_text("details.run-log pre")

@@ -84,3 +84,9 @@ def leaderboard(
     make_console().print(table)
     if not board["items"]:
         typer.echo("no ranked results yet")
+    # Why an F1 has no interval, in the platform's words (the server's, or decide's).
+    withheld = dict.fromkeys(
+        e["statistics_withheld"] for e in board["items"] if e.get("statistics_withheld")
+    )
+    for reason in withheld:
+        typer.echo(f"{reason}.")

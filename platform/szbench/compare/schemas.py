@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from szbench.results.disclosure import Comparing
+
 
 class ComparedEvaluation(BaseModel):
     evaluation_id: int
@@ -26,14 +28,25 @@ class SubjectRow(BaseModel):
 class PairedTest(BaseModel):
     a: int = Field(description="Evaluation id of A.")
     b: int = Field(description="Evaluation id of B.")
-    mean_difference: float | None = Field(description="Mean over subjects of A - B.")
+    mean_difference: float | None = Field(
+        description="Mean over subjects of A - B (at the aggregate level rounded to the "
+        "released decimals; null where the test is withheld)."
+    )
     low: float | None = Field(description="Bootstrap interval of the mean difference.")
     high: float | None
     p_value: float | None = Field(
-        description="Two-sided paired permutation (sign-flip) test of no difference."
+        description="Two-sided paired permutation (sign-flip) test of no difference (at the "
+        "aggregate level rounded up to the released decimals)."
     )
     exact: bool = Field(description="Every sign flip enumerated (else random flips).")
     n_subjects: int = Field(description="Subjects with a value under both (the pairs).")
+    smallest_p: float | None = Field(
+        description="The smallest p-value the test can give over n_subjects pairs: 2/2^n "
+        "when every flip is enumerated (n <= 16), else 1/(1 + random flips); null without pairs."
+    )
+    withheld: str | None = Field(
+        default=None, description="Why the test's figures are null for this caller."
+    )
 
 
 class Comparison(BaseModel):
@@ -42,6 +55,17 @@ class Comparison(BaseModel):
     metric: str
     confidence_level: float
     n_resamples: int
+    release: Comparing = Field(
+        description="subjects: per-subject values and tests as computed; test: the paired "
+        "tests alone (aggregate disclosure), rounded, over at least min_subjects subjects."
+    )
+    min_subjects: int = Field(
+        description="Subjects a paired test needs at the aggregate level "
+        "(SZBENCH_INTERVALS_MIN_SUBJECTS)."
+    )
+    subjects_withheld: str | None = Field(
+        description="Why there are no per-subject values (null where they are shown)."
+    )
     evaluations: list[ComparedEvaluation]
-    subjects: list[SubjectRow]
+    subjects: list[SubjectRow] = Field(description="Empty where per-subject values are withheld.")
     tests: list[PairedTest] = Field(description="One per pair of compared evaluations.")

@@ -1,9 +1,12 @@
 """Two or more algorithms on one dataset version: per-subject values side by side and a
 paired test over subjects (:func:`szbench_scoring.stats.paired_comparison`).
 
-Per-subject values are disclosed facts (:mod:`szbench.results.disclosure`): a non-admin
-compares only evaluations whose level is "subject" or "recording"; each evaluation must
-also be visible to the viewer (:func:`szbench.auth.policy.can_view_evaluation`).
+What a viewer gets is decided by :mod:`szbench.results.disclosure` (each evaluation's
+:attr:`~szbench.results.disclosure.View.comparison`, each pair by
+:func:`~szbench.results.disclosure.released_test`): per-subject values and exact tests where
+per-subject figures are disclosed; at the aggregate level the paired tests alone, rounded,
+over enough subjects; nothing under the Ladder. Each evaluation must also be visible to the
+viewer (:func:`szbench.auth.policy.can_view_evaluation`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from szbench.evaluations import queries as evaluations
 from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, SubjectResult, User
 from szbench.results import disclosure
 from szbench.results.queries import METRICS
-from szbench_scoring.stats import CONFIDENCE_LEVEL, paired_comparison
+from szbench_scoring.stats import CONFIDENCE_LEVEL, paired_comparison, smallest_p_value
 
 #: The ranking metric: the paired test defaults to it.
 RANKING_METRIC = "event_f1"
@@ -58,14 +61,17 @@ def load(session: Session, evaluation_ids: list[int], *, viewer: User | None) ->
     return rows
 
 
-def hidden_reason(rows: list[Evaluation], *, viewer: User | None) -> str | None:
-    """Why this viewer may not compare these evaluations' subjects, or None when they may."""
-    for row in rows:
-        view = disclosure.view_of(viewer, row)
-        if not view.subjects:
-            what = view.withheld(f"Per-subject results of evaluation {row.id}")
-            return f"{what}, so no per-subject comparison or paired test is shown."
-    return None
+def views_of(rows: list[Evaluation], *, viewer: User | None) -> dict[int, disclosure.View]:
+    return {row.id: disclosure.view_of(viewer, row) for row in rows}
+
+
+def _differing(xa: list[float], xb: list[float]) -> int:
+    """Subjects with a value under both on which the two differ."""
+    return sum(
+        1
+        for x, y in zip(xa, xb, strict=True)
+        if math.isfinite(x) and math.isfinite(y) and abs(x - y) > 1e-12
+    )
 
 
 def compare(
@@ -79,9 +85,8 @@ def compare(
     if metric not in METRICS:
         raise BadRequest(f"metric: unknown metric {metric!r} (known: {', '.join(METRICS)})")
     rows = load(session, evaluation_ids, viewer=viewer)
-    views = {row.id: disclosure.view_of(viewer, row) for row in rows}
-    for row in rows:
-        views[row.id].require_subjects(row.id)
+    views = views_of(rows, viewer=viewer)
+    mode = disclosure.require_comparison(views)
     column = getattr(SubjectResult, metric)
     per_eval: dict[int, dict[str, float | None]] = {row.id: {} for row in rows}
     for evaluation_id, subject, value in session.execute(
@@ -91,9 +96,11 @@ def compare(
     ):
         per_eval[evaluation_id][subject] = _clean(value)
     subjects = sorted({s for values in per_eval.values() for s in values})
-    table = [
-        SubjectRow(subject=s, values=[per_eval[row.id].get(s) for row in rows]) for s in subjects
-    ]
+    table = (
+        [SubjectRow(subject=s, values=[per_eval[row.id].get(s) for row in rows]) for s in subjects]
+        if mode == disclosure.Comparing.SUBJECTS
+        else []
+    )
     settings = get_settings()
     tests = []
     for a, b in combinations(rows, 2):
@@ -105,16 +112,32 @@ def compare(
             n_resamples=settings.bootstrap_resamples,
             n_permutations=settings.compare_permutations,
         )
+        smallest = (
+            smallest_p_value(c.n_subjects, settings.compare_permutations) if c.n_subjects else None
+        )
+        released = disclosure.released_test(
+            [views[a.id], views[b.id]],
+            metric,
+            mean_difference=c.mean_difference,
+            low=c.low,
+            high=c.high,
+            p_value=c.p_value,
+            pairs=c.n_subjects,
+            differing=_differing(xa, xb),
+            smallest_p=smallest,
+        )
         tests.append(
             PairedTest(
                 a=a.id,
                 b=b.id,
-                mean_difference=_clean(c.mean_difference),
-                low=_clean(c.low),
-                high=_clean(c.high),
-                p_value=_clean(c.p_value),
+                mean_difference=released.mean_difference,
+                low=released.low,
+                high=released.high,
+                p_value=released.p_value,
                 exact=c.exact,
                 n_subjects=c.n_subjects,
+                smallest_p=smallest,
+                withheld=released.withheld,
             )
         )
     dv = rows[0].dataset_version
@@ -140,6 +163,9 @@ def compare(
         metric=metric,
         confidence_level=CONFIDENCE_LEVEL,
         n_resamples=settings.bootstrap_resamples,
+        release=mode,
+        min_subjects=settings.intervals_min_subjects,
+        subjects_withheld=disclosure.comparison_withheld(views),
         evaluations=compared,
         subjects=table,
         tests=tests,

@@ -85,6 +85,11 @@ class LeaderboardEntry(Metrics):
         "the figures are; null where per-subject figures would show through it)."
     )
     rank_stability: RankStability | None
+    statistics_withheld: str | None = Field(
+        default=None,
+        description="Why ci and rank_stability are null for this caller (too few subjects "
+        "at the aggregate level, the Ladder, an unranked entry); null where they are shown.",
+    )
     provenance: Provenance
 
 

@@ -472,6 +472,19 @@ def _rank_stability(row: Row, stats: statistics.EntryStats | None) -> RankStabil
     )
 
 
+def _statistics_withheld(
+    row: Row, stats: statistics.BoardStats, entry: statistics.EntryStats | None
+) -> str | None:
+    """Why this entry shows no intervals or rank stability: its view's reason first."""
+    if row.view.intervals_withheld is not None:
+        return row.view.intervals_withheld
+    if entry is not None:
+        return None
+    if row.rank is None:
+        return "Intervals and rank stability are computed for ranked entries only"
+    return f"Intervals and rank stability: {stats.status}"
+
+
 def _duplicate_of(row: Row) -> DuplicateOf | None:
     twin = row.duplicate_of
     if twin is None:
@@ -526,6 +539,7 @@ def _entries(
                 release=row.view.release,
                 ci=_intervals(row, entry_stats),
                 rank_stability=_rank_stability(row, entry_stats),
+                statistics_withheld=_statistics_withheld(row, stats, entry_stats),
                 provenance=make_provenance(
                     summary,
                     image_digest=row.image_digest,
@@ -734,7 +748,7 @@ def download_rows(board: Leaderboard) -> tuple[list[dict[str, Any]], list[str]]:
     rows = []
     for e in board.items:
         row: dict[str, Any] = e.model_dump(
-            exclude={"ci", "rank_stability", "provenance", "duplicate_of"}
+            exclude={"ci", "rank_stability", "statistics_withheld", "provenance", "duplicate_of"}
         )
         row["duplicate_of_evaluation_id"] = e.duplicate_of.evaluation_id if e.duplicate_of else None
         for m in statistics.CI_METRICS:

@@ -24,7 +24,13 @@ The view answers:
 - **intervals, rank stability and ``*_std``** (:attr:`View.intervals`): they resample or
   summarise the per-subject figures, and over a few subjects give them away (with two
   subjects, mean ± std are the two figures): where per-subject figures are not disclosed,
-  only from ``SZBENCH_INTERVALS_MIN_SUBJECTS`` subjects on, and never under the Ladder.
+  only from ``SZBENCH_INTERVALS_MIN_SUBJECTS`` subjects on, and never under the Ladder;
+  where they are withheld, :attr:`View.intervals_withheld` says why;
+- **comparisons** (:attr:`View.comparison`): per-subject values side by side and the paired
+  test as computed where per-subject figures are disclosed; at the aggregate level the
+  paired test alone (mean difference, its interval, p), rounded, for a pair with values
+  under both on at least ``SZBENCH_INTERVALS_MIN_SUBJECTS`` subjects that differ on at least
+  as many (:func:`released_test`); nothing under the Ladder.
 
 The governing phase of an evaluation is its algorithm version's phase *when that phase
 names the evaluation's dataset version* (:func:`join_governing_phase`); on any other data
@@ -40,7 +46,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -84,6 +90,8 @@ OK_KEY, FAILED_KEY = "ok", "failed"
 ROUNDED_METRICS = ("event_f1", "event_sensitivity", "event_precision", "event_fp_rate", "sample_f1")
 #: The one figure the Ladder releases: the ranking metric.
 LADDER_METRIC = "event_f1"
+#: The metrics a paired test is released on at the aggregate level: the ranking one alone.
+COMPARED_METRICS = ("event_f1",)
 #: FP/day at the aggregate level: 0.1 below 10, 1 below 100, 10 below 1000, then capped.
 FP_RATE_CAP = 1000.0
 FP_RATE_GRID_SIZE = 100 + 90 + 90 + 1
@@ -97,6 +105,17 @@ class Release(enum.StrEnum):
     EXACT = "exact"
     ROUNDED = "rounded"
     LADDER = "ladder"
+
+
+class Comparing(enum.StrEnum):
+    """What a comparison involving an evaluation may show a viewer."""
+
+    SUBJECTS = "subjects"  # per-subject values side by side and the paired test, exact
+    TEST = "test"  # the paired test only, rounded, for pairs over enough subjects
+    NONE = "none"
+
+
+_COMPARING_ORDER = (Comparing.NONE, Comparing.TEST, Comparing.SUBJECTS)
 
 
 @dataclass(frozen=True)
@@ -267,6 +286,11 @@ class View:
     decimals: int
     ladder_step: float | None = None
     signed_in: bool = True
+    comparison: Comparing = Comparing.NONE
+    #: Subjects a released interval, rank stability or paired test needs at the aggregate level.
+    min_subjects: int = 0
+    #: Why intervals and rank stability are withheld from this viewer (None: they are not).
+    intervals_withheld: str | None = None
 
     @property
     def subjects(self) -> bool:
@@ -310,6 +334,9 @@ class View:
             self.intervals,
             self.decimals,
             self.ladder_step,
+            self.comparison,
+            self.min_subjects,
+            self.intervals_withheld,
         )
 
     @property
@@ -361,11 +388,31 @@ def decide(viewer: User | None, facts: Facts) -> View:
             release = Release.EXACT
         else:
             release = Release.ROUNDED
+    minimum = settings.intervals_min_subjects
     intervals = (
         admin
         or release == Release.EXACT
-        or (release == Release.ROUNDED and facts.subjects >= settings.intervals_min_subjects)
+        or (release == Release.ROUNDED and facts.subjects >= minimum)
     )
+    if release == Release.EXACT:
+        comparison = Comparing.SUBJECTS
+    elif release == Release.ROUNDED:
+        comparison = Comparing.TEST
+    else:
+        comparison = Comparing.NONE
+    withheld = None
+    if release == Release.LADDER:
+        withheld = (
+            "Intervals and rank stability are withheld: this phase releases scores by the "
+            "Ladder until it closes"
+        )
+    elif not intervals:
+        withheld = (
+            f"Intervals and rank stability are withheld: they resample the per-subject figures, "
+            f"which this held-out dataset does not disclose, and are released from {minimum} "
+            f"subjects on (this result has {facts.subjects}; over fewer they would give the "
+            "per-subject figures away)"
+        )
     return View(
         admin=admin,
         owner=viewer is not None and facts.owner_id == viewer.id,
@@ -376,6 +423,9 @@ def decide(viewer: User | None, facts: Facts) -> View:
         decimals=settings.released_decimals,
         ladder_step=phase.ladder_step if release == Release.LADDER and phase else None,
         signed_in=viewer is not None,
+        comparison=comparison,
+        min_subjects=minimum,
+        intervals_withheld=withheld,
     )
 
 
@@ -530,6 +580,136 @@ def released_histogram(view: View, histogram: list[int]) -> list[int]:
     return list(histogram) if view.release == Release.EXACT else []
 
 
+# --- comparisons -----------------------------------------------------------------------------
+
+
+def comparing(views: Iterable[View]) -> Comparing:
+    """What a comparison of evaluations with these views may show: the least any allows."""
+    return min((v.comparison for v in views), key=_COMPARING_ORDER.index, default=Comparing.NONE)
+
+
+def require_comparison(views: Mapping[int, View]) -> Comparing:
+    """:func:`comparing` for views by evaluation id; refuses where nothing may be shown."""
+    for evaluation_id, view in views.items():
+        if view.comparison == Comparing.NONE:
+            view._refuse(f"comparisons of evaluation {evaluation_id}")
+    return comparing(views.values())
+
+
+def comparison_withheld(views: Mapping[int, View]) -> str | None:
+    """Why a comparison shows no per-subject values (None where it shows them), and what it
+    shows instead; for the comparison page and the API."""
+    for evaluation_id, view in views.items():
+        if view.comparison == Comparing.NONE:
+            return view.withheld(f"Comparisons of evaluation {evaluation_id}") + "."
+    for evaluation_id, view in views.items():
+        if view.comparison != Comparing.SUBJECTS:
+            what = view.withheld(f"Per-subject results of evaluation {evaluation_id}")
+            return (
+                f"{what}, so no per-subject values are shown: each pair gets the paired test "
+                f"alone on {', '.join(COMPARED_METRICS)} (mean difference, interval, p) where "
+                f"at least {view.min_subjects} subjects have a value under both and the two "
+                f"differ on at least as many, rounded to {view.decimals} decimals (p rounded up)."
+            )
+    return None
+
+
+@dataclass(frozen=True)
+class ReleasedTest:
+    """A paired test as a viewer gets it; ``withheld`` says why its figures are null."""
+
+    mean_difference: float | None
+    low: float | None
+    high: float | None
+    p_value: float | None
+    withheld: str | None = None
+
+
+def _round_signed(metric: str, value: float | None, decimals: int) -> float | None:
+    value = _finite(value)
+    if value is None:
+        return None
+    rounded = _round(metric, abs(value), decimals)
+    return None if rounded is None else math.copysign(rounded, value) + 0.0
+
+
+def round_p_up(value: float | None, decimals: int) -> float | None:
+    """A p-value rounded *up* to ``decimals`` (a released 0.01 means p <= 0.01), so that
+    rounding never makes a difference look more significant than it is.
+
+    >>> round_p_up(0.0039, 2), round_p_up(0.125, 2), round_p_up(0.25, 2)
+    (0.01, 0.13, 0.25)
+    """
+    value = _finite(value)
+    if value is None:
+        return None
+    scale = float(10**decimals)
+    return min(1.0, math.ceil(value * scale - 1e-9) / scale)
+
+
+def released_test(
+    views: Sequence[View],
+    metric: str,
+    *,
+    mean_difference: float | None,
+    low: float | None,
+    high: float | None,
+    p_value: float | None,
+    pairs: int,
+    differing: int,
+    smallest_p: float | None,
+) -> ReleasedTest:
+    """The paired test of two evaluations (``views``: theirs) as the viewer gets it.
+
+    Per-subject disclosure (both): as computed. Aggregate (either): from ``min_subjects``
+    ``pairs`` (subjects with a value under both) on, when the two differ on at least as
+    many subjects (``differing``; else comparing an entry with one that differs on one
+    subject would give that subject's difference away as ``n`` times the mean), the mean
+    difference and its interval on the released grid and p rounded up; otherwise nulls
+    and why, with the smallest p-value ``pairs`` subjects can give (``smallest_p``).
+    """
+    mode = comparing(views)
+    if mode == Comparing.SUBJECTS:
+        return ReleasedTest(_finite(mean_difference), _finite(low), _finite(high), _finite(p_value))
+    minimum = max(v.min_subjects for v in views)
+    decimals = min(v.decimals for v in views)
+    if mode == Comparing.NONE:
+        reason = "Comparisons are not disclosed for these entries."
+    elif metric not in COMPARED_METRICS:
+        reason = (
+            f"No test: at the aggregate level pairs are compared on "
+            f"{', '.join(COMPARED_METRICS)} only (each metric compared is another channel "
+            "out of the held-out data)."
+        )
+    elif pairs < minimum:
+        floor = (
+            ""
+            if smallest_p is None
+            else (
+                f" With {pairs} subjects the smallest p-value this test can give is "
+                f"{smallest_p:.3g}."
+            )
+        )
+        reason = (
+            f"No test: {pairs} subjects have a value under both entries, and a paired test "
+            f"is released from {minimum} on (over fewer it would give per-subject figures "
+            f"away).{floor}"
+        )
+    elif differing < minimum:
+        reason = (
+            f"No test: the two entries differ on fewer than {minimum} subjects, and over so "
+            "few the test would give those subjects' figures away."
+        )
+    else:
+        return ReleasedTest(
+            _round_signed(metric, mean_difference, decimals),
+            _round_signed(metric, low, decimals),
+            _round_signed(metric, high, decimals),
+            round_p_up(p_value, decimals),
+        )
+    return ReleasedTest(None, None, None, None, withheld=reason)
+
+
 # --- what it costs ---------------------------------------------------------------------------
 
 
@@ -561,6 +741,22 @@ def bits_per_evaluation(
         bits += figures  # the *_std of the released figures
         bits += 3 * math.log2(2 * max(entries, 1)) + ratio  # rank stability
     return bits
+
+
+def bits_per_comparison(*, subjects: int, decimals: int | None = None) -> float:
+    """The most bits one paired test at the aggregate level (a pair of evaluations, on the
+    one metric compared there, :data:`COMPARED_METRICS`) can tell a non-admin: the mean
+    difference and both ends of its interval on the signed grid (``2 * 10**decimals + 1``
+    values from -1 to 1) or null, p on ``10**decimals + 1`` values or null, and the number of
+    subjects with a value under both (0 to ``subjects``). A withheld test is one of the
+    answers counted (all null).
+
+    >>> round(bits_per_comparison(subjects=10, decimals=2), 1)
+    33.1
+    """
+    decimals = get_settings().released_decimals if decimals is None else decimals
+    grid = 2 * 10**decimals + 1
+    return 3 * math.log2(grid + 1) + math.log2(10**decimals + 2) + math.log2(subjects + 1)
 
 
 def ladder_bits_per_evaluation(*, recordings: int, step: float) -> float:

@@ -19,9 +19,11 @@ from szbench.api.deps import SessionDep
 from szbench.api.pagination import MAX_ID
 from szbench.auth.dependencies import Anyone
 from szbench.compare import service
+from szbench.config import get_settings
 from szbench.datasets import queries as datasets
 from szbench.errors import BadRequest
 from szbench.leaderboards import service as leaderboards
+from szbench.results import disclosure
 from szbench.results.queries import METRICS
 from szbench.web import charts
 from szbench.web.common import render
@@ -129,6 +131,7 @@ def compare_page(
         slug=ds.slug, version=version or None, versions="all", limit=None
     )
     board = leaderboards.leaderboard(session, query, viewer=caller.user)
+    settings = get_settings()
     context: dict[str, object] = {
         "title": f"Compare algorithms on {ds.title or ds.slug}",
         "dataset": ds,
@@ -140,23 +143,31 @@ def compare_page(
         "hidden": None,
     }
     if rows:
-        context["hidden"] = service.hidden_reason(rows, viewer=caller.user)
-        if context["hidden"] is None:
+        # What may be shown is the disclosure module's answer (each entry's view, each pair's
+        # released test); the page only draws it.
+        views = service.views_of(rows, viewer=caller.user)
+        if disclosure.comparing(views.values()) == disclosure.Comparing.NONE:
+            context["hidden"] = disclosure.comparison_withheld(views)
+        else:
             comparison = service.compare(session, chosen, viewer=caller.user, metric=metric)
             names = [f"{e.algorithm} {e.algorithm_version}" for e in comparison.evaluations]
             label = METRIC_LABELS.get(metric, metric)
             context["comparison"] = comparison
+            context["digits"] = (
+                3 if comparison.release == "subjects" else settings.released_decimals
+            )
             context["names"] = dict(
                 zip([e.evaluation_id for e in comparison.evaluations], names, strict=True)
             )
-            context["chart"] = grouped_bars(
-                [s.subject for s in comparison.subjects],
-                [
-                    (name, [s.values[i] for s in comparison.subjects])
-                    for i, name in enumerate(names)
-                ],
-                title=f"{label} per subject",
-                maximum=None if metric.endswith("fp_rate") else 1.0,
-                digits=1 if metric.endswith("fp_rate") else 2,
-            )
+            if comparison.subjects:
+                context["chart"] = grouped_bars(
+                    [s.subject for s in comparison.subjects],
+                    [
+                        (name, [s.values[i] for s in comparison.subjects])
+                        for i, name in enumerate(names)
+                    ],
+                    title=f"{label} per subject",
+                    maximum=None if metric.endswith("fp_rate") else 1.0,
+                    digits=1 if metric.endswith("fp_rate") else 2,
+                )
     return render(request, "compare.html", caller, context)

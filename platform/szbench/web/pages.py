@@ -235,6 +235,8 @@ def leaderboard(
                 label=f"{e.algorithm} {METRIC_LABELS[metric]}",
             )
         rows.append({"entry": e, "bars": bars, "phase": phase_of.get(e.algorithm_version_id)})
+    # Why statistics are withheld is the disclosure module's sentence, carried by each entry.
+    withheld = [e.statistics_withheld for e in items if e.statistics_withheld]
     context = {
         "title": f"Leaderboard: {dataset.title or dataset.slug}",
         "dataset": dataset,
@@ -253,6 +255,8 @@ def leaderboard(
         "phases": web_queries.all_phases(session),
         "fp_max": fp_max,
         "decimals": board.release.decimals,
+        "withheld_reasons": list(dict.fromkeys(withheld)),
+        "withheld_count": len(withheld),
     }
     return render(request, "leaderboard.html", caller, context)
 
