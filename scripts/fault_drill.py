@@ -2,11 +2,22 @@
 """Fault drill: run evaluations through the real pipeline while breaking its parts.
 
 Starts its own PostgreSQL (``initdb``/``pg_ctl``) and Redis (``redis-server``) on free
-ports under a scratch folder, a prefork ``celery worker`` (concurrency 1) for the ``cpu``
+ports under a scratch folder, a Docker engine of its own (a second ``dockerd`` in a network
+namespace of its own, with its own data-root, exec-root, pidfile and socket: the drill stops
+it, never the host's engine), a prefork ``celery worker`` (concurrency 1) for the ``cpu``
 queue and the scheduler (``worker --beat -Q maintenance``), as docker-compose.yml does. The
-algorithm is a small image built from the local base image that sleeps a few seconds and
-writes one detection per recording. First an undisturbed evaluation (the reference), then
-one fresh evaluation (no reuse) per fault:
+runner's work directory (``SZBENCH_RUNNER_WORK_DIR``) is a tmpfs of the drill's own, 64 MiB
+over the default ``SZBENCH_WORKER_MIN_FREE_BYTES``, so that it can be filled. The algorithm
+is a small image built from the local base image that sleeps a few seconds and writes one
+detection per recording. First an undisturbed evaluation (the reference), then one fresh
+evaluation (no reuse) per fault:
+
+- ``malformed-message``: a message that is not JSON pushed onto the ``cpu`` queue just
+  before the evaluation is submitted (the worker must dead-letter it and go on);
+- ``full-work-dir``: the runner's work directory filled to its last byte mid-run for
+  ``--full-s`` seconds (default 120), then emptied;
+- ``engine-outage``: the drill's Docker engine stopped mid-run for ``--engine-outage-s``
+  seconds (default 180), then started again;
 
 - ``worker-kill``: the whole worker (main process and pool) killed with SIGKILL mid-run,
   then started again on the same host;
@@ -16,6 +27,9 @@ one fresh evaluation (no reuse) per fault:
 - ``broker-down-submit``: Redis down while the evaluation is submitted (its start task
   cannot be sent), started again empty a few seconds later.
 
+Every timer is the shipped default (heartbeat, reconciler, retry backoff, visibility
+timeout) unless an option below sets it; the header of the output says which were changed.
+
 Per fault it prints: recovered (DONE within ``--timeout-s``), seconds from the fault to
 DONE, stored results per recording (must be 1), containers started per recording (the
 run's ``attempts``), and whether every recording's counts and the dataset's scores equal
@@ -23,7 +37,7 @@ the undisturbed run's. Exit status 1 when any fault did not recover or changed a
 
 Run (root, with the Docker engine and the base image: scripts/test-services.sh)::
 
-    .venv/bin/python scripts/fault_drill.py [--recordings 4] [--pg-outage-s 60]
+    .venv/bin/python scripts/fault_drill.py [--recordings 4] [--pg-outage-s 60] [--keep]
 """
 
 from __future__ import annotations
@@ -61,7 +75,26 @@ d = int(h[236:244]) * float(h[244:252])
     "onset\\tduration\\teventType\\tconfidence\\tchannels\\tdateTime\\trecordingDuration\\n"
     f"100.0\\t30.0\\tsz\\tn/a\\tn/a\\t2020-01-01 00:00:00\\t{d:.1f}\\n")
 """
-FAULTS = ("worker-kill", "child-kill", "redis-empty", "postgres-stop", "broker-down-submit")
+FAULTS = (
+    "malformed-message",
+    "full-work-dir",
+    "engine-outage",
+    "worker-kill",
+    "child-kill",
+    "redis-empty",
+    "postgres-stop",
+    "broker-down-submit",
+)
+#: Timers the drill may shorten: option name -> setting. None (the default): shipped value.
+TIMERS = {
+    "heartbeat_s": "SZBENCH_WORKER_HEARTBEAT_INTERVAL_S",
+    "heartbeat_timeout_s": "SZBENCH_WORKER_HEARTBEAT_TIMEOUT_S",
+    "reconcile_interval_s": "SZBENCH_RECONCILE_INTERVAL_S",
+    "stale_s": "SZBENCH_RECONCILE_STALE_S",
+    "claim_grace_s": "SZBENCH_RECONCILE_CLAIM_GRACE_S",
+    "backoff_max_s": "SZBENCH_TASK_RETRY_BACKOFF_MAX_S",
+}
+MiB = 1024**2
 
 
 def free_port() -> int:
@@ -144,6 +177,79 @@ class Redis:
             self.proc.wait()
 
 
+class Dockerd:
+    """A second dockerd of the drill's own, which it may stop and start (never the host's
+    engine, never the host's network: ``--bridge none`` in the host's network namespace
+    would delete the host's docker0)."""
+
+    def __init__(self) -> None:
+        # Short: containerd's sockets live under the exec-root (a path length limit).
+        self.root = Path(tempfile.mkdtemp(prefix="szdrill-", dir="/tmp"))
+        self.url = f"unix://{self.root / 'docker.sock'}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import docker
+
+        args = ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data")]
+        args += ["--exec-root", str(self.root / "x"), "--pidfile", str(self.root / "docker.pid")]
+        args += ["-H", self.url, "--bridge", "none", "--iptables=false", "--ip6tables=false"]
+        with open(self.root / "dockerd.log", "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                docker.DockerClient(base_url=self.url, timeout=5).ping()
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.3)
+        raise SystemExit(f"the drill's dockerd did not start; see {self.root / 'dockerd.log'}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def remove(self) -> None:
+        import docker
+
+        with contextlib.suppress(Exception):
+            client = docker.DockerClient(base_url=self.url, timeout=30)
+            for container in client.containers.list(all=True):
+                container.remove(force=True)
+        self.stop()
+        subprocess.run(["umount", "-R", "-l", str(self.root)], check=False, capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class SmallDisk:
+    """A tmpfs just over the default free-space floor, for a work directory to fill."""
+
+    def __init__(self, root: Path, size_bytes: int) -> None:
+        self.path = root / "small-disk"
+        self.path.mkdir()
+        size = f"size={size_bytes}"
+        subprocess.run(["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(self.path)], check=True)
+        self.filler = self.path / "filler"
+
+    def fill(self) -> None:
+        st = os.statvfs(self.path)
+        # The last byte: whatever else the runner tries to write there fails (ENOSPC).
+        free = st.f_bavail * st.f_frsize
+        subprocess.run(["fallocate", "-l", str(free), str(self.filler)], check=True)
+
+    def empty(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def remove(self) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], check=False)
+
+
 class Worker:
     """A ``celery worker`` process in its own session (so kill -9 can take its pool too)."""
 
@@ -198,9 +304,11 @@ class Outcome:
     attempts_max: int
     scores_equal: bool
     status: str
+    note: str = ""
 
 
 def build_image() -> str:
+    """The drill's image, built on the host's engine (where the base image is)."""
     from szbench_worker.docker_runner import build_image as build
     from szbench_worker.docker_runner import connect
 
@@ -210,6 +318,18 @@ def build_image() -> str:
             f'FROM {BASE_IMAGE}\nCOPY run.py /run.py\nCMD ["python3", "/run.py"]\n'
         )
         return build(Path(ctx), IMAGE, connect()).digest
+
+
+def load_image(digest: str, engine: Dockerd) -> None:
+    """The image (with its base layers) into the drill's engine, by the same id."""
+    import docker
+
+    from szbench_worker.docker_runner import connect
+
+    saved = connect().api.get_image(digest)
+    client = docker.DockerClient(base_url=engine.url, timeout=300)
+    client.api.load_image(b"".join(saved))
+    client.images.get(digest)  # raises when the load did not give it
 
 
 def seed(prepared: Path, digest: str, timeout_s: int) -> tuple[int, int]:
@@ -370,13 +490,25 @@ def snapshot(
 
 @contextlib.contextmanager
 def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    from szbench.config import Settings
+
     root = Path(tempfile.mkdtemp(prefix="szbench-drill-"))
     pg, broker = Postgres(root), Redis(root)
+    engine = Dockerd()
+    disk: SmallDisk | None = None
     workers: list[Worker] = []
     try:
         pg.init()
         broker.start()
+        engine.start()
+        load_image(args.digest, engine)
+        disk = SmallDisk(root, Settings().worker_min_free_bytes + 64 * MiB)
         host = f"drill-{uuid.uuid4().hex[:6]}"
+        timers = {
+            setting: str(getattr(args, option))
+            for option, setting in TIMERS.items()
+            if getattr(args, option) is not None
+        }
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(["platform", "worker", "scoring"]),
@@ -384,19 +516,23 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "SZBENCH_DATABASE_URL": pg.url,
             "SZBENCH_BROKER_URL": broker.url,
             "SZBENCH_RUNNER_BACKEND": "docker",
-            "SZBENCH_RUNNER_WORK_DIR": str(root / "runs"),
+            "SZBENCH_RUNNER_WORK_DIR": str(disk.path / "runs"),
             "SZBENCH_PIPELINE_WORK_DIR": str(root / "work"),
             "SZBENCH_WORKER_HOST": host,
-            "SZBENCH_QUEUE_VISIBILITY_TIMEOUT_S": "7200",
-            "SZBENCH_TASK_RETRY_BACKOFF_MAX_S": str(args.backoff_max_s),
-            "SZBENCH_WORKER_HEARTBEAT_INTERVAL_S": str(args.heartbeat_s),
-            "SZBENCH_WORKER_HEARTBEAT_TIMEOUT_S": str(args.heartbeat_timeout_s),
-            "SZBENCH_RECONCILE_INTERVAL_S": str(args.reconcile_interval_s),
-            "SZBENCH_RECONCILE_STALE_S": str(args.stale_s),
-            "SZBENCH_RECONCILE_CLAIM_GRACE_S": str(args.claim_grace_s),
             "SZBENCH_LOG_LEVEL": "INFO",
+            "DOCKER_HOST": engine.url,
+            **timers,
         }
-        os.environ.update({k: v for k, v in env.items() if k.startswith("SZBENCH_")})
+        # Shipped defaults for every timer not named above, whatever this shell exports.
+        for setting in (*TIMERS.values(), "SZBENCH_QUEUE_VISIBILITY_TIMEOUT_S"):
+            if setting not in timers:
+                env.pop(setting, None)
+                os.environ.pop(setting, None)
+        env.pop("SZBENCH_WORKER_MIN_FREE_BYTES", None)
+        os.environ.pop("SZBENCH_WORKER_MIN_FREE_BYTES", None)
+        os.environ.update(
+            {k: v for k, v in env.items() if k.startswith("SZBENCH_") or k == "DOCKER_HOST"}
+        )
         from szbench import db, migrate, queue
         from szbench.config import get_settings
 
@@ -436,6 +572,8 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "root": root,
             "pg": pg,
             "redis": broker,
+            "engine": engine,
+            "disk": disk,
             "run": run,
             "scheduler": scheduler,
             "host": host,
@@ -451,6 +589,9 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
                 from szbench_worker.docker_runner import cleanup_orphans
 
                 cleanup_orphans(host=host, everything=True)
+        engine.remove()
+        if disk is not None:
+            disk.remove()
         if args.keep:
             print(f"scratch folder kept: {root}")
         else:
@@ -463,6 +604,13 @@ def apply(
     """Submit an evaluation, apply ``fault``; return its id and the moment of the fault."""
     from szbench import queue
 
+    if fault == "malformed-message":
+        import redis
+
+        # Onto the list the worker consumes, ahead of the evaluation's tasks.
+        redis.Redis.from_url(s["redis"].url).lpush("cpu", b"{not json, no task")
+        t = time.monotonic()
+        return submit_it(), t
     if fault == "broker-down-submit":
         s["redis"].kill()
         t = time.monotonic()
@@ -487,7 +635,25 @@ def apply(
         s["pg"].stop()
         time.sleep(args.pg_outage_s)
         s["pg"].start()
+    elif fault == "full-work-dir":
+        s["disk"].fill()
+        time.sleep(args.full_s)
+        s["disk"].empty()
+    elif fault == "engine-outage":
+        s["engine"].stop()
+        time.sleep(args.engine_outage_s)
+        s["engine"].start()
     return evaluation_id, t
+
+
+def dead_letters(s: dict[str, Any]) -> int:
+    import redis
+
+    from szbench.broker import DEAD_LETTER_KEY
+
+    with contextlib.suppress(redis.RedisError):
+        return int(redis.Redis.from_url(s["redis"].url).llen(DEAD_LETTER_KEY))
+    return -1
 
 
 def main() -> int:
@@ -497,20 +663,28 @@ def main() -> int:
     p.add_argument("--recordings", type=int, default=4)
     p.add_argument("--faults", default=",".join(FAULTS))
     p.add_argument("--pg-outage-s", type=float, default=60)
-    p.add_argument("--timeout-s", type=float, default=600)
-    p.add_argument("--heartbeat-s", type=float, default=1)
-    p.add_argument("--heartbeat-timeout-s", type=float, default=10)
-    p.add_argument("--reconcile-interval-s", type=float, default=5)
-    p.add_argument("--stale-s", type=float, default=10)
-    p.add_argument("--claim-grace-s", type=float, default=60)
-    p.add_argument("--backoff-max-s", type=float, default=10)
+    p.add_argument("--full-s", type=float, default=120)
+    p.add_argument("--engine-outage-s", type=float, default=180)
+    p.add_argument("--timeout-s", type=float, default=1800)
+    # Timers: the shipped defaults unless set (a shortened run says so in its header).
+    for option in TIMERS:
+        p.add_argument("--" + option.replace("_", "-"), type=float, default=None)
     p.add_argument("--keep", action="store_true", help="keep the scratch folder (logs)")
     args = p.parse_args()
+    changed = {o: getattr(args, o) for o in TIMERS if getattr(args, o) is not None}
+    print(
+        "timers: "
+        + (
+            "SHORTENED " + ", ".join(f"{TIMERS[o]}={v:g}" for o, v in changed.items())
+            if changed
+            else "the shipped defaults"
+        )
+    )
     faults = [f for f in args.faults.split(",") if f]
     for f in faults:
         if f not in FAULTS:
             raise SystemExit(f"unknown fault {f!r}; one of {', '.join(FAULTS)}")
-    digest = build_image()
+    args.digest = digest = build_image()
     outcomes: list[Outcome] = []
     with stack(args) as s:
         recs = [
@@ -526,9 +700,11 @@ def main() -> int:
         if not ok:
             raise SystemExit(f"the undisturbed evaluation ended {state}; see the worker logs")
         ref_counts, ref_metrics, _, _ = snapshot(reference)
-        print(f"undisturbed: {args.recordings} recordings in {undisturbed_s:.1f} s")
+        print(f"undisturbed: {args.recordings} recordings in {undisturbed_s:.1f} s", flush=True)
         for fault in faults:
-            print(f"== {fault}")
+            print(f"== {fault}", flush=True)
+            letters = dead_letters(s)
+            worker_pid = s["run"].proc.pid
             evaluation_id, t = apply(fault, s, args, lambda: submit(version_id, dv_id))
             ok, state = wait_finished(evaluation_id, args.timeout_s)
             seconds = time.monotonic() - t
@@ -546,8 +722,16 @@ def main() -> int:
                 and (sorted(counts.values()) == sorted(ref_counts.values())),
                 status=state,
             )
+            if fault == "malformed-message":
+                outcome.note = f"dead letters +{dead_letters(s) - letters}, worker process " + (
+                    "the same"
+                    if s["run"].proc.pid == worker_pid and s["run"].proc.poll() is None
+                    else "CHANGED"
+                )
+                if not outcome.note.startswith("dead letters +1,") or "CHANGED" in outcome.note:
+                    outcome.scores_equal = False
             outcomes.append(outcome)
-            print(f"   {outcome}")
+            print(f"   {outcome}", flush=True)
     print()
     print(
         f"{'fault':20} {'recovered':9} {'to DONE (s)':>11} {'results/rec':>11} "
@@ -558,7 +742,7 @@ def main() -> int:
         print(
             f"{o.fault:20} {'yes' if o.recovered else 'NO (' + o.status + ')':9} "
             f"{o.seconds:11.1f} {per:>11} {o.attempts_max:12d} "
-            f"{'yes' if o.scores_equal else 'NO':>12}"
+            f"{'yes' if o.scores_equal else 'NO':>12}  {o.note}"
         )
     bad = [
         o
