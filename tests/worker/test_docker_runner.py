@@ -41,7 +41,7 @@ from szbench_worker.docker_runner import (
     pull_image,
 )
 from szbench_worker.runner import ImageError, Limits, RunResult
-from tests.worker.conftest import IMAGES_DIR, REPO, write_edf
+from tests.worker.conftest import BASE_IMAGE, IMAGES_DIR, REPO, write_edf
 
 pytestmark = pytest.mark.docker
 
@@ -208,15 +208,20 @@ def test_configured_user_can_write_its_output(
     assert result.outcome is RunOutcome.OK, result.admin_log
 
 
-def test_without_output_tmpfs_the_watchdog_and_size_check_hold(
+def test_with_the_engine_mounting_output_the_caps_and_the_users_hold(
     docker_client: object,
     test_images: dict[str, str],
     work_dir: Path,
     recording: Path,
     tmp_path: Path,
 ) -> None:
-    """The fallback for workers that may not mount: a plain /output directory."""
-    plain = DockerRunner(docker_client, work_dir=work_dir, output_tmpfs=False)  # type: ignore[arg-type]
+    """For workers that may not mount: the engine's tmpfs volume, held by a keeper."""
+    plain = DockerRunner(
+        docker_client,  # type: ignore[arg-type]
+        work_dir=work_dir,
+        output_tmpfs=False,
+        helper_image=BASE_IMAGE,
+    )
     for name in ("bigoutput", "hideout"):
         big = plain.run(
             image=test_images[name], recording=recording, output_dir=tmp_path, limits=LIMITS

@@ -1,7 +1,8 @@
-"""A run's /output in the watched-directory mode (workers that may not mount a tmpfs, such
-as the compose workers): bytes are counted as the disk counts them, files are capped, the
-watchdog ends a run as soon as either cap is passed, and nothing a run wrote outlives it,
-even for a worker that is not root.
+"""A run's /output is a filesystem of its own whose caps the kernel holds, in every mode a
+worker may run in: mounted by the worker (root, next to the engine) or by the engine (a
+volume per run held by a keeper container: compose's non-root workers). A burst past
+either cap ends the run as invalid output, and nothing a run wrote outlives it, even for a
+worker that is not root and an image that has no `rm`.
 
 The hostile images run only through the runner, with its limits.
 """
@@ -24,19 +25,21 @@ from szbench.config import Settings
 from szbench.datasets.service import RUN_LIMIT_KEYS
 from szbench.models import Dataset, RunOutcome
 from szbench_worker.docker_runner import (
+    LABEL_HOST,
     LABEL_OWNER,
+    LABEL_RUNNER,
     DockerRunner,
     OutputUsage,
+    cleanup_orphans,
     connect,
     output_usage,
 )
+from szbench_worker.docker_runner.outputfs import EngineTmpfs
 from szbench_worker.pipeline import run_limits
-from szbench_worker.runner import Limits
+from szbench_worker.runner import Limits, RunnerError
 from tests.worker.conftest import BASE_IMAGE, write_edf
 
 MiB = 1024**2
-# The hostile images wait an hour once they have done their harm: only the watchdog ends
-# them before this time limit, and then the outcome says so (invalid output, not timeout).
 LIMITS = Limits(
     memory_bytes=96 * MiB,
     cpus=1.0,
@@ -85,31 +88,80 @@ def test_every_entry_counts_and_counting_stops_past_the_cap(tmp_path: Path) -> N
     assert capped.files == 11
 
 
-# --- a root worker without a tmpfs ---------------------------------------------------------
+# --- a burst past either cap, in every mode ----------------------------------------------------
+
+
+def _assert_left_nothing(docker_client: object, owner: str, work_dir: Path) -> None:
+    """No staging directory, no container (run or keeper), no output volume of ``owner``."""
+    assert list(work_dir.iterdir()) == []
+    label = f"{LABEL_OWNER}={owner}"
+    assert docker_client.containers.list(all=True, filters={"label": label}) == []  # type: ignore[attr-defined]
+    assert docker_client.volumes.list(filters={"label": label}) == []  # type: ignore[attr-defined]
+    assert str(work_dir) not in Path("/proc/mounts").read_text()
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("name", ["fallocater", "manyfiles"])
-def test_the_watchdog_ends_a_run_past_either_cap(
-    docker_client: object, test_images: dict[str, str], recording: Path, tmp_path: Path, name: str
+@pytest.mark.parametrize("name", ["burster", "fileburst"])
+@pytest.mark.parametrize("mounts", ["worker", "engine"])
+def test_a_burst_past_either_cap_ends_invalid_output(
+    docker_client: object,
+    test_images: dict[str, str],
+    recording: Path,
+    tmp_path: Path,
+    name: str,
+    mounts: str,
 ) -> None:
+    """Root workers, both ways of mounting: the kernel refuses past the cap (the 2 GiB
+    reservation is never granted, not even for a moment), and what the run kept at the cap
+    ends it as invalid output, every time: nothing depends on a sample's timing."""
     runner = DockerRunner(
         docker_client,  # type: ignore[arg-type]
         work_dir=tmp_path / "work",
         host="test-host",
-        output_tmpfs=False,
+        output_tmpfs=mounts == "worker",
+        helper_image=BASE_IMAGE,
     )
     result = runner.run(
         image=test_images[name], recording=recording, output_dir=tmp_path / "out", limits=LIMITS
     )
     assert result.outcome is RunOutcome.INVALID_OUTPUT, result.admin_log[-2000:]
     assert "more than 1 MiB to /output, or more than 100 files" in result.submitter_message
+    assert result.exit_code == 0  # the image went on after the refusal; the cap judged it
+    if name == "burster":
+        assert "reserving 2 GiB: No space left on device" in result.admin_log
+        found = re.search(r"writing stopped after (\d+) bytes: No space left", result.admin_log)
+        assert found is not None, result.admin_log[-2000:]
+        assert int(found.group(1)) <= LIMITS.output_bytes + 4096
+    else:
+        found = re.search(r"making files stopped after (\d+): No space left", result.admin_log)
+        assert found is not None, result.admin_log[-2000:]
+        assert int(found.group(1)) <= LIMITS.output_files
     assert result.output_tsv is None
-    assert list(runner.work_dir.iterdir()) == []
-    left = docker_client.containers.list(  # type: ignore[attr-defined]
-        all=True, filters={"label": f"{LABEL_OWNER}={runner.owner}"}
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    _assert_left_nothing(docker_client, runner.owner, runner.work_dir)
+
+
+@pytest.mark.docker
+def test_the_sweep_removes_a_dead_workers_keeper_and_output_volume(
+    docker_client: object, tmp_path: Path
+) -> None:
+    """A worker killed mid-run leaves its keeper running and its volume mounted: the next
+    start's sweep removes both (the tmpfs, with what is in it, goes with them)."""
+    dead = "999999999.1"  # no such process: an owner that is gone
+    labels = {LABEL_RUNNER: "1", LABEL_HOST: "sweep-host", LABEL_OWNER: dead}
+    output = EngineTmpfs(
+        docker_client,  # type: ignore[arg-type]
+        name=f"szbench-sweep-test-{os.getpid()}-output",
+        limits=LIMITS,
+        host_ids=None,
+        helper_image=docker_client.images.get(BASE_IMAGE).id,  # type: ignore[attr-defined]
+        labels=labels,
     )
-    assert left == []
+    output.prepare()
+    label = f"{LABEL_OWNER}={dead}"
+    assert docker_client.volumes.list(filters={"label": label})  # type: ignore[attr-defined]
+    assert cleanup_orphans(docker_client, host="sweep-host", work_dir=tmp_path) == 1  # type: ignore[arg-type]
+    _assert_left_nothing(docker_client, dead, tmp_path)
 
 
 # --- a worker that is not root (as in compose) ---------------------------------------------
@@ -135,13 +187,14 @@ def _run_unprivileged(
             os.setgroups([socket_gid])
             os.setgid(WORKER_UID)
             os.setuid(WORKER_UID)
-            runner = DockerRunner(
-                client,
-                work_dir=base / "work",
-                host="test-host",
-                output_tmpfs=False,
-                helper_image=helper,
-            )
+            try:
+                runner = DockerRunner(
+                    client, work_dir=base / "work", host="test-host", helper_image=helper
+                )
+            except RunnerError as exc:
+                os.write(write_end, json.dumps({"refused": str(exc)}).encode())
+                status = 0
+                return
             result = runner.run(
                 image=image, recording=recording, output_dir=base / "out", limits=LIMITS
             )
@@ -179,12 +232,12 @@ def unprivileged_dir() -> Iterator[Path]:
 
 @pytest.mark.docker
 @pytest.mark.parametrize(
-    ("name", "helper"),
+    "name",
     [
-        ("fallocater", BASE_IMAGE),
-        ("manyfiles", BASE_IMAGE),  # files in a folder the worker may not write: purged
-        ("hideout", BASE_IMAGE),  # a folder the worker may not even list: purged
-        ("hideout", ""),  # no helper image: the run's own image purges
+        "burster",  # a 2 GiB reservation, then writes to the cap
+        "fileburst",  # files to the cap, in a folder made 0555: no rm could delete them
+        "hideout",  # a folder the worker may not even list
+        "scratchfiller",  # FROM scratch: no rm, no sleep; a 0700 and a 0555 folder
     ],
 )
 def test_a_non_root_worker_leaves_nothing_behind(
@@ -192,20 +245,30 @@ def test_a_non_root_worker_leaves_nothing_behind(
     test_images: dict[str, str],
     unprivileged_dir: Path,
     name: str,
-    helper: str,
 ) -> None:
+    """As compose runs it (uid 10001, the socket's group, the helper image set): the engine
+    mounts /output, the kernel holds both caps, and the whole filesystem goes after the
+    run, so no file has to be deleted one by one (a purge that could lose to a 0555 folder
+    made while the machine was loaded)."""
     recording = write_edf(unprivileged_dir / "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf")
     os.chmod(recording, 0o644)
-    result = _run_unprivileged(test_images[name], recording, unprivileged_dir, helper or None)
+    result = _run_unprivileged(test_images[name], recording, unprivileged_dir, BASE_IMAGE)
     assert result["outcome"] == RunOutcome.INVALID_OUTPUT.value, result["log"]
     assert "more than 1 MiB to /output" in result["message"]
-    # Nothing the run wrote is left: no staging directory, no container (run or purge).
-    assert list((unprivileged_dir / "work").iterdir()) == []
     assert list((unprivileged_dir / "out").iterdir()) == []
-    left = docker_client.containers.list(  # type: ignore[attr-defined]
-        all=True, filters={"label": f"{LABEL_OWNER}={result['owner']}"}
-    )
-    assert left == []
+    _assert_left_nothing(docker_client, result["owner"], unprivileged_dir / "work")
+
+
+@pytest.mark.docker
+def test_a_non_root_worker_without_a_helper_image_refuses_to_start(
+    docker_client: object, test_images: dict[str, str], unprivileged_dir: Path
+) -> None:
+    """Without a keeper nothing but a watch could bound /output: no such worker starts (it
+    once left 401 MB of a FROM-scratch image's output behind)."""
+    recording = write_edf(unprivileged_dir / "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf")
+    result = _run_unprivileged(test_images["scratchfiller"], recording, unprivileged_dir, None)
+    assert "SZBENCH_RUNNER_HELPER_IMAGE" in result["refused"]
+    assert list((unprivileged_dir / "work").iterdir()) == []
 
 
 # --- a root worker with the capped tmpfs -----------------------------------------------------

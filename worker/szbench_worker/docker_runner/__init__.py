@@ -7,7 +7,9 @@ The only package of the project that imports the docker SDK (an import-linter co
 - :mod:`.sandbox`: the container's configuration and environment; :mod:`.cpus`: the cores
   a run is pinned to; :mod:`.cannot_start`: refusals that are the image's doing;
 - :mod:`.ownership`: labels and owner tokens; :mod:`.mounts`: mount(2) for the ``/output``
-  tmpfs; :mod:`.staging`: the per-run directory; :mod:`.output`: what ``/output`` costs;
+  tmpfs; :mod:`.outputfs`: ``/output``, a capped filesystem per run (mounted by the worker
+  or by the engine); :mod:`.staging`: the per-run directory; :mod:`.output`: what a
+  mounted ``/output`` holds;
 - :mod:`.run`: :class:`DockerRunner` itself; :mod:`.watchdog`: the thread beside each run;
 - :mod:`.sweep`: what dead workers left behind.
 
@@ -44,7 +46,6 @@ from szbench_worker.docker_runner.sandbox import (
     device_requests,
     scratch_paths,
 )
-from szbench_worker.docker_runner.staging import purge_output
 from szbench_worker.docker_runner.sweep import cleanup_orphans, remove_ended
 
 __all__ = [
@@ -71,7 +72,6 @@ __all__ = [
     "output_usage",
     "owner_token",
     "pull_image",
-    "purge_output",
     "remove_ended",
     "scratch_paths",
 ]

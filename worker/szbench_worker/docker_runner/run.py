@@ -5,12 +5,13 @@ What a run looks like (the SzCORE contract plus the platform's sandbox;
 
 - a per-run staging directory ``<work_dir>/run-<owner>-<random>/`` holding ``data/`` (just
   this recording, hard-linked or copied, never the dataset folder) and ``output/``;
-- ``data/`` mounted read-only at ``/data``; ``output/`` mounted at ``/output``. When the
-  worker can mount (it runs as root), ``output/`` is a tmpfs of ``output_bytes`` and
-  ``output_files`` inodes owned by the container's (possibly user-namespace-remapped) uid, so a
-  container cannot fill the host disk; otherwise it is a plain directory and a watchdog kills
-  a run whose output passes either cap, counting allocated blocks (:func:`output_usage`), and
-  what the worker may not delete there is purged as its owner (:func:`purge_output`);
+- ``data/`` mounted read-only at ``/data``; ``/output`` a filesystem of the run's own, a
+  tmpfs of ``output_bytes`` and ``output_files`` inodes owned by the container's (possibly
+  user-namespace-remapped) uid, so the kernel refuses a write past either cap and a
+  container cannot fill the host disk, even for a moment. The worker mounts it on
+  ``output/`` when it can (root, in dockerd's mount namespace), else the engine mounts it
+  as a volume made for the run and held by a keeper container of the helper image
+  (:mod:`.outputfs`). Either way it is discarded as a whole after the run;
 - ``--network none``, read-only root, a bounded tmpfs ``/tmp``, ``--cap-drop ALL``,
   ``no-new-privileges``, a pids limit, memory == memory+swap, a CPU quota, an optional user,
   a size-capped json-file log, GPUs only through an explicit device request;
@@ -62,8 +63,8 @@ from szbench_worker.docker_runner.cannot_start import (
 from szbench_worker.docker_runner.client import connect, cpuset_supported, userns_base
 from szbench_worker.docker_runner.cpus import NO_PINNING, CpuPool, cores_for
 from szbench_worker.docker_runner.images import platform_image_id
-from szbench_worker.docker_runner.mounts import shares_mounts_with_dockerd, umount
-from szbench_worker.docker_runner.output import output_ok
+from szbench_worker.docker_runner.mounts import shares_mounts_with_dockerd
+from szbench_worker.docker_runner.outputfs import EngineTmpfs, HostTmpfs
 from szbench_worker.docker_runner.ownership import (
     LABEL_HOST,
     LABEL_OWNER,
@@ -78,12 +79,7 @@ from szbench_worker.docker_runner.sandbox import (
     container_config,
     scratch_paths,
 )
-from szbench_worker.docker_runner.staging import (
-    numeric_uid,
-    prepare_output,
-    purge_output,
-    stage_recording,
-)
+from szbench_worker.docker_runner.staging import numeric_uid, stage_recording
 from szbench_worker.docker_runner.sweep import cleanup_orphans
 from szbench_worker.docker_runner.watchdog import Watchdog
 from szbench_worker.runner import (
@@ -101,6 +97,7 @@ from szbench_worker.runner import (
     edf_duration_s,
     log_text,
     output_name_for,
+    output_too_big_message,
     work_dir_from_settings,
     worker_host,
 )
@@ -113,12 +110,14 @@ log = logging.getLogger(__name__)
 class DockerRunner:
     """Runs algorithm images in a Docker engine, one fresh sandboxed container per recording.
 
-    ``work_dir`` must be on the engine's host (it is bind-mounted). ``output_tmpfs``:
-    ``None`` mounts a size-limited tmpfs at ``/output`` when this process may mount (root)
-    and falls back to a plain directory plus a watchdog otherwise; ``True``/``False`` force it.
+    ``work_dir`` must be on the engine's host (it is bind-mounted). ``output_tmpfs``: who
+    mounts the capped tmpfs at ``/output`` (:mod:`.outputfs`): ``True`` this process (it
+    must be root in dockerd's mount namespace), ``False`` the engine (a volume per run, held
+    by a keeper container of ``helper_image``, which is then required), ``None`` this
+    process when it can, else the engine.
     """
 
-    #: How often the watchdog samples peak memory (and /output size, without a tmpfs).
+    #: How often the watchdog samples peak memory.
     poll_interval_s = 0.25
 
     def __init__(
@@ -150,6 +149,15 @@ class DockerRunner:
             # Mounting needs root, and the mount must be visible to dockerd: a worker inside a
             # container has its own mount namespace, so there the plain directory is used.
             output_tmpfs = os.geteuid() == 0 and shares_mounts_with_dockerd()
+        if not output_tmpfs and self.helper_image is None:
+            # No other bound is the kernel's: without a keeper the engine's tmpfs would go
+            # (with the output) the moment the run's container stops.
+            raise RunnerError(
+                "this worker cannot mount /output's tmpfs itself (it is not root in the "
+                "engine's mount namespace), so the engine mounts one per run, held by a "
+                "container of SZBENCH_RUNNER_HELPER_IMAGE: set it to an image with `sleep` "
+                "and `stat` (compose: szbench/run-helper)"
+            )
         self.output_tmpfs = output_tmpfs
         self._userns = userns_base(self.client)
         self.cpu_pool: CpuPool | None = None
@@ -232,8 +240,10 @@ class DockerRunner:
         run_dir = Path(
             tempfile.mkdtemp(prefix=f"run-{host_tag(self.host)}-{owner}-", dir=self.work_dir)
         )
+        output = self._output(run_dir, limits, image_obj)
         try:
             return self._run_staged(
+                output,
                 _Run(
                     image=image_obj,
                     recording=recording,
@@ -244,47 +254,54 @@ class DockerRunner:
                     output_name=output_name,
                     run_dir=run_dir,
                     scratch=scratch,
-                )
+                ),
             )
         finally:
-            # After the container is gone (_run_staged removes it on every path).
-            if self.output_tmpfs:
-                umount(run_dir / "output")
-            self._remove_staging(run_dir, image_obj.id)
-
-    def _remove_staging(self, run_dir: Path, image_id: str | None) -> None:
-        """Remove a run's staging directory, purging (:func:`purge_output`) what this
-        process may not delete itself."""
-        shutil.rmtree(run_dir, ignore_errors=True)
-        helper = self.helper_image or image_id
-        if run_dir.exists() and helper is not None and (run_dir / "output").is_dir():
-            purge_output(
-                self.client,
-                run_dir / "output",
-                image=helper,
-                userns=self._userns,
-                name=container_name(run_dir),
-                labels=self._labels(),
-            )
+            # After the container is gone (_run_staged removes it on every path): the run's
+            # filesystem goes as a whole, then the staging folder, all of it the worker's.
+            output.release()
             shutil.rmtree(run_dir, ignore_errors=True)
-        if run_dir.exists():
-            # Left for the next sweep (cleanup_orphans), which purges again.
-            log.warning("could not remove all of the staging directory %s", run_dir)
+            if run_dir.exists():
+                # Left for the next sweep (cleanup_orphans).
+                log.warning("could not remove all of the staging directory %s", run_dir)
 
-    def _run_staged(self, run: _Run) -> RunResult:
+    def _output(self, run_dir: Path, limits: Limits, image_obj: Any) -> HostTmpfs | EngineTmpfs:
+        """The run's ``/output`` filesystem (:mod:`.outputfs`), owned by the container's uid."""
+        user = (
+            limits.user
+            if limits.user is not None
+            else ((image_obj.attrs.get("Config") or {}).get("User") or "")
+        )
+        ids = numeric_uid(user)
+        host_ids = None
+        if ids is not None:
+            base = self._userns or (0, 0)
+            uid, gid = ids[0], ids[0] if ids[1] is None else ids[1]
+            host_ids = (base[0] + uid, base[1] + gid)
+        if self.output_tmpfs:
+            return HostTmpfs(run_dir / "output", limits, host_ids)
+        assert self.helper_image is not None  # checked in __init__
+        return EngineTmpfs(
+            self.client,
+            name=f"{container_name(run_dir)}-output",
+            limits=limits,
+            host_ids=host_ids,
+            helper_image=self.helper_image,
+            labels=self._labels(),
+        )
+
+    def _run_staged(self, output: HostTmpfs | EngineTmpfs, run: _Run) -> RunResult:
         """The run in its staging directory, step by step: stage, configure, execute (the
         container removed on every path), judge, record."""
         ids = numeric_uid(run.limits.user if run.limits.user is not None else run.image_user)
-        data, out = self._stage(run.run_dir, run.recording, run.limits, ids)
-        watchdog = Watchdog(
-            out if not self.output_tmpfs else None, run.limits, self.poll_interval_s
-        )
+        data = self._stage(run.run_dir, run.recording, output)
+        watchdog = Watchdog(self.poll_interval_s)
         ended = self._execute(
-            run, functools.partial(self._configure, run, data, out, ids), watchdog, out
+            run, functools.partial(self._configure, run, data, output, ids), watchdog, output
         )
         if isinstance(ended, RunResult):
             return ended  # the engine refused the image: no process of it ran
-        result = self._judge(run, ended, out)
+        result = self._judge(run, ended, output)
         result.admin_log = self._admin_log(run, ended, result)
         log.info(
             "run %s on %s: %s (exit %s, %.2f s)",
@@ -300,7 +317,7 @@ class DockerRunner:
         self,
         run: _Run,
         data: Path,
-        out: Path,
+        output: HostTmpfs | EngineTmpfs,
         ids: tuple[int, int | None] | None,
         cpuset: tuple[int, ...],
     ) -> dict[str, Any]:
@@ -310,7 +327,7 @@ class DockerRunner:
         return container_config(
             image_id=run.image.id,
             data_dir=data,
-            output_dir=out,
+            output=output.mount(),
             input_name=run.recording.name,
             output_name=run.output_name,
             limits=run.limits,
@@ -330,7 +347,7 @@ class DockerRunner:
         run: _Run,
         configure: Callable[[tuple[int, ...]], dict[str, Any]],
         watchdog: Watchdog,
-        out: Path,
+        output: HostTmpfs | EngineTmpfs,
     ) -> _Ended | RunResult:
         """Create (:meth:`_create`), start, wait for (killed at the time limit) and remove
         the container.
@@ -380,7 +397,8 @@ class DockerRunner:
             oom_killed=state.get("OOMKilled"),
             logs=logs,
             peak_memory_bytes=watchdog.peak_memory_bytes,
-            output_over_limit=watchdog.output_exceeded or not output_ok(out, run.limits),
+            # The kernel held the caps during the run: this is what the run kept at its end.
+            output_over_limit=output.over_limit(),
         )
 
     def _create(self, run: _Run, configure: Callable[[tuple[int, ...]], dict[str, Any]]) -> Any:
@@ -392,7 +410,7 @@ class DockerRunner:
         with self.cpu_pool.claim(cores_for(run.limits.cpus)) as cores:
             return self.client.containers.create(**configure(cores))
 
-    def _judge(self, run: _Run, ended: _Ended, out: Path) -> RunResult:
+    def _judge(self, run: _Run, ended: _Ended, output: HostTmpfs | EngineTmpfs) -> RunResult:
         """The outcome: how the process ended (:func:`classify`), else its checked output."""
         end = RunEnd(
             exit_code=ended.exit_code,
@@ -419,9 +437,8 @@ class DockerRunner:
         else:
             self._collect_output(
                 result,
-                out / run.output_name,
-                run.output_dir,
-                recording_duration_s=run.recording_duration_s,
+                output,
+                run,
                 hide=(run.run_dir, self.work_dir, run.output_dir, run.recording.parent),
             )
         return result
@@ -447,10 +464,8 @@ class DockerRunner:
     def _labels(self) -> dict[str, str]:
         return {LABEL_RUNNER: "1", LABEL_HOST: self.host, LABEL_OWNER: self.owner}
 
-    def _stage(
-        self, run_dir: Path, recording: Path, limits: Limits, ids: tuple[int, int | None] | None
-    ) -> tuple[Path, Path]:
-        """``data/`` holding the recording and ``output/`` ready for the container's uid."""
+    def _stage(self, run_dir: Path, recording: Path, output: HostTmpfs | EngineTmpfs) -> Path:
+        """``data/`` holding the recording; the run's ``/output`` filesystem made."""
         os.chmod(run_dir, 0o711)  # noqa: S103 (a remapped container uid must traverse or read it)
         data = run_dir / "data"
         data.mkdir()
@@ -459,14 +474,11 @@ class DockerRunner:
             stage_recording(recording, data)
         except OSError as exc:
             raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
-        out = run_dir / "output"
         try:
-            self.output_tmpfs = prepare_output(
-                out, limits, ids, userns=self._userns, tmpfs=self.output_tmpfs
-            )
+            output.prepare()
         except OSError as exc:
             raise RunnerError(f"cannot prepare the output directory: {exc}") from exc
-        return data, out
+        return data
 
     def _wait(self, container: Any, limits: Limits, started: float) -> tuple[int | None, bool]:
         """``(exit code, timed out)``; the container is killed at the wall-clock limit."""
@@ -488,27 +500,34 @@ class DockerRunner:
     @staticmethod
     def _collect_output(
         result: RunResult,
-        tsv: Path,
-        output_dir: Path,
+        output: HostTmpfs | EngineTmpfs,
+        run: _Run,
         *,
-        recording_duration_s: float,
         hide: tuple[Path, ...],
     ) -> None:
-        """Copy the container's TSV out of the staging directory and check it."""
-        output_name = tsv.name
-        copied: Path | None = None
-        if tsv.is_file() and not tsv.is_symlink():
-            output_dir.mkdir(parents=True, exist_ok=True)
-            copied = output_dir / output_name
-            try:
-                shutil.copyfile(tsv, copied)
-            except OSError:  # e.g. mode 0600 for a foreign uid: the check below says so
-                copied.unlink(missing_ok=True)
-                copied = None
+        """Copy the container's TSV out of its filesystem and check it."""
+        output_name = run.output_name
+        copied = run.output_dir / output_name
+        try:
+            found, _ = output.fetch(output_name, copied)
+        except OSError:  # the check below says so (a missing file)
+            copied.unlink(missing_ok=True)
+            found = "missing"
+        if found == "too_big":
+            # A sparse file: no block in /output, its whole size once copied.
+            result.outcome = RunOutcome.INVALID_OUTPUT
+            result.submitter_message = output_too_big_message(run.limits)
+            return
+        if found == "irregular":
+            result.outcome = RunOutcome.INVALID_OUTPUT
+            result.submitter_message = (
+                f"{CONTAINER_OUTPUT_DIR}/{output_name} must be a regular file."
+            )
+            return
         check = check_output(
-            copied if copied is not None else tsv,
+            copied if found == "copied" else run.run_dir / "absent" / output_name,
             contract_name=output_name,
-            recording_duration_s=recording_duration_s,
+            recording_duration_s=run.recording_duration_s,
             hide=hide,
         )
         result.outcome = check.outcome
@@ -516,7 +535,7 @@ class DockerRunner:
         if check.outcome is RunOutcome.OK:
             result.output_tsv = copied
             result.annotations = check.annotations
-        elif copied is not None:
+        else:
             copied.unlink(missing_ok=True)
 
     def _refused(
@@ -575,7 +594,6 @@ class DockerRunner:
             work_dir=self.work_dir,
             host=self.host,
             owner=self.owner,
-            helper_image=self.helper_image or "",
         )
 
     def _logs(self, container: Any, limits: Limits) -> str:

@@ -148,7 +148,8 @@ def container_config(
     *,
     image_id: str,
     data_dir: Path,
-    output_dir: Path,
+    output_dir: Path | None = None,
+    output: Mount | None = None,
     input_name: str,
     output_name: str,
     limits: Limits,
@@ -166,8 +167,16 @@ def container_config(
     ``/tmp``, owned by ``scratch_owner`` (the container's ``uid, gid``) when it is known; the
     home (:data:`HOME_DIR`) is one more. ``cpuset``: the cores the run is pinned to (none: not
     pinned); the thread variables count them, or the CPU limit rounded up without them.
-    ``image_env``: the image's ``Config.Env`` (:func:`run_environment`).
+    ``image_env``: the image's ``Config.Env`` (:func:`run_environment`). ``output``: the
+    mount of the run's ``/output`` filesystem (:mod:`.outputfs`); ``output_dir``, a folder
+    bind-mounted there instead.
     """
+    if output is None:
+        if output_dir is None:
+            raise ValueError("container_config needs output or output_dir")
+        output = Mount(
+            target=CONTAINER_OUTPUT_DIR, source=str(output_dir), type="bind", read_only=False
+        )
     # Each tmpfs is capped on its own, and all of them count against the memory limit (the
     # kernel charges tmpfs pages to the container that writes them): however many volumes an
     # image declares, it gets no more of the host than its memory limit.
@@ -188,9 +197,7 @@ def container_config(
         ),
         "mounts": [
             Mount(target=CONTAINER_DATA_DIR, source=str(data_dir), type="bind", read_only=True),
-            Mount(
-                target=CONTAINER_OUTPUT_DIR, source=str(output_dir), type="bind", read_only=False
-            ),
+            output,
         ],
         "network_mode": "bridge" if limits.network else "none",
         "read_only": True,

@@ -12,20 +12,16 @@ from pathlib import Path
 import docker
 from docker.errors import APIError, NotFound
 
-from szbench_worker.docker_runner.client import connect, userns_base
-from szbench_worker.docker_runner.images import platform_image_id
+from szbench_worker.docker_runner.client import connect
 from szbench_worker.docker_runner.mounts import umount
 from szbench_worker.docker_runner.ownership import (
     LABEL_HOST,
     LABEL_OWNER,
     LABEL_RUNNER,
-    container_name,
     host_tag,
     owner_alive,
-    owner_token,
 )
-from szbench_worker.docker_runner.staging import purge_output
-from szbench_worker.runner import RunnerError, worker_host
+from szbench_worker.runner import worker_host
 
 log = logging.getLogger(__name__)
 
@@ -39,31 +35,20 @@ def cleanup_orphans(
     host: str | None = None,
     everything: bool = False,
     owner: str | None = None,
-    helper_image: str | None = None,
 ) -> int:
-    """Remove run containers (and staging dirs) whose worker process is gone.
+    """Remove run containers (keepers included), output volumes and staging dirs whose
+    worker process is gone.
 
-    Call it when a worker starts. Only containers labelled for this ``host`` are considered;
-    with ``everything`` the live ones go too (for an operator's cleanup); with ``owner`` (an
-    :func:`owner_token`) exactly that process's, alive or not (a worker's own leftovers,
-    :meth:`DockerRunner.remove_leftovers`). What this process may not delete in a staging
-    directory is purged with ``helper_image`` (:func:`purge_output`; default
-    ``SZBENCH_RUNNER_HELPER_IMAGE``, none when that is empty). Returns the number of
-    containers removed.
+    Call it when a worker starts. Only containers and volumes labelled for this ``host`` are
+    considered; with ``everything`` the live ones go too (for an operator's cleanup); with
+    ``owner`` (an :func:`owner_token`) exactly that process's, alive or not (a worker's own
+    leftovers, :meth:`DockerRunner.remove_leftovers`). A staging directory holds only what
+    the worker itself wrote (``/output`` is a filesystem of the run's own, unmounted here
+    first), so removing it needs no other uid. Returns the number of containers removed.
     """
     client = client or connect()
     host = host or worker_host()
     removed = 0
-    if helper_image is None:
-        from szbench.config import get_settings
-
-        helper_image = get_settings().runner_helper_image
-    helper = None
-    if helper_image:
-        try:
-            helper = platform_image_id(helper_image, client, setting="SZBENCH_RUNNER_HELPER_IMAGE")
-        except RunnerError as exc:
-            log.warning("%s; staging directories are removed without it", exc)
 
     def ours(token: str) -> bool:
         if owner is not None:
@@ -87,6 +72,16 @@ def cleanup_orphans(
                 pass
             except APIError as exc:
                 log.warning("could not remove the run container %s: %s", container.name, exc)
+    # The runs' /output volumes (:class:`EngineTmpfs`), once their containers are gone.
+    for volume in client.volumes.list(filters={"label": f"{LABEL_HOST}={host}"}):
+        labels = volume.attrs.get("Labels") or {}
+        if LABEL_RUNNER in labels and ours(labels.get(LABEL_OWNER, "")):
+            try:
+                volume.remove(force=True)
+            except NotFound:
+                pass
+            except APIError as exc:
+                log.warning("could not remove the output volume %s: %s", volume.name, exc)
     if work_dir is not None and Path(work_dir).is_dir():
         for entry in Path(work_dir).iterdir():
             # Workers on other hosts (or in other containers) may share this directory: only
@@ -98,16 +93,6 @@ def cleanup_orphans(
                 with contextlib.suppress(OSError):
                     umount(entry / "output")
                 shutil.rmtree(entry, ignore_errors=True)
-                if entry.exists() and helper and (entry / "output").is_dir():
-                    purge_output(
-                        client,
-                        entry / "output",
-                        image=helper,
-                        userns=userns_base(client),
-                        name=container_name(entry),
-                        labels={LABEL_RUNNER: "1", LABEL_HOST: host, LABEL_OWNER: owner_token()},
-                    )
-                    shutil.rmtree(entry, ignore_errors=True)
     if removed:
         log.warning("removed %d orphaned run container(s)", removed)
     return removed

@@ -1,5 +1,7 @@
-"""A thread beside each run: the container's peak memory, and (without a tmpfs) the size
-of ``/output``, killing the run past its cap."""
+"""A thread beside each run: the container's peak memory.
+
+``/output`` needs no watching: it is a filesystem whose caps the kernel holds
+(:mod:`.outputfs`)."""
 
 from __future__ import annotations
 
@@ -8,22 +10,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from szbench_worker.docker_runner.output import output_ok
-from szbench_worker.runner import (
-    Limits,
-)
-
 
 class Watchdog:
-    """Samples the container's peak memory, and (without a tmpfs) the size of /output."""
+    """Samples the container's peak memory."""
 
-    def __init__(self, output_dir: Path | None, limits: Limits, interval_s: float) -> None:
-        self.output_dir = output_dir
-        self.limits = limits
+    def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
         self.container: Any = None
         self.peak_memory_bytes: int | None = None
-        self.output_exceeded = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -50,14 +44,6 @@ class Watchdog:
                     value = int(Path(f).read_text())
                     self.peak_memory_bytes = max(self.peak_memory_bytes or 0, value)
                     break
-            if (
-                self.output_dir is not None
-                and not self.output_exceeded
-                and not output_ok(self.output_dir, self.limits)
-            ):
-                self.output_exceeded = True
-                with contextlib.suppress(Exception):
-                    self.container.kill()
             if self._stop.wait(self.interval_s):
                 return
 
