@@ -200,7 +200,7 @@ PY
     cp docker/api.Dockerfile docker/worker.Dockerfile "$ctx/"
     build "szbench/api:$TAG" "$ctx/api.Dockerfile" "$ctx"
     build "szbench/worker:$TAG" "$ctx/worker.Dockerfile" "$ctx"
-    # The clean-up helper of the runs (SZBENCH_RUNNER_HELPER_IMAGE in docker-compose.yml): the
+    # The keeper of the runs' /output volumes (SZBENCH_RUNNER_HELPER_IMAGE in docker-compose.yml): the
     # worker image under a name of its own, apart from the name the workers run from.
     docker tag "szbench/worker:$TAG" "szbench/run-helper:$TAG"
 fi

@@ -62,9 +62,11 @@ class Settings(BaseSettings):
     runner_output_files: int = 1000
     """Files and folders one run may make in `/output`."""
     runner_helper_image: str = ""
-    """Image of the short-lived containers that delete what a run left in `/output` when the
-    worker may not (not root, watched directory); it needs `rm`. Empty: the run's own image.
-    Resolved to an image id once per worker process, so a name moved later changes nothing."""
+    """Image of the keeper container that holds a run's `/output` volume (the engine's capped
+    tmpfs) mounted until the worker has read it, for a worker that cannot mount the tmpfs
+    itself (not root, or in a container); it needs `sleep` and `stat`. Such a worker refuses
+    to start without it. Resolved to an image id once per worker process, so a name moved
+    later changes nothing."""
     runner_log_bytes: int = 1024**2
     """Container log kept for admins (its tail)."""
     owner_log_tail_chars: int = 20_000
@@ -82,7 +84,9 @@ class Settings(BaseSettings):
     runner_work_dir: Path | None = None
     """Per-run staging; empty: `data_dir/runs`."""
     runner_output_tmpfs: bool | None = None
-    """`/output` as a size-capped tmpfs; empty: when the worker runs as root."""
+    """Who mounts `/output`'s capped tmpfs: true the worker (root in dockerd's mount
+    namespace), false the engine (a volume per run, held by a keeper of
+    `runner_helper_image`); empty: the worker when it can."""
     runner_local_command: str = "python3 examples/baseline/detect.py"
     """The detector `runner_backend=local` runs (the demo's baseline)."""
     worker_host: str = ""

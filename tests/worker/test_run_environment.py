@@ -385,7 +385,7 @@ def test_runners_of_different_work_dirs_get_different_cores(
         assert len(held) == 1
         assert set(seen(result)["affinity"]).isdisjoint(held)
     finally:
-        cleanup_orphans(docker_client, host="pin-a", everything=True, helper_image="")
+        cleanup_orphans(docker_client, host="pin-a", everything=True)
         thread.join(timeout=120)
     assert not thread.is_alive()
 
@@ -449,7 +449,6 @@ def test_a_killed_workers_running_container_keeps_its_core(
             docker_client,
             work_dir=tmp_path / "killed" / "runs",
             host="pin-killed",
-            helper_image="",
         )
     assert removed == 1  # the dead worker's container: gone, and its core with it
     again = runner.run(

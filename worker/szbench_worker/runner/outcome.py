@@ -34,8 +34,8 @@ def classify(end: RunEnd, limits: Limits) -> tuple[RunOutcome, str] | None:
     1. timed out: the kill at the wall-clock limit explains whatever followed it;
     2. OOM-killed with a non-zero exit (an OOM kill of a child that the algorithm survived,
        exiting 0, did not end the run);
-    3. output over its caps: the watchdog's kill makes a non-zero exit of its own, and a run
-       that filled ``/output`` and then crashed is still told about its output;
+    3. output over its caps: a run that filled ``/output`` and then crashed on "no space
+       left" is still told about its output;
     4. a non-zero (or unknown) exit code: crashed.
 
     Examples

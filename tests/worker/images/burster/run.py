@@ -1,9 +1,8 @@
 """Reserves 2 GiB in /output and deletes it, then writes until the disk says no, then a
 valid TSV, and exits 0.
 
-On a watched folder the reservation could hold the host's disk for moments and go unseen;
-on a capped filesystem the kernel refuses it, and the writes stop at the cap, which the
-runner sees after the run.
+On the run's capped filesystem the kernel refuses the reservation whole, and the writes
+stop at the cap, which the runner sees after the run.
 """
 
 import ctypes

@@ -1,8 +1,8 @@
 """Reserves 64 MiB in /output with fallocate(FALLOC_FL_KEEP_SIZE), writes a valid TSV, waits.
 
 The reserved file's size stays 0, yet its blocks are on the disk: a runner that measures
-apparent sizes sees an empty folder and lets the run end ``ok``. Only the watchdog can end
-this run before its time limit.
+apparent sizes sees an empty folder and lets the run end ``ok``. On the capped /output the
+kernel refuses the reservation; the run then ends by its time limit.
 """
 
 import ctypes

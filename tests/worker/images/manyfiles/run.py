@@ -2,7 +2,8 @@
 
 Empty files cost no bytes but an inode each. The folder stays listable (mode 0555) but
 nobody else may delete what is in it: a worker that is not root cannot remove these files
-itself. Only the watchdog can end this run before its time limit.
+itself. On the capped /output the kernel refuses the inode past the cap; the run then ends
+by its time limit.
 """
 
 import os
