@@ -222,19 +222,47 @@ def test_with_the_engine_mounting_output_the_caps_and_the_users_hold(
         output_tmpfs=False,
         helper_image=BASE_IMAGE,
     )
-    for name in ("bigoutput", "hideout"):
+    # sparsetsv: no block in /output, so only the TSV's own size keeps it from being copied.
+    for name in ("bigoutput", "hideout", "sparsetsv"):
         big = plain.run(
-            image=test_images[name], recording=recording, output_dir=tmp_path, limits=LIMITS
+            image=test_images[name], recording=recording, output_dir=tmp_path / name, limits=LIMITS
         )
-        assert big.outcome is RunOutcome.INVALID_OUTPUT
+        assert big.outcome is RunOutcome.INVALID_OUTPUT, big.admin_log[-2000:]
         assert "more than 1 MiB" in big.submitter_message
+        assert not (tmp_path / name).exists() or list((tmp_path / name).iterdir()) == []
+    linked = plain.run(
+        image=test_images["symlink"], recording=recording, output_dir=tmp_path, limits=LIMITS
+    )
+    assert linked.outcome is RunOutcome.INVALID_OUTPUT
+    assert "must be a regular file" in linked.submitter_message
     for user in (None, "65534"):
         limits = Limits(**{**LIMITS.__dict__, "user": user})
         good = plain.run(
             image=test_images["good"], recording=recording, output_dir=tmp_path, limits=limits
         )
         assert good.outcome is RunOutcome.OK, good.admin_log
+        assert good.output_tsv is not None
+        assert good.output_tsv.is_file()
     assert_clean(docker_client, plain)
+    label = f"{LABEL_OWNER}={plain.owner}"
+    assert docker_client.volumes.list(filters={"label": label}) == []  # type: ignore[attr-defined]
+
+
+def test_a_sparse_output_is_never_copied_with_the_worker_mounting_output(
+    docker_client: object,
+    test_images: dict[str, str],
+    runner: DockerRunner,
+    recording: Path,
+    tmp_path: Path,
+) -> None:
+    result = runner.run(
+        image=test_images["sparsetsv"], recording=recording, output_dir=tmp_path, limits=LIMITS
+    )
+    assert runner.output_tmpfs
+    assert result.outcome is RunOutcome.INVALID_OUTPUT, result.admin_log[-2000:]
+    assert "more than 1 MiB" in result.submitter_message
+    assert list(tmp_path.glob("*.tsv")) == []
+    assert_clean(docker_client, runner)
 
 
 def test_mixed_sequence_keeps_every_result(
