@@ -516,6 +516,10 @@ class RecordingRun(Base):
     )
     recording_id: Mapped[int] = mapped_column(ForeignKey("recordings.id", ondelete="CASCADE"))
     image_digest: Mapped[str] = mapped_column(String(100))
+    # The image the engine actually started for this result (the container's image id, or a
+    # trusted local command's identity), set only when it is the evaluation's version's
+    # image (szbench_worker.pipeline.attribution); None: no result, or one never reused.
+    image_id: Mapped[str | None] = mapped_column(String(100))
     recording_checksum: Mapped[str] = mapped_column(String(100))
     scorer_version: Mapped[str] = mapped_column(String(100))
     outcome: Mapped[RunOutcome | None] = mapped_column(_enum(RunOutcome))

@@ -301,8 +301,8 @@ def test_two_attempts_in_flight_store_one_result(env: Env) -> None:
     make = lambda: env.runner.run(  # noqa: E731
         image=DIGEST, recording=first.recording_path, output_dir=out, limits=first.limits
     )
-    assert store_result(run_id, make()).stored
-    again = store_result(run_id, make())
+    assert store_result(run_id, make(), resolved_image=DIGEST).stored
+    again = store_result(run_id, make(), resolved_image=DIGEST)
     assert not again.stored
     assert "already finished" in again.skipped
     with session_scope() as session:
@@ -328,6 +328,49 @@ def test_same_image_and_recordings_reuse_results_without_containers(env: Env) ->
             assert run.event_tp == first_runs[run.recording_id].event_tp
         assert ev.result is not None
         assert ev.result.event_f1 == session.get_one(Evaluation, first).result.event_f1
+
+
+def test_a_result_from_another_image_is_neither_stored_nor_reused(env: Env) -> None:
+    """Issue 21: the engine reporting another image than the version's stores nothing."""
+    from szbench_worker.pipeline.attribution import MisattributedResult
+
+    first = new_evaluation(env)
+    other = "sha256:" + "b" * 64
+    env.runner.image_digest = other  # what the engine says it started
+    _, _, kwargs = env.sent.pop(0)
+    pipeline.start_evaluation(**kwargs)
+    run_ids = [kw["run_id"] for n, _, kw in env.sent if n == queue.TASK_RUN_RECORDING]
+    for run_id in run_ids:
+        with pytest.raises(MisattributedResult, match=other):
+            pipeline.run_recording(run_id)
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, first)
+        assert ev.recordings_done == 0
+        assert all(
+            r.finished_at is None and r.detections_tsv is None and r.image_id is None
+            for r in ev.runs
+        )
+
+    # Rows that claim a result of this version but record another image (as an earlier
+    # `szbench evaluate` stored them): never served from the reuse cache.
+    env.sent.clear()
+    env.runner.calls.clear()
+    env.runner.image_digest = DIGEST
+    with session_scope() as session:
+        for run in session.get_one(Evaluation, first).runs:
+            run.outcome = RunOutcome.OK
+            run.detections_tsv = events_tsv(600, [(1, 2)])
+            run.finished_at = datetime.now(UTC)
+            run.image_id = other
+        session.get_one(Evaluation, first).status = EvaluationStatus.DONE
+    second = second_evaluation(first)
+    deliver(env)
+    assert len(env.runner.calls) == 4, "every recording ran again with the version's image"
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, second)
+        assert ev.status == EvaluationStatus.DONE
+        assert all(r.reused_from_id is None and r.image_id == DIGEST for r in ev.runs)
+        assert [c["image"] for c in env.runner.calls] == [DIGEST] * 4
 
 
 def test_rerun_reuses_nothing(env: Env) -> None:

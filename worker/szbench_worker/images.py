@@ -20,6 +20,9 @@ from szbench.config import Settings
 from szbench.models import AlgorithmVersion
 from szbench_worker.runner import ImageError, Runner
 
+#: How a trusted local command's identity begins (:mod:`szbench_worker.local_runner`).
+LOCAL_PROCESS_PREFIX = "local-process:"
+
 
 def uploads_dir(settings: Settings) -> Path:
     """Where uploaded image tarballs are kept (relative ``tarball_path`` values resolve here)."""
@@ -43,6 +46,13 @@ def resolve_docker_image(version: AlgorithmVersion, *, client: Any, settings: Se
     from szbench_worker.docker_runner import inspect_image, load_image_tarball, pull_image
 
     recorded = version.image_digest
+    if recorded and recorded.startswith(LOCAL_PROCESS_PREFIX):
+        # A trusted local command's results (szbench evaluate --local-process): no image
+        # stands in for it (the pipeline's attribution rule).
+        raise ImageError(
+            "the algorithm version is a trusted local command, not an image: only "
+            "`szbench evaluate --local-process` with that command runs it"
+        )
     if recorded:
         try:
             return inspect_image(recorded, client).digest

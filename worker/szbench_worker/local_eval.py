@@ -270,12 +270,18 @@ def run_evaluation(
     ``on_started`` gets the evaluation's id once it is registered. A KeyboardInterrupt
     stops the worker and propagates: finished recordings are kept for the next invocation.
     """
+    from szbench.config import get_settings
     from szbench.db import session_scope
-    from szbench_worker import pipeline
+    from szbench_worker import images, pipeline
     from szbench_worker.embedded import start_embedded_worker
 
+    # The worker may run other evaluations' recordings too (one interrupted earlier, or a
+    # concurrent `szbench evaluate` on this data directory): each with the image resolved
+    # from its own version, never with this command's.
     pipeline.set_dependencies(
-        pipeline.Dependencies(runner=source.runner, resolve_image=lambda v: source.digest)
+        pipeline.Dependencies(
+            runner=source.runner, resolve_image=images.resolver_for(source.runner, get_settings())
+        )
     )
     worker = start_embedded_worker(upgrade_database=False)
     try:

@@ -399,6 +399,7 @@ class DockerRunner:
             peak_memory_bytes=watchdog.peak_memory_bytes,
             # The kernel held the caps during the run: this is what the run kept at its end.
             output_over_limit=output.over_limit(),
+            image_id=str(container.attrs.get("Image") or ""),
         )
 
     def _create(self, run: _Run, configure: Callable[[tuple[int, ...]], dict[str, Any]]) -> Any:
@@ -427,7 +428,7 @@ class DockerRunner:
             admin_log="",
             output_tsv=None,
             annotations=None,
-            image_digest=run.image.id,
+            image_digest=ended.image_id,
             worker_host=self.host,
             gpu=describe_gpus(run.gpus),
         )
@@ -644,6 +645,9 @@ class _Ended:
     logs: str
     peak_memory_bytes: int | None
     output_over_limit: bool
+    #: The image the engine started the container from (its inspect's ``Image``): what the
+    #: result is recorded under, never the name or id this runner was asked for.
+    image_id: str
 
 
 class _CannotStart(Exception):

@@ -7,11 +7,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from szbench.models import DatasetVersion, Evaluation, EvaluationKind, RecordingRun, RunOutcome
+from szbench_worker.pipeline.attribution import reusable_for
 from szbench_worker.pipeline.rows import now
 from szbench_worker.pipeline.score import score_run, scoring_params
 
 #: What a copy takes from the run that ran the container (counts are scored again).
 _COPIED = (
+    "image_id",
     "outcome",
     "exit_code",
     "submitter_message",
@@ -41,7 +43,8 @@ def reuse_finished_runs(session: Session, evaluation: Evaluation) -> int:
         select(RecordingRun)
         .join(Evaluation, Evaluation.id == RecordingRun.evaluation_id)
         .where(
-            RecordingRun.image_digest == evaluation.image_digest,
+            # Only results of this version's own image (the one rule: .attribution).
+            reusable_for(evaluation.algorithm_version, evaluation.image_digest),
             RecordingRun.scorer_version == evaluation.scorer_version,
             RecordingRun.recording_checksum.in_(checksums),
             RecordingRun.finished_at.is_not(None),

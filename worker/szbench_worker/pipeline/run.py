@@ -56,7 +56,9 @@ def run_recording(run_id: int) -> RunStep:
         except ImageRefused as exc:
             # Over the archive limits (lowered since the upload): the submitter's fault, kept
             # off the engine, not retried.
-            return store_result(run_id, refused_image_result(exc, claim.expected_digest))
+            return store_result(
+                run_id, refused_image_result(exc, claim.expected_digest), resolved_image=None
+            )
         except ImageError as exc:
             # The image was accepted once (it has a digest) and is gone or unloadable now:
             # the platform's problem, recorded for an admin, not retried forever.
@@ -64,9 +66,10 @@ def run_recording(run_id: int) -> RunStep:
         local_digest = getattr(deps.runner, "digest", None)
         if isinstance(local_digest, str) and local_digest != claim.expected_digest:
             # A trusted local-process runner runs its own command, whatever the image: never
-            # let it stand in for an uploaded algorithm.
+            # let it stand in for another algorithm (an image, or another command).
             raise InfrastructureError(
-                "this worker has no Docker engine (local-process runner) and cannot run images"
+                "this worker runs only its own trusted local command "
+                f"({local_digest}), not {claim.expected_digest}"
             )
         result = deps.runner.run(
             image=image,
@@ -75,6 +78,6 @@ def run_recording(run_id: int) -> RunStep:
             limits=claim.limits,
             gpus=gpus,
         )
-        return store_result(run_id, result)
+        return store_result(run_id, result, resolved_image=image)
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from szbench.db import session_scope
 from szbench.models import Evaluation, RunOutcome
 from szbench_scoring import AnnotationError
+from szbench_worker.pipeline.attribution import image_of_result
 from szbench_worker.pipeline.faults import mark_infrastructure_failure
 from szbench_worker.pipeline.progress import finish_run
 from szbench_worker.pipeline.rows import lock_run, now
@@ -39,8 +40,14 @@ class RunStep:
     progress: tuple[int, int] | None = None
 
 
-def store_result(run_id: int, result: RunResult) -> RunStep:
-    """Store the runner's result, score it and count the run (unless it is finished)."""
+def store_result(run_id: int, result: RunResult, *, resolved_image: str | None) -> RunStep:
+    """Store the runner's result, score it and count the run (unless it is finished).
+
+    ``resolved_image``: the image the task resolved from the evaluation's version and asked
+    the runner to start; None when no image was started (refused before loading). A result
+    from any other image raises :class:`~.attribution.MisattributedResult` (nothing stored,
+    the task retries).
+    """
     with session_scope() as session:
         run = lock_run(session, run_id)
         if run is None:
@@ -49,6 +56,11 @@ def store_result(run_id: int, result: RunResult) -> RunStep:
             # Another delivery finished it first; its result stands, this one is dropped.
             return RunStep(ran_container=True, skipped="already finished by another attempt")
         evaluation = session.get_one(Evaluation, run.evaluation_id)
+        run.image_id = (
+            None
+            if resolved_image is None
+            else image_of_result(evaluation.algorithm_version, resolved_image, result.image_digest)
+        )
         recording = run.recording
         run.outcome = result.outcome
         run.exit_code = result.exit_code
@@ -60,10 +72,9 @@ def store_result(run_id: int, result: RunResult) -> RunStep:
         if result.gpu is not None:
             run.gpu_model = result.gpu.model or ",".join(result.gpu.device_ids)
             run.gpu_driver = result.gpu.driver
-        if result.image_digest and result.image_digest != run.image_digest:
-            run.admin_log += (
-                f"\n[worker] ran image {result.image_digest}, expected {run.image_digest}"
-            )
+        if run.image_id is not None and run.image_id != run.image_digest:
+            # A registry reference: its record is the manifest digest, this the image id.
+            run.admin_log += f"\n[worker] ran image {run.image_id} (recorded {run.image_digest})"
         run.detections_tsv = None
         if result.outcome is RunOutcome.OK and result.output_tsv is not None:
             run.detections_tsv = Path(result.output_tsv).read_text(encoding="utf-8")
