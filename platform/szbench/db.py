@@ -33,6 +33,17 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+            # Transactions are begun below, not by the driver.
+            dbapi_conn.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _begin_immediate(conn: Any) -> None:
+            # Every transaction takes the write lock when it begins (waiting up to the busy
+            # timeout), so that the state it reads is still the state when it writes: the
+            # row locks of PostgreSQL (lock_run) on a file that several processes share (two
+            # `szbench evaluate` on one data directory). A deferred transaction that read
+            # before another process wrote would fail at its first write, without waiting.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     kwargs.setdefault("pool_pre_ping", True)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from alembic import command
@@ -27,8 +31,28 @@ def alembic_config(url: str | None = None) -> Config:
     return cfg
 
 
+@contextlib.contextmanager
+def _one_at_a_time(url: str | None) -> Iterator[None]:
+    """Upgrades of one SQLite file, one process at a time (two `szbench evaluate` started
+    together on a new data directory would both create the tables); PostgreSQL serialises
+    its own DDL."""
+    path = url.split("///", 1)[-1] if url and url.startswith("sqlite") else ""
+    if not path or path == ":memory:":
+        yield
+        return
+    lock = Path(path + ".migrate-lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def upgrade(url: str | None = None, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    with _one_at_a_time(url):
+        command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: str | None = None, revision: str = "base") -> None:

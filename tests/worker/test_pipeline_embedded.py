@@ -281,7 +281,7 @@ def test_embedded_worker_resends_lost_work_only_as_the_sole_worker(
     # A start message lost with the process that had taken it (the SQLite transport never
     # gives a taken message back): the next embedded worker sends it again, unless another
     # live embedded process works on this data directory.
-    from szbench_worker.embedded import _lock_data_dir
+    from szbench_worker.embedded import _lock_data_dir, _share
 
     runner = FakeRunner()
     pipeline.set_dependencies(
@@ -299,8 +299,10 @@ def test_embedded_worker_resends_lost_work_only_as_the_sole_worker(
     finally:
         queue.set_sender(None)
     settings = get_settings()
-    other = _lock_data_dir(settings)  # another live process holds the data directory
-    assert other is not None
+    # Another live embedded worker on this data directory (past its own start-up).
+    other, sole = _lock_data_dir(settings)
+    assert sole
+    _share(other)
     try:
         worker = start_embedded_worker(upgrade_database=False)
         worker.stop()

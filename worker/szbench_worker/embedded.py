@@ -12,7 +12,8 @@ message it was working on consumed but never acknowledged: kombu's SQLAlchemy tr
 no visibility timeout, so that message never comes back. Each embedded worker therefore
 starts with :func:`recover_interrupted`: it removes the containers and staging folders of
 dead processes, and, when it is the only embedded worker on this data directory (an
-exclusive lock on ``data_dir/embedded-worker.lock``), sends again the task of every
+exclusive lock on ``data_dir/embedded-worker.lock``, which every live embedded worker
+holds shared), sends again the task of every
 unfinished evaluation or run that has no message waiting in the queue. The transport also
 never deletes a message once consumed, it only hides it; the sole worker deletes the hidden
 ones, so the queue file stays the size of what is waiting.
@@ -137,18 +138,28 @@ class Recovery:
     consumed_deleted: int = 0
 
 
-def _lock_data_dir(settings: Settings) -> int | None:
-    """An exclusive lock on this data directory's embedded queue, or None when another live
-    process holds it. The kernel releases it when its holder dies, however it dies."""
+def _lock_data_dir(settings: Settings) -> tuple[int, bool]:
+    """This process's lock on the data directory's embedded queue, and whether it is the
+    only embedded worker there (an exclusive lock; then it recovers, and :func:`_share`
+    makes the lock shared). Every live embedded worker holds the lock, shared, for its
+    whole life, so that a later one never takes a live one's work for interrupted work;
+    the kernel releases it when its holder dies, however it dies."""
     data_dir = Path(settings.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir / "embedded-worker.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+        # Another live worker: wait for its recovery (if it is recovering) to finish.
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return fd, False
+    return fd, True
+
+
+def _share(fd: int) -> None:
+    """Turn the sole worker's exclusive lock into a shared one, once it has recovered:
+    other embedded workers may start beside it from then on."""
+    fcntl.flock(fd, fcntl.LOCK_SH)
 
 
 def _sweep_dead_owners(settings: Settings) -> int:
@@ -317,13 +328,13 @@ def start_embedded_worker(
     from szbench_worker.celery_app import app
 
     reset_celery()
-    lock_fd = _lock_data_dir(settings)
+    lock_fd, sole = _lock_data_dir(settings)
     try:
-        recovery = recover_interrupted(settings, sole_worker=lock_fd is not None)
+        recovery = recover_interrupted(settings, sole_worker=sole)
     except Exception:
-        if lock_fd is not None:
-            os.close(lock_fd)
+        os.close(lock_fd)
         raise
+    _share(lock_fd)
     n = concurrency or settings.embedded_concurrency
     controller = _Controller(
         app=app,
