@@ -181,14 +181,14 @@ def test_killed_evaluate_continued_by_another_image_keeps_its_own_image(
         killed = evaluations.pop(killed_id)
         (own,) = evaluations.values()
         assert own.status == EvaluationStatus.DONE
-        assert stored_onsets(own) == [200.0, 200.0]
-        assert all(r.image_id == other for r in own.runs)
         # The interrupted evaluation was continued by the second command's worker (its
         # start-up recovery sent its work again, ahead of the new evaluation's) with its
         # own image, never with the other one.
         assert stored_onsets(killed) == [100.0, 100.0]
         assert all(r.outcome == RunOutcome.OK and r.image_id == slow for r in killed.runs)
         assert killed.status == EvaluationStatus.DONE
+        assert stored_onsets(own) == [200.0, 200.0]
+        assert all(r.image_id == other for r in own.runs)
     payload = json.loads((tmp_path / "other.json").read_text())
     assert [d["onset_s"] for r in payload["recordings"] for d in r["detections"]] == [200.0] * 2
 
