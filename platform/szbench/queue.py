@@ -29,7 +29,11 @@ from kombu.entity import Exchange, Queue
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from szbench.broker import TRANSPORT
+#: ``broker_transport`` for a ``redis://`` broker: :class:`szbench.broker.Transport`, named
+#: here so that an embedded process never imports kombu's Redis transport.
+REDIS_TRANSPORT = "szbench.broker:Transport"
+#: ``broker_transport`` of the embedded mode: :class:`szbench.embedded_transport.Transport`.
+EMBEDDED_TRANSPORT = "szbench.embedded_transport:Transport"
 from szbench.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -58,7 +62,7 @@ _SEND_ERROR_KEY = "szbench_send_error"
 
 def embedded_broker_url(settings: Settings) -> str:
     """The SQLite-backed broker of the embedded mode (a file next to the database)."""
-    return f"sqla+sqlite:///{settings.data_dir / 'broker.sqlite3'}"
+    return f"sqlite:///{settings.data_dir / 'broker.sqlite3'}"
 
 
 def is_embedded(settings: Settings | None = None) -> bool:
@@ -80,9 +84,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if embedded:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         broker = embedded_broker_url(settings)
+        # kombu's SQLAlchemy transport, polled often (szbench.embedded_transport).
+        transport = EMBEDDED_TRANSPORT
         # The SQLAlchemy transport hands its options to create_engine(): SQLite waits for
-        # the lock instead of failing. (It polls an empty queue once a second; a busy queue
-        # is drained without waiting.)
+        # the lock instead of failing.
         transport_options: dict[str, Any] = {
             "connect_args": {"timeout": 30, "check_same_thread": False},
         }
@@ -90,7 +95,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         broker = settings.broker_url
         if broker.startswith("redis://"):
             # kombu's Redis transport, screening out malformed messages (szbench.broker).
-            transport = TRANSPORT
+            transport = REDIS_TRANSPORT
         transport_options = {
             # Unacknowledged messages of a vanished worker come back after this long.
             "visibility_timeout": settings.queue_visibility_timeout_s,

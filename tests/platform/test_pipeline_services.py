@@ -272,7 +272,7 @@ def test_celery_config_reliability_settings(tmp_path: Path) -> None:
         assert entry["options"]["queue"] == queue.QUEUE_MAINTENANCE
         assert entry["options"]["expires"] == entry["schedule"]
     embedded = queue.celery_config(Settings(data_dir=tmp_path, broker_url=""))
-    assert embedded["broker_url"] == f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}"
+    assert embedded["broker_url"] == f"sqlite:///{tmp_path / 'broker.sqlite3'}"
     assert embedded["beat_schedule"] == {}
     with pytest.raises(ValueError, match="unknown queue"):
         queue.send_task(queue.TASK_FINALIZE, queue="tpu", evaluation_id=1)

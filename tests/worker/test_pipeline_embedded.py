@@ -272,7 +272,7 @@ def test_embedded_retry_goes_through_the_sqlite_queue(
     assert tasks.run_recording.app is queue.get_celery()
     assert connections
     assert {main for main, _ in connections} == {"szbench"}
-    assert all(uri.startswith("sqla+sqlite:") for _, uri in connections), connections
+    assert all(uri.startswith("sqlite:") for _, uri in connections), connections
 
 
 def test_embedded_worker_resends_lost_work_only_as_the_sole_worker(

@@ -238,7 +238,7 @@ def register(
     return evaluation.id, False
 
 
-def wait(evaluation_id: int, on_progress: OnProgress, poll_s: float = 0.3) -> EvaluationStatus:
+def wait(evaluation_id: int, on_progress: OnProgress, poll_s: float = 0.1) -> EvaluationStatus:
     """Poll the evaluation until it is finished; its final status."""
     from szbench.db import session_scope
     from szbench.models import Evaluation
