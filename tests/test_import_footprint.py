@@ -81,3 +81,13 @@ def test_the_scorer_loads_numpy_only() -> None:
     loaded = loaded_by("szbench_scoring", with_submodules=True)
     assert "szbench_scoring.stats" in loaded
     assert third_party(loaded) == {"numpy", "szbench_scoring"}
+
+
+def test_the_command_line_starts_without_what_a_command_may_not_need() -> None:
+    # Issue 24: `szbench evaluate` paid for loading Alembic with every migration (its
+    # database is nearly always up to date) and kombu's Redis transport (the embedded mode
+    # has no Redis) before doing anything.
+    names = loaded_by("szbench.cli.main")
+    assert "alembic" not in third_party(names)
+    assert not [n for n in names if n.startswith(("kombu.transport.redis", "redis"))]
+    assert "szbench.migrate" in names  # the probe sees the module that would have loaded it
