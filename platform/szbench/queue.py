@@ -29,14 +29,15 @@ from kombu.entity import Exchange, Queue
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from szbench.config import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
 #: ``broker_transport`` for a ``redis://`` broker: :class:`szbench.broker.Transport`, named
 #: here so that an embedded process never imports kombu's Redis transport.
 REDIS_TRANSPORT = "szbench.broker:Transport"
 #: ``broker_transport`` of the embedded mode: :class:`szbench.embedded_transport.Transport`.
 EMBEDDED_TRANSPORT = "szbench.embedded_transport:Transport"
-from szbench.config import Settings, get_settings
-
-log = logging.getLogger(__name__)
 
 TASK_START_EVALUATION = "szbench.evaluation.start"  # kwargs: evaluation_id
 TASK_RUN_RECORDING = "szbench.recording.run"  # kwargs: run_id

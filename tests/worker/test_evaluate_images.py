@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 
-MARKER = '''\
+MARKER = """\
 import os, time
 from pathlib import Path
 
@@ -49,7 +49,7 @@ onset = float(os.environ["MARKER_ONSET_S"])
     "onset\\tduration\\teventType\\tconfidence\\tchannels\\tdateTime\\trecordingDuration\\n"
     f"{onset}\\t5.0\\tsz\\tn/a\\tn/a\\t2020-01-01 00:00:00\\t{duration:.1f}\\n"
 )
-'''
+"""
 
 
 def marker_image(client: Any, tmp_path: Path, onset_s: int, sleep_s: float) -> str:
@@ -216,7 +216,7 @@ def test_two_evaluates_on_one_data_dir_both_finish_with_their_own_results(
     for process in processes.values():
         out, _ = process.communicate(timeout=300)
         assert process.returncode == 0, out
-    for onset, image in images.items():
+    for onset in images:
         payload = json.loads((tmp_path / f"{onset}.json").read_text())
         assert [r["outcome"] for r in payload["recordings"]] == ["ok", "ok"]
         found = [d["onset_s"] for r in payload["recordings"] for d in r["detections"]]

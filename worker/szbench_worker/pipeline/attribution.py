@@ -63,7 +63,10 @@ def reusable_for(version: AlgorithmVersion, digest: str) -> ColumnElement[bool]:
     """The rows whose result may serve an evaluation of ``version`` (recorded ``digest``):
     stored under the rule above, and from the version's own image id where it is known."""
     expected = recorded_image_id(version)
-    conditions: list[Any] = [RecordingRun.image_digest == digest, RecordingRun.image_id.is_not(None)]
+    conditions: list[Any] = [
+        RecordingRun.image_digest == digest,
+        RecordingRun.image_id.is_not(None),
+    ]
     if expected is not None:
         conditions.append(RecordingRun.image_id == expected)
     return and_(*conditions)
