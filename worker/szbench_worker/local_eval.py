@@ -270,10 +270,10 @@ def run_evaluation(
     ``on_started`` gets the evaluation's id once it is registered. A KeyboardInterrupt
     stops the worker and propagates: finished recordings are kept for the next invocation.
     """
+    from szbench import queue
     from szbench.config import get_settings
     from szbench.db import session_scope
     from szbench_worker import images, pipeline
-    from szbench_worker.embedded import start_embedded_worker
 
     # The worker may run other evaluations' recordings too (one interrupted earlier, or a
     # concurrent `szbench evaluate` on this data directory): each with the image resolved
@@ -283,28 +283,80 @@ def run_evaluation(
             runner=source.runner, resolve_image=images.resolver_for(source.runner, get_settings())
         )
     )
-    worker = start_embedded_worker(upgrade_database=False)
+    worker = None
     try:
-        with session_scope() as session:
-            evaluation_id, continued = register(
-                session,
-                source=source,
-                prepared=prepared,
-                name=name,
-                dataset_slug=dataset_slug,
-                public_sample=public_sample,
-                reuse=reuse,
-            )
+        sent: list[tuple[str, str, dict[str, Any]]] = []
+        queue.set_sender(lambda task, q, kwargs: sent.append((task, q, kwargs)))
+        try:
+            with session_scope() as session:
+                evaluation_id, continued = register(
+                    session,
+                    source=source,
+                    prepared=prepared,
+                    name=name,
+                    dataset_slug=dataset_slug,
+                    public_sample=public_sample,
+                    reuse=reuse,
+                )
+            if not continued:
+                _start_here(evaluation_id, sent)
+        finally:
+            queue.set_sender(None)
+            # What is left to do goes to the queue, for the worker below (or the next one).
+            queue.reset_celery()
+            for task, on_queue, kwargs in sent:
+                queue.send_task(task, queue=on_queue, **kwargs)
         if continued:
-            # An earlier invocation was killed mid-run; the worker's start-up recovery has
-            # already sent its unfinished work again: wait for that one, run nothing twice.
+            # An earlier invocation was killed mid-run; the worker's start-up recovery sends
+            # its unfinished work again: wait for that one, run nothing twice.
             say(f"Continuing evaluation {evaluation_id}, interrupted earlier.")
         on_started(evaluation_id)
+        if not _finished(evaluation_id):
+            from szbench_worker.embedded import start_embedded_worker
+
+            worker = start_embedded_worker(upgrade_database=False)
         wait(evaluation_id, on_progress)
         return evaluation_id
     finally:
-        worker.stop()
+        if worker is not None:
+            worker.stop()
         pipeline.set_dependencies(None)
+
+
+def _start_here(evaluation_id: int, sent: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """Run the new evaluation's start task in this thread, and its finalize when the start
+    left no recording to run (every result reused): such an evaluation needs no worker,
+    whose start and stop were most of the time of a run that starts no container.
+
+    The same task bodies as the worker's; ``sent`` holds what they sent, minus what ran
+    here (an exception leaves the task that raised in it, to be sent to the queue).
+    """
+    from szbench.queue import TASK_FINALIZE, TASK_RUN_RECORDING, TASK_START_EVALUATION
+    from szbench_worker import pipeline
+
+    def message(task: str) -> tuple[str, str, dict[str, Any]] | None:
+        return next(
+            (m for m in sent if m[0] == task and m[2] == {"evaluation_id": evaluation_id}), None
+        )
+
+    start = message(TASK_START_EVALUATION)
+    if start is None:
+        return
+    pipeline.start_evaluation(evaluation_id)
+    sent.remove(start)
+    finalize = message(TASK_FINALIZE)
+    if finalize is None or any(m[0] == TASK_RUN_RECORDING for m in sent):
+        return
+    pipeline.finalize_evaluation(evaluation_id)
+    sent.remove(finalize)
+
+
+def _finished(evaluation_id: int) -> bool:
+    from szbench.db import session_scope
+    from szbench.models import Evaluation
+
+    with session_scope() as session:
+        return session.get_one(Evaluation, evaluation_id).status.finished
 
 
 def _detections(run: RecordingRun) -> list[dict[str, Any]] | None:
