@@ -87,7 +87,8 @@ def test_the_command_line_starts_without_what_a_command_may_not_need() -> None:
     # Issue 24: `szbench evaluate` paid for loading Alembic with every migration (its
     # database is nearly always up to date) and kombu's Redis transport (the embedded mode
     # has no Redis) before doing anything.
-    names = loaded_by("szbench.cli.main")
-    assert "alembic" not in third_party(names)
-    assert not [n for n in names if n.startswith(("kombu.transport.redis", "redis"))]
-    assert "szbench.migrate" in names  # the probe sees the module that would have loaded it
+    for entry in ("szbench.cli.main", "szbench.migrate", "szbench.queue"):
+        names = loaded_by(entry)
+        assert entry in names  # the probe sees the module that would have loaded them
+        assert "alembic" not in third_party(names), entry
+        assert not [n for n in names if n.startswith(("kombu.transport.redis", "redis"))], entry
