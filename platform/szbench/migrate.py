@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from szbench.config import get_settings
+
 if TYPE_CHECKING:
     from alembic.config import Config
 
@@ -18,8 +20,6 @@ if TYPE_CHECKING:
 # costs a `szbench evaluate` about a second, on a database that is nearly always up to date.
 _REVISION = re.compile(r"^revision\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", re.MULTILINE)
 _DOWN_REVISION = re.compile(r"^down_revision\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", re.MULTILINE)
-
-from szbench.config import get_settings
 
 
 def migrations_dir() -> Path:
