@@ -97,3 +97,8 @@ _.collect
 # streams (szbench.algorithms.image_check._ArchiveFile, _Expanded).
 _.readable
 _.seekable
+
+# Read by the libraries: sqlite3's connection (transactions begun by szbench.db) and kombu's
+# virtual transport (szbench.embedded_transport).
+_.isolation_level
+_.polling_interval

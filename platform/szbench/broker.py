@@ -98,10 +98,6 @@ class Transport(kombu_redis.Transport):
     Channel = ScreeningChannel
 
 
-#: ``broker_transport`` for a ``redis://`` broker (``szbench.queue.celery_config``).
-TRANSPORT = f"{__name__}:Transport"
-
-
 # --- a broker that lost its contents ---------------------------------------------------------
 
 #: Set in Redis by the reconciler; its absence means Redis lost everything it held.

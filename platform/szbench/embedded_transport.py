@@ -25,12 +25,8 @@ class Transport(kombu_sqlalchemy.Transport):
 
     polling_interval = POLL_S
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> Any:
+    def drain_events(self, connection: Any, timeout: Any = None) -> Any:  # type: ignore[override]
         # Celery's loop checks for a requested shutdown between two drains.
-        return super().drain_events(
-            connection, timeout=None if timeout is None else min(timeout, DRAIN_S)
-        )
-
-
-#: ``broker_transport`` of the embedded mode (``szbench.queue.celery_config``).
-TRANSPORT = f"{__name__}:Transport"
+        if timeout is not None:
+            timeout = min(timeout, DRAIN_S)
+        return super().drain_events(connection, timeout=timeout)  # type: ignore[no-untyped-call]
