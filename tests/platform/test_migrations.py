@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, inspect, text
 from typer.testing import CliRunner
 
@@ -33,6 +34,35 @@ def test_sqlite_upgrade_downgrade_roundtrip(tmp_path: Path) -> None:
     migrate.check(url)
     migrate.downgrade(url, "base")
     assert _tables(url) == {"alembic_version"}
+
+
+def test_a_sqlite_file_at_the_newest_migration_is_not_migrated_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 24: every `szbench evaluate` loaded Alembic and every migration to learn that
+    # its database was up to date. A file one migration behind is still upgraded.
+    from alembic import command
+
+    url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    migrate.upgrade(url)
+    head = migrate.head_revision()
+    assert head is not None
+    calls: list[str] = []
+    real_upgrade = command.upgrade
+    monkeypatch.setattr(
+        command, "upgrade", lambda cfg, rev: (calls.append(rev), real_upgrade(cfg, rev))
+    )
+    migrate.upgrade(url)
+    assert calls == []
+    migrate.downgrade(url, "-1")
+    migrate.upgrade(url)
+    assert calls == ["head"]
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head
+    finally:
+        engine.dispose()
 
 
 def test_cli_db_upgrade_and_check(tmp_path: Path) -> None:
