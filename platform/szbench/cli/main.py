@@ -7,7 +7,6 @@ command, so that the API image, which has no docker SDK or MNE, can still run th
 
 from __future__ import annotations
 
-import gc
 import sys
 from typing import Any
 
@@ -62,12 +61,6 @@ class _Szbench(typer.Typer):
                 file=sys.stderr,
             )
             raise SystemExit(2) from None
-        finally:
-            # The process ends next: objects no collection will ever free need not be
-            # walked by the interpreter's last one (about 0.3 s of CPU after an evaluation,
-            # a fixed cost of every `szbench evaluate`, issue 24). Tests invoke commands
-            # through Typer's runner, never through here.
-            gc.freeze()
 
 
 app = _Szbench(
