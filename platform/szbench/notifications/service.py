@@ -35,6 +35,7 @@ from szbench.auth import mail, policy
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, NotFound
 from szbench.evaluations import queries as evaluation_queries
+from szbench.leaderboards import snapshots
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -306,6 +307,9 @@ def check_phases(session: Session, now: datetime | None = None) -> list[int]:
         key = f"phase:{phase.id}:{state.changes}"
         # The tick that looked fans it out itself: no task to send.
         made.append(_record(session, kind, key, enqueue=False, phase_id=phase.id))
+        if not open_now:
+            # The boards as the phase left them, to be cited (szbench.leaderboards.snapshots).
+            snapshots.take_for_phase(session, phase)
     session.flush()
     return made
 
