@@ -73,13 +73,14 @@ def freeze(session: Session, dataset: Dataset, dv: DatasetVersion) -> dict[str, 
         unranked_total=board.unranked_total,
         total=board.total,
         items=board.items,
-        authors=dict(
-            session.execute(
+        authors={
+            algorithm_id: authors
+            for algorithm_id, authors in session.execute(
                 select(Algorithm.id, Algorithm.authors).where(
                     Algorithm.id.in_({e.algorithm_id for e in board.items})
                 )
-            ).tuples()
-        ),
+            )
+        },
     )
     # Through JSON text, so the stored data is what the API answers (NaN as null).
     data: dict[str, Any] = json.loads(frozen.model_dump_json())
