@@ -1,4 +1,4 @@
-""""Cite this": one citation written as BibTeX and as CITATION.cff (docs/web-ui.md, "Cite this").
+""" "Cite this": one citation written as BibTeX and as CITATION.cff (docs/web-ui.md, "Cite this").
 
 Titles, names and notes come from users (an algorithm's title and authors, a dataset's
 title), so every text field is escaped for BibTeX: a brace, ``%``, ``\\`` or ``#`` in a title
@@ -33,7 +33,6 @@ MEDIA_TYPES: dict[str, str] = {
     "bibtex": "application/x-bibtex; charset=utf-8",
     "cff": "application/x-yaml; charset=utf-8",
 }
-FILE_SUFFIX = {"bibtex": "bib", "cff": "cff"}
 
 # TeX's special characters, each as text that prints it. One pass over the string, so the
 # backslash's replacement is not escaped again.
@@ -120,7 +119,6 @@ def bibtex(citation: Citation) -> str:
         ("title", "{" + bibtex_escape(citation.title) + "}"),
         ("author", " and ".join("{" + bibtex_escape(a) + "}" for a in _authors_or_site(citation))),
         ("year", str(citation.released.year)),
-        ("month", str(citation.released.month)),
         ("date", citation.released.strftime("%Y-%m-%d")),
         ("version", bibtex_escape(citation.version)),
         ("publisher", bibtex_escape(publisher)),
@@ -164,7 +162,8 @@ def cff(citation: Citation) -> str:
         document["abstract"] = plain(citation.abstract)
     if citation.keywords:
         document["keywords"] = [plain(k) for k in citation.keywords]
-    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+    text: str = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+    return text
 
 
 def render(citation: Citation, fmt: Format) -> str:

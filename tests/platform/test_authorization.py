@@ -138,7 +138,10 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/api/v1/leaderboards/{slug}/snapshots"): (ADMIN, None),
     ("GET", "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}"): (ANYONE, None),
     ("GET", "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}/citation"): (ANYONE, None),
-    ("GET", "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}/entries/{evaluation_id}/citation"): (
+    (
+        "GET",
+        "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}/entries/{evaluation_id}/citation",
+    ): (
         ANYONE,
         None,
     ),

@@ -58,7 +58,7 @@ def test_a_snapshot_freezes_what_an_anonymous_visitor_sees(
     client: TestClient, db_session: Session
 ) -> None:
     s = db_session
-    owner, dv, evaluation, hidden = _board(s)
+    _owner, dv, evaluation, hidden = _board(s)
     admin = f.user(s, Role.ADMIN)
     admin_board = client.get(
         "/api/v1/leaderboards/held?version=1", headers=f.headers(s, admin)
@@ -66,9 +66,7 @@ def test_a_snapshot_freezes_what_an_anonymous_visitor_sees(
     assert {e["evaluation_id"] for e in admin_board["items"]} == {evaluation.id, hidden.id}
     assert admin_board["items"][0]["event_f1"] == EXACT  # admins see exact figures
 
-    r = client.post(
-        "/api/v1/leaderboards/held/snapshots?version=1", headers=f.headers(s, admin)
-    )
+    r = client.post("/api/v1/leaderboards/held/snapshots?version=1", headers=f.headers(s, admin))
     assert r.status_code == 201, r.text
     taken = r.json()
     assert str(EXACT) not in r.text
@@ -77,13 +75,17 @@ def test_a_snapshot_freezes_what_an_anonymous_visitor_sees(
     assert board["items"] == public["items"]
     assert [e["evaluation_id"] for e in board["items"]] == [evaluation.id]
     entry = board["items"][0]
-    assert entry["event_f1"] == 0.51 and entry["release"] == "rounded"
+    assert entry["event_f1"] == 0.51
+    assert entry["release"] == "rounded"
     assert entry["provenance"]["image_digest"] == evaluation.image_digest
     assert board["scorer_versions"] == ["0.1.0"]
-    assert board["dataset_version"] == "1" and board["manifest_checksum"] == "sha256:abc"
+    assert board["dataset_version"] == "1"
+    assert board["manifest_checksum"] == "sha256:abc"
     assert board["release"]["decimals"] == get_settings().released_decimals
     assert board["disclosure"] == "aggregate"
-    assert board["authors"] == {str(evaluation.algorithm_version.algorithm_id): "Ada Lovelace, Alan Turing"}
+    assert board["authors"] == {
+        str(evaluation.algorithm_version.algorithm_id): "Ada Lovelace, Alan Turing"
+    }
     # The hash is of the canonical JSON of the board as answered: anyone can check it.
     digest = hashlib.sha256(snapshots.canonical_json(board)).hexdigest()
     assert taken["content_sha256"] == digest
@@ -94,20 +96,26 @@ def test_a_snapshot_freezes_what_an_anonymous_visitor_sees(
     assert again == taken
     page = client.get(f"/leaderboards/held/snapshots/{taken['id']}")
     assert page.status_code == 200
-    assert digest in page.text and evaluation.image_digest in page.text
-    assert str(EXACT) not in page.text and "beta" not in page.text
+    assert digest in page.text
+    assert evaluation.image_digest in page.text
+    assert str(EXACT) not in page.text
+    assert "beta" not in page.text
     # Another dataset's address names no snapshot.
     f.dataset(s, slug="other")
     assert client.get(f"/api/v1/leaderboards/other/snapshots/{taken['id']}").status_code == 404
 
     # Unchanged board: the same snapshot (200). A new result: a new one; the old one stays.
-    assert client.post(
-        "/api/v1/leaderboards/held/snapshots?version=1", headers=f.headers(s, admin)
-    ).json()["id"] == taken["id"]
+    assert (
+        client.post(
+            "/api/v1/leaderboards/held/snapshots?version=1", headers=f.headers(s, admin)
+        ).json()["id"]
+        == taken["id"]
+    )
     rival = f.evaluation(s, f.version(s, f.algorithm(s, f.user(s), name="gamma")), dv)
     f.result(s, rival, {"01": {"event_f1": 0.9}, "02": {"event_f1": 0.9}})
     r = client.post("/api/v1/leaderboards/held/snapshots?version=1", headers=f.headers(s, admin))
-    assert r.status_code == 201 and r.json()["id"] != taken["id"]
+    assert r.status_code == 201
+    assert r.json()["id"] != taken["id"]
     assert client.get(f"/api/v1/leaderboards/held/snapshots/{taken['id']}").json() == taken
     listed = client.get("/api/v1/leaderboards/held/snapshots").json()
     assert [x["id"] for x in listed] == [r.json()["id"], taken["id"]]
@@ -139,9 +147,11 @@ def test_the_database_refuses_to_change_or_remove_a_snapshot(
         .values(board={"items": []}),
         delete(LeaderboardSnapshot).where(LeaderboardSnapshot.id == snapshot_id),
     ):
-        with pytest.raises(DBAPIError, match="leaderboard snapshots are immutable"):
-            with s.begin_nested():
-                s.execute(statement)
+        with (
+            pytest.raises(DBAPIError, match="leaderboard snapshots are immutable"),
+            s.begin_nested(),
+        ):
+            s.execute(statement)
     assert s.get_one(LeaderboardSnapshot, snapshot_id).board["items"]
 
 
@@ -246,7 +256,8 @@ def parse_bibtex(text_: str) -> tuple[str, dict[str, str]]:
 
 def test_bibtex_keeps_a_hostile_title_inside_its_field() -> None:
     escaped = citations.bibtex_escape(HOSTILE)
-    assert "\n" not in escaped and "\u202e" not in escaped
+    assert "\n" not in escaped
+    assert "\u202e" not in escaped
     assert re.search(r"(?<!\\)%", escaped) is None  # no comment starts
     assert "\\input" not in escaped
     assert _unescape(escaped) == citations.plain(HOSTILE)
@@ -259,14 +270,15 @@ def test_cite_an_entry_with_a_hostile_title(
     settings_env.setenv("SZBENCH_PUBLIC_URL", "https://bench.example.org")
     get_settings.cache_clear()
     s = db_session
-    _, dv, evaluation, _ = _board(s, title=HOSTILE, authors="Mallory {Evil}; Eve & Bob")
+    _, _dv, evaluation, _ = _board(s, title=HOSTILE, authors="Mallory {Evil}; Eve & Bob")
     snapshot_id = _take(client, s).json()["id"]
     base = f"/api/v1/leaderboards/held/snapshots/{snapshot_id}"
     r = client.get(
         f"{base}/entries/{evaluation.id}/citation?format=bibtex",
         headers={"Host": "evil.example"},
     )
-    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-bibtex")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/x-bibtex")
     key, fields = parse_bibtex(r.text)
     assert key == f"szbench-held-snapshot-{snapshot_id}-evaluation-{evaluation.id}"
     assert set(fields) >= {"title", "author", "year", "url", "note", "version"}
@@ -274,28 +286,33 @@ def test_cite_an_entry_with_a_hostile_title(
     assert fields["author"] == r"{Mallory \{Evil\}} and {Eve} and {Bob}"
     page = f"https://bench.example.org/leaderboards/held/snapshots/{snapshot_id}"
     assert fields["url"] == f"{page}?entry={evaluation.id}"
-    assert evaluation.image_digest in fields["note"] and "0.51" in fields["note"]
+    assert evaluation.image_digest in fields["note"]
+    assert "0.51" in fields["note"]
     assert "evil.example" not in r.text
 
     r = client.get(f"{base}/entries/{evaluation.id}/citation?format=cff")
     assert r.headers["content-disposition"] == 'inline; filename="CITATION.cff"'
     cff = yaml.safe_load(r.text)
-    assert cff["cff-version"] == "1.2.0" and cff["type"] == "software"
+    assert cff["cff-version"] == "1.2.0"
+    assert cff["type"] == "software"
     assert cff["title"] == citations.plain(HOSTILE)
     assert cff["authors"] == [{"name": "Mallory {Evil}"}, {"name": "Eve"}, {"name": "Bob"}]
     assert cff["url"] == f"{page}?entry={evaluation.id}"
-    assert isinstance(cff["message"], str) and str(cff["date-released"])[:4].isdigit()
+    assert isinstance(cff["message"], str)
+    assert str(cff["date-released"])[:4].isdigit()
     assert client.get(f"{base}/entries/999999/citation").status_code == 404
 
     # The snapshot itself.
     key, fields = parse_bibtex(client.get(f"{base}/citation").text)
     assert fields["url"] == page
-    assert fields["title"] == "{Leaderboard of Held \\{out\\} set 1 (snapshot %d)}" % snapshot_id
+    assert fields["title"] == f"{{Leaderboard of Held \\{{out\\}} set 1 (snapshot {snapshot_id})}}"
     digest = client.get(base).json()["content_sha256"]
     assert digest in fields["note"]
     cff = yaml.safe_load(client.get(f"{base}/citation?format=cff").text)
-    assert cff["type"] == "dataset" and cff["authors"] == [{"name": "szbench"}]
-    assert cff["url"] == page and cff["version"] == f"snapshot {snapshot_id}"
+    assert cff["type"] == "dataset"
+    assert cff["authors"] == [{"name": "szbench"}]
+    assert cff["url"] == page
+    assert cff["version"] == f"snapshot {snapshot_id}"
 
 
 def test_cite_a_dataset_version(
@@ -311,15 +328,18 @@ def test_cite_a_dataset_version(
     assert key == "szbench-dataset-held-1"
     assert fields["url"] == "https://bench.example.org/datasets/held?version=1"
     assert fields["publisher"] == r"Bench \& Co \{EEG\}"
-    assert "sha256:abc" in fields["note"] and "Smith et al. 2025" in fields["note"]
+    assert "sha256:abc" in fields["note"]
+    assert "Smith et al. 2025" in fields["note"]
     cff = yaml.safe_load(client.get(f"{base}?format=cff").text)
-    assert cff["title"] == "Held {out} set" and cff["version"] == "1"
+    assert cff["title"] == "Held {out} set"
+    assert cff["version"] == "1"
     assert cff["authors"] == [{"name": "Bench & Co {EEG}"}]
     assert client.get("/api/v1/datasets/held/versions/9/citation").status_code == 404
     assert client.get(f"{base}?format=ris").status_code == 422
     # The dataset page offers it.
     page = client.get("/datasets/held").text
-    assert f"{base}?format=bibtex" in page and f"{base}?format=cff" in page
+    assert f"{base}?format=bibtex" in page
+    assert f"{base}?format=cff" in page
 
 
 def test_a_snapshot_keeps_the_figures_released_then(

@@ -86,7 +86,8 @@ def test_an_admin_takes_a_snapshot_and_anyone_cites_it(
     row = page.locator(f"#entry-{site.ids['evaluation']}")
     assert site.ids["digest"] in row.inner_text()
     # The figures as an anonymous visitor sees them (rounded), not the admin's exact ones.
-    assert "0.51" in row.inner_text() and str(EXACT) not in page.content()
+    assert "0.51" in row.inner_text()
+    assert str(EXACT) not in page.content()
     assert "@misc{szbench-held-v1-snapshot-" in page.inner_text("#bibtex")
 
     # Again, unchanged: the same snapshot.
@@ -111,7 +112,8 @@ def test_an_admin_takes_a_snapshot_and_anyone_cites_it(
         "href"
     )
     cff = yaml.safe_load(other.request.get(site.url + cff_href).text())
-    assert cff["cff-version"] == "1.2.0" and cff["title"] == TITLE
+    assert cff["cff-version"] == "1.2.0"
+    assert cff["title"] == TITLE
     assert cff["authors"] == [{"name": "Ada Lovelace"}]
     snapshot_cff = yaml.safe_load(
         other.request.get(site.url + other.get_attribute("#cite-cff", "href")).text()
@@ -136,13 +138,15 @@ def test_a_dataset_version_offers_cite_this(browser: Any, site: Site, width: int
         site.url + page.get_by_role("link", name="BibTeX for version v1").get_attribute("href")
     ).text()
     assert bib.startswith("@misc{szbench-dataset-held-v1,")
-    assert f"{PUBLIC_URL}/datasets/held?version=v1" in bib and "sha256:feed" in bib
+    assert f"{PUBLIC_URL}/datasets/held?version=v1" in bib
+    assert "sha256:feed" in bib
     cff = yaml.safe_load(
         page.request.get(
             site.url
             + page.get_by_role("link", name="CITATION.cff for version v1").get_attribute("href")
         ).text()
     )
-    assert cff["type"] == "dataset" and cff["version"] == "v1"
+    assert cff["type"] == "dataset"
+    assert cff["version"] == "v1"
     assert cff["title"] == "Held-out EEG"
     watched.close()

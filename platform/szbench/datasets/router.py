@@ -9,9 +9,8 @@ from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import FileResponse
 
 from szbench import citations
-from szbench.api.downloads import citation_response
-
 from szbench.api.deps import SessionDep
+from szbench.api.downloads import citation_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import Page, PageDep
 from szbench.auth.dependencies import AdminOnly, Anyone, SignedIn

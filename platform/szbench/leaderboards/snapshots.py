@@ -206,10 +206,10 @@ def citation(snapshot: LeaderboardSnapshot) -> citations.Citation:
         version=f"snapshot {snapshot.id}",
         notes=[
             f"Dataset {board.dataset} version {board.dataset_version}",
-            f"ranked by {board.ranking}",
-            f"scorer {', '.join(board.scorer_versions) or 'none'}",
-            f"{len(board.items)} entries",
-            f"content sha256 {snapshot.content_sha256}",
+            f"Ranked by {board.ranking}",
+            f"Scorer {', '.join(board.scorer_versions) or 'none'}",
+            f"{len(board.items)} {'entry' if len(board.items) == 1 else 'entries'}",
+            f"Content sha256 {snapshot.content_sha256}",
         ],
         keywords=["seizure detection", "EEG", "SzCORE", "leaderboard"],
     )
@@ -234,9 +234,9 @@ def entry_citation(snapshot: LeaderboardSnapshot, evaluation_id: int) -> citatio
         version=entry.algorithm_version,
         notes=[
             f"Image {entry.provenance.image_digest}",
-            f"{place} on {_board_title(board)}, leaderboard snapshot {snapshot.id}",
-            f"event F1 {f1} ({entry.release.value} release)",
-            f"scorer {entry.provenance.scorer_version}",
+            f"{place.capitalize()} on {_board_title(board)}, leaderboard snapshot {snapshot.id}",
+            f"Event F1 {f1} ({entry.release.value} release)",
+            f"Scorer {entry.provenance.scorer_version}",
         ],
         keywords=["seizure detection", "EEG", "SzCORE"],
     )
