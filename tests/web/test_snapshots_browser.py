@@ -18,6 +18,7 @@ from szbench.db import session_scope
 from szbench.models import Role
 from tests.platform import factories as f
 
+from .axe import assert_no_axe_violations
 from .browsing import Watched, fits, seeded_site, sign_in
 from .conftest import PASSWORD
 
@@ -103,6 +104,7 @@ def test_an_admin_takes_a_snapshot_and_anyone_cites_it(
     other.get_by_role("link", name=f"Snapshot {snapshot_id}").click()
     other.wait_for_url(f"{site.url}/leaderboards/held/snapshots/{snapshot_id}")
     fits(other)
+    assert_no_axe_violations(other, f"the snapshot page at {width} px")
     bib_link = other.get_by_role("link", name=re.compile(r"^BibTeX for Deep"))
     bib = other.request.get(site.url + bib_link.get_attribute("href")).text()
     assert bib.startswith(f"@misc{{szbench-held-snapshot-{snapshot_id}-evaluation-")
@@ -132,8 +134,8 @@ def test_a_dataset_version_offers_cite_this(browser: Any, site: Site, width: int
     page = watched.page()
     page.goto(f"{site.url}/datasets/held")
     fits(page)
-    section = page.locator("#cite-this")
-    assert section.is_visible()
+    assert page.locator("#cite-this").is_visible()
+    assert_no_axe_violations(page, f"the dataset page at {width} px")
     bib = page.request.get(
         site.url + page.get_by_role("link", name="BibTeX for version v1").get_attribute("href")
     ).text()
