@@ -86,7 +86,7 @@ def split_authors(authors: str) -> list[str]:
 def site_url(*segments: str) -> str:
     """The public address of a page: ``SZBENCH_PUBLIC_URL`` and the path, each segment
     percent-encoded; the bare path when no public address is set (docs/deployment.md)."""
-    path = "/" + "/".join(quote(s, safe="") for s in segments)
+    path = "/" + "/".join(quote(s, safe="+") for s in segments)
     return get_settings().public_url + path
 
 
@@ -122,7 +122,9 @@ def bibtex(citation: Citation) -> str:
         ("date", citation.released.strftime("%Y-%m-%d")),
         ("version", bibtex_escape(citation.version)),
         ("publisher", bibtex_escape(publisher)),
-        ("howpublished", r"\url{" + _bibtex_url(citation.url) + "}"),
+        # Inside another command's argument, \url needs its % escaped (a TeX comment
+        # otherwise); the url field itself is read verbatim (biblatex), so stays as it is.
+        ("howpublished", r"\url{" + _bibtex_url(citation.url).replace("%", r"\%") + "}"),
         ("url", _bibtex_url(citation.url)),
         ("note", bibtex_escape(". ".join(citation.notes))),
     ]

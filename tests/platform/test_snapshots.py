@@ -335,6 +335,11 @@ def test_cite_a_dataset_version(
     assert cff["version"] == "1"
     assert cff["authors"] == [{"name": "Bench & Co {EEG}"}]
     assert client.get("/api/v1/datasets/held/versions/9/citation").status_code == 404
+    # A version whose name needs encoding in a query: BibTeX's \url gets its % escaped.
+    f.dataset_version(s, s.query(Dataset).filter_by(slug="held").one(), version="2+b")
+    _, fields = parse_bibtex(client.get("/api/v1/datasets/held/versions/2+b/citation").text)
+    assert fields["url"] == "https://bench.example.org/datasets/held?version=2%2Bb"
+    assert fields["howpublished"] == r"\url{https://bench.example.org/datasets/held?version=2\%2Bb}"
     assert client.get(f"{base}?format=ris").status_code == 422
     # The dataset page offers it.
     page = client.get("/datasets/held").text
