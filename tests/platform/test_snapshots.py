@@ -365,3 +365,24 @@ def test_a_snapshot_keeps_the_figures_released_then(
     assert again == taken
     assert again["board"]["kind"] == "held_out"
     assert again["board"]["items"][0]["event_f1"] == 0.51
+
+
+def test_a_board_that_cannot_be_frozen_does_not_hold_up_the_phase_news(
+    db_session: Session, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = db_session
+    _, dv, _, _ = _board(s)
+    phase = f.phase(s, slug="final")
+    phase.dataset_versions = [dv]
+    s.flush()
+    notifications.check_phases(s)
+
+    def broken(session: Session, phase: Any) -> list[LeaderboardSnapshot]:
+        raise RuntimeError("statistics unavailable")
+
+    monkeypatch.setattr(snapshots, "take_for_phase", broken)
+    phase.is_open = False
+    s.flush()
+    assert len(notifications.check_phases(s)) == 1
+    assert "could not snapshot the boards of phase final" in caplog.text
+    assert snapshots.list_snapshots(s, "held") == []
