@@ -25,7 +25,7 @@ from szbench.config import get_settings
 from szbench.errors import BadRequest
 
 if TYPE_CHECKING:
-    from szbench.models import Dataset, DatasetVersion
+    from szbench.models import Dataset, DatasetVersion, Evaluation
 
 CFF_VERSION = "1.2.0"
 Format = Literal["bibtex", "cff"]
@@ -198,4 +198,28 @@ def dataset_citation(dataset: Dataset, dv: DatasetVersion) -> Citation:
         abstract=dataset.description,
         notes=notes,
         keywords=["seizure detection", "EEG"],
+    )
+
+
+def evaluation_citation(evaluation: Evaluation) -> Citation:
+    """An entry of a live board: what it is (algorithm version, image digest, dataset
+    version, scorer), without figures, which move until a snapshot freezes them."""
+    version = evaluation.algorithm_version
+    algorithm = version.algorithm
+    dv = evaluation.dataset_version
+    return Citation(
+        key=f"szbench-evaluation-{evaluation.id}",
+        kind="software",
+        title=algorithm.title or algorithm.name,
+        authors=split_authors(algorithm.authors),
+        url=site_url("algorithms", str(algorithm.id)) + f"?evaluation={evaluation.id}",
+        released=evaluation.finished_at or evaluation.created_at,
+        version=version.version,
+        notes=[
+            f"Image {evaluation.image_digest}",
+            f"Evaluated on dataset {dv.dataset.slug} version {dv.version}",
+            f"Scorer {evaluation.scorer_version}",
+            f"Evaluation {evaluation.id}; for its figures cite a leaderboard snapshot",
+        ],
+        keywords=["seizure detection", "EEG", "SzCORE"],
     )

@@ -146,6 +146,7 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
         None,
     ),
     ("GET", "/api/v1/datasets/{slug}/versions/{version}/citation"): (ANYONE, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/citation"): (ANYONE, None),
     ("GET", "/healthz"): (PROBE, None),
     ("GET", "/readyz"): (PROBE, None),
 }

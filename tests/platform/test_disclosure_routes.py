@@ -45,6 +45,7 @@ NO_RESULTS = {
     "/api/v1/algorithms/{algorithm_id}/versions": "its versions: images and smoke tests",
     "/api/v1/algorithms/{algorithm_id}/versions/{version_id}": "one version",
     "/algorithms/{algorithm_id}/edit": "the edit form",
+    "/api/v1/evaluations/{evaluation_id}/citation": "what ran (digest, data, scorer), no figure",
 }
 # Snapshots store what decide(None, ...) released when they were taken (never recomputed).
 FROZEN = {

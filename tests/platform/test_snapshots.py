@@ -386,3 +386,36 @@ def test_a_board_that_cannot_be_frozen_does_not_hold_up_the_phase_news(
     assert len(notifications.check_phases(s)) == 1
     assert "could not snapshot the boards of phase final" in caplog.text
     assert snapshots.list_snapshots(s, "held") == []
+
+
+def test_cite_an_entry_of_the_live_board(
+    client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
+) -> None:
+    """What ran, without figures (they move until a snapshot freezes them); only for those
+    who may see the evaluation."""
+    settings_env.setenv("SZBENCH_PUBLIC_URL", "https://bench.example.org")
+    get_settings.cache_clear()
+    s = db_session
+    owner, _dv, evaluation, hidden = _board(s, title=HOSTILE)
+    url = f"/api/v1/evaluations/{evaluation.id}/citation"
+    key, fields = parse_bibtex(client.get(url).text)
+    assert key == f"szbench-evaluation-{evaluation.id}"
+    assert _unescape(fields["title"][1:-1]) == citations.plain(HOSTILE)
+    algorithm_id = evaluation.algorithm_version.algorithm_id
+    assert (
+        fields["url"]
+        == f"https://bench.example.org/algorithms/{algorithm_id}?evaluation={evaluation.id}"
+    )
+    assert evaluation.image_digest in fields["note"]
+    assert "dataset held version 1" in fields["note"]
+    assert "0.51" not in fields["note"]
+    assert str(EXACT) not in fields["note"]
+    cff = yaml.safe_load(client.get(f"{url}?format=cff").text)
+    assert cff["authors"] == [{"name": "Ada Lovelace"}, {"name": "Alan Turing"}]
+    # An unpublished entry: its owner may cite it, nobody else learns it exists.
+    hidden_url = f"/api/v1/evaluations/{hidden.id}/citation"
+    assert client.get(hidden_url).status_code == 404
+    assert client.get(hidden_url, headers=f.headers(s, f.user(s))).status_code == 404
+    assert client.get(hidden_url, headers=f.headers(s, owner)).status_code == 200
+    page = client.get(f"/algorithms/{algorithm_id}?evaluation={evaluation.id}").text
+    assert f"{url}?format=bibtex" in page

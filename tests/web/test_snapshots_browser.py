@@ -48,7 +48,11 @@ def _seed() -> dict[str, Any]:
         evaluation = f.evaluation(s, version, dv)
         figures = {"event_f1": EXACT, "event_sensitivity": EXACT, "event_precision": EXACT}
         f.result(s, evaluation, {"01": figures, "02": figures})
-        return {"evaluation": evaluation.id, "digest": version.image_digest}
+        return {
+            "evaluation": evaluation.id,
+            "digest": version.image_digest,
+            "algorithm": algorithm.id,
+        }
 
 
 @pytest.fixture
@@ -151,4 +155,12 @@ def test_a_dataset_version_offers_cite_this(browser: Any, site: Site, width: int
     assert cff["type"] == "dataset"
     assert cff["version"] == "v1"
     assert cff["title"] == "Held-out EEG"
+    # An entry of the live board, from its algorithm page: what ran, no figures.
+    page.goto(f"{site.url}/algorithms/{site.ids['algorithm']}?evaluation={site.ids['evaluation']}")
+    fits(page)
+    href = page.locator("#cite-evaluation").get_by_role("link", name="BibTeX").get_attribute("href")
+    bib = page.request.get(site.url + href).text()
+    assert bib.startswith(f"@misc{{szbench-evaluation-{site.ids['evaluation']},")
+    assert site.ids["digest"] in bib
+    assert "0.51" not in bib
     watched.close()
