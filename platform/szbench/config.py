@@ -144,7 +144,11 @@ class Settings(BaseSettings):
     """The site's address as users reach it (e.g. `https://bench.example.org`): every link
     the server sends or shows is built from it, never from the request's Host header, which
     the caller writes. Required when SMTP is configured (the server refuses to start
-    without it); without e-mail, admin-issued reset links are shown as a path."""
+    without it); without e-mail, admin-issued reset links are shown as a path. Citations
+    ("Cite this": BibTeX, CITATION.cff) carry addresses built from it; empty, a bare path."""
+    citation_publisher: str = Field(default="szbench", min_length=1, max_length=200)
+    """Who publishes this site's results, as citations name it: BibTeX's publisher, and the
+    author of dataset and snapshot citations (whose authors the site does not know)."""
 
     # --- E-mail ---------------------------------------------------------------------------
     smtp_host: str = ""

@@ -760,3 +760,33 @@ class PhaseState(Base):
     # Changes seen so far (each one's event key is "phase:<id>:<count>"), and the last one's time.
     changes: Mapped[int] = mapped_column(Integer, default=0)
     changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+# --- leaderboard snapshots (szbench.leaderboards.snapshots) ----------------------------------
+
+
+class LeaderboardSnapshot(Base):
+    """A leaderboard frozen as an anonymous visitor saw it, to be cited (docs/web-ui.md,
+    "Snapshots"). Rows are never changed: the migration installs a trigger that refuses
+    every UPDATE and DELETE, so a citation keeps pointing at the figures it quotes."""
+
+    __tablename__ = "leaderboard_snapshots"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # RESTRICT: a cited board cannot vanish with its data (retire the version instead).
+    dataset_version_id: Mapped[int] = mapped_column(
+        ForeignKey("dataset_versions.id", ondelete="RESTRICT"), index=True
+    )
+    # Frozen copies of what the board was named by, so the snapshot reads alone.
+    dataset: Mapped[str] = mapped_column(String(100))
+    dataset_version: Mapped[str] = mapped_column(String(100))
+    # sha256 of the canonical JSON of ``board`` (docs/api.md, "Snapshots").
+    content_sha256: Mapped[str] = mapped_column(String(64))
+    board: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # "admin" or "phase_closed" (taken when a phase naming the version closed).
+    reason: Mapped[str] = mapped_column(String(32))
+    # Plain values, not keys: a snapshot outlives the phase and the account (a key's
+    # ON DELETE SET NULL would be an UPDATE, which the trigger refuses).
+    phase: Mapped[str | None] = mapped_column(String(100))
+    created_by_id: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench.leaderboards import snapshots
 from szbench.models import DatasetKind, Role, Upload
 from szbench.uploads import service as uploads
 from tests.platform import factories as f
@@ -133,6 +134,19 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/api/v1/leaderboards"): (ANYONE, None),
     ("GET", "/api/v1/leaderboards/{slug}"): (ANYONE, None),
     ("GET", "/api/v1/leaderboards/{slug}/download"): (ANYONE, None),
+    ("GET", "/api/v1/leaderboards/{slug}/snapshots"): (ANYONE, None),
+    ("POST", "/api/v1/leaderboards/{slug}/snapshots"): (ADMIN, None),
+    ("GET", "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}"): (ANYONE, None),
+    ("GET", "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}/citation"): (ANYONE, None),
+    (
+        "GET",
+        "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}/entries/{evaluation_id}/citation",
+    ): (
+        ANYONE,
+        None,
+    ),
+    ("GET", "/api/v1/datasets/{slug}/versions/{version}/citation"): (ANYONE, None),
+    ("GET", "/api/v1/evaluations/{evaluation_id}/citation"): (ANYONE, None),
     ("GET", "/healthz"): (PROBE, None),
     ("GET", "/readyz"): (PROBE, None),
 }
@@ -177,6 +191,7 @@ def objects(db_session: Session) -> Objects:
     run = f.run(s, ev, rec, detections_tsv="onset\n")
     phase = f.phase(s)
     token, _ = f.token(s, owner)
+    snapshot, _ = snapshots.take(s, ds.slug, dv.version, by=users["admin"])
     return Objects(
         params={
             "token_id": token.id,
@@ -190,6 +205,7 @@ def objects(db_session: Session) -> Objects:
             "evaluation_id": ev.id,
             "run_id": run.id,
             "owner_email": owner.email,
+            "snapshot_id": snapshot.id,
         },
         users=users,
     )

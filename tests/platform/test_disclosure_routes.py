@@ -4,7 +4,9 @@ The routes are enumerated from the app (the API's OpenAPI document, the web UI's
 each GET whose path names an evaluation, an algorithm, a leaderboard, a comparison or the
 caller's submissions is called as the owner of a held-out evaluation, and must call
 :func:`szbench.results.disclosure.decide`, unless it is listed in ``NO_RESULTS`` with why it
-shows nothing that rule governs. A new route that shows results without asking fails here.
+shows nothing that rule governs, or in ``FROZEN``: a leaderboard snapshot, whose figures
+were decided once, for an anonymous viewer, when it was taken (the test checks that too).
+A new route that shows results without asking fails here.
 """
 
 from __future__ import annotations
@@ -18,9 +20,19 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from szbench.app import create_app
+from szbench.leaderboards import snapshots
 from szbench.models import Role
 from szbench.results import disclosure
-from szbench.web import account, admin, algorithms, compare, datasets, pages, submit_help
+from szbench.web import (
+    account,
+    admin,
+    algorithms,
+    compare,
+    datasets,
+    pages,
+    submit_help,
+)
+from szbench.web import snapshots as snapshot_pages
 from tests.platform import factories as f
 
 EXACT = 0.5123457  # the held-out figure as computed; the owner gets it rounded
@@ -33,13 +45,22 @@ NO_RESULTS = {
     "/api/v1/algorithms/{algorithm_id}/versions": "its versions: images and smoke tests",
     "/api/v1/algorithms/{algorithm_id}/versions/{version_id}": "one version",
     "/algorithms/{algorithm_id}/edit": "the edit form",
+    "/api/v1/evaluations/{evaluation_id}/citation": "what ran (digest, data, scorer), no figure",
+}
+# Snapshots store what decide(None, ...) released when they were taken (never recomputed).
+FROZEN = {
+    "/api/v1/leaderboards/{slug}/snapshots",
+    "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}",
+    "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}/citation",
+    "/api/v1/leaderboards/{slug}/snapshots/{snapshot_id}/entries/{evaluation_id}/citation",
+    "/leaderboards/{slug}/snapshots/{snapshot_id}",
 }
 
 
 def _get_paths() -> set[str]:
     app = create_app()
     api = {path for path, ops in app.openapi()["paths"].items() if "get" in ops}
-    routers = (pages, compare, algorithms, account, admin, datasets, submit_help)
+    routers = (pages, compare, algorithms, account, admin, datasets, submit_help, snapshot_pages)
     web = {
         route.path
         for module in routers
@@ -50,12 +71,19 @@ def _get_paths() -> set[str]:
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
+def viewers() -> list[int | None]:
+    """Who each call of decide was for (a user id; None: anonymous)."""
+    return []
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch, viewers: list[int | None]) -> list[int | None]:
     seen: list[int | None] = []
     real = disclosure.decide
 
     def counting(viewer: Any, facts: disclosure.Facts) -> disclosure.View:
         seen.append(facts.owner_id)
+        viewers.append(None if viewer is None else viewer.id)
         return real(viewer, facts)
 
     monkeypatch.setattr(disclosure, "decide", counting)
@@ -63,11 +91,14 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
 
 
 def test_every_result_read_asks_decide(
-    client: TestClient, db_session: Session, calls: list[int | None]
+    client: TestClient,
+    db_session: Session,
+    calls: list[int | None],
+    viewers: list[int | None],
 ) -> None:
     s = db_session
     owner, other = f.user(s, name="Owner"), f.user(s, name="Other")
-    f.user(s, Role.ADMIN)
+    admin = f.user(s, Role.ADMIN)
     dv = f.dataset_version(s, f.dataset(s, slug="held"), version="1")
     algorithm = f.algorithm(s, owner, name="alpha")
     version = f.version(s, algorithm)
@@ -77,11 +108,17 @@ def test_every_result_read_asks_decide(
     rival = f.evaluation(s, f.version(s, f.algorithm(s, other, name="beta")), dv)
     f.result(s, rival, {"01": figures, "02": figures})
     run = f.run(s, evaluation, f.recording(s, dv))
+    calls.clear()
+    viewers.clear()
+    snapshot, _ = snapshots.take(s, "held", "1", by=admin)
+    assert set(calls) == {owner.id, other.id}, "a snapshot asks decide per entry"
+    assert viewers == [None] * len(calls), "a snapshot is the anonymous view, not the admin's"
     values = {
         "evaluation_id": evaluation.id,
         "algorithm_id": algorithm.id,
         "run_id": run.id,
         "slug": "held",
+        "snapshot_id": snapshot.id,
     }
     query = {
         "comparisons": f"?evaluation={evaluation.id}&evaluation={rival.id}",
@@ -98,6 +135,9 @@ def test_every_result_read_asks_decide(
         calls.clear()
         answer = client.get(url, headers=headers)
         assert answer.status_code < 500, (path, answer.text[:300])
-        assert calls, f"{path} shows results without asking disclosure.decide"
+        if path in FROZEN:
+            assert not calls, f"{path} recomputes what its snapshot froze"
+        else:
+            assert calls, f"{path} shows results without asking disclosure.decide"
         assert str(EXACT) not in answer.text, path
-    assert set(NO_RESULTS) <= paths  # the exceptions name routes that exist
+    assert set(NO_RESULTS) | FROZEN <= paths  # the exceptions name routes that exist

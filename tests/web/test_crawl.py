@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, urljoin, urlsplit
 import pytest
 
 from szbench.db import session_scope
+from szbench.leaderboards import snapshots
 from szbench.models import DatasetKind, EvaluationStatus, Role, VersionStatus
 from tests.platform import factories as f
 
@@ -120,6 +121,8 @@ def seed(root: Path) -> None:
             s, algo, version="2.0-rc", status=VersionStatus.SMOKE_TESTING, phase_id=phase.id
         )
         f.evaluation(s, v2, held, status=EvaluationStatus.QUEUED)
+        # A frozen board (issue 23): its page is reached from the leaderboard's list.
+        snapshots.take(s, "held-out", "v1")
 
 
 @dataclass
@@ -275,6 +278,7 @@ def test_every_page_is_accessible_and_fits_a_phone(site: Site, browser: Any) -> 
     # The crawl really went through the site (its links, not only the entry points).
     assert any(p.startswith("/algorithms/") for p in visited["anonymous"]), visited
     assert any(p.startswith("/leaderboards/") for p in visited["anonymous"]), visited
+    assert any("/snapshots/" in p for p in visited["anonymous"]), visited
     assert any(p.startswith("/admin/") for p in visited["admin"]), visited
     assert any(p.startswith("/evaluations/") for p in visited["researcher"]), visited
     assert not problems.items, "\n\n".join(problems.items)

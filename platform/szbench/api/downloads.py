@@ -12,6 +12,9 @@ from typing import Any
 
 from fastapi import Response
 
+from szbench import citations
+from szbench.citations import Citation, Format
+
 #: What a spreadsheet reads as the start of a formula.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -53,3 +56,14 @@ def table_response(
     for row in rows:
         writer.writerow([_csv_text(row.get(c)) for c in columns])
     return Response(buffer.getvalue(), media_type="text/csv; charset=utf-8", headers=disposition)
+
+
+def citation_response(citation: Citation, fmt: Format) -> Response:
+    """A "Cite this" download, shown in the browser (inline) and named for saving."""
+    return Response(
+        citations.render(citation, fmt),
+        media_type=citations.MEDIA_TYPES[fmt],
+        headers={
+            "Content-Disposition": f'inline; filename="{citations.download_name(citation, fmt)}"'
+        },
+    )

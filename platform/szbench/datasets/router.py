@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import FileResponse
 
+from szbench import citations
 from szbench.api.deps import SessionDep
+from szbench.api.downloads import citation_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import Page, PageDep
 from szbench.auth.dependencies import AdminOnly, Anyone, SignedIn
@@ -221,3 +223,26 @@ def recording_eeg(
     dv = queries.get_version(session, queries.get_dataset(session, slug), version)
     path = queries.recording_file(session, dv, key, viewer=caller.user, kind="eeg")
     return FileResponse(path, media_type="application/octet-stream", filename=f"{key}.edf")
+
+
+CITATION_RESPONSES: dict[int | str, dict[str, object]] = {
+    200: {"content": {"application/x-bibtex": {}, "application/x-yaml": {}}}
+}
+CitationFormat = Annotated[
+    citations.Format,
+    Query(description="bibtex (one @misc entry) or cff (a CITATION.cff file, CFF 1.2.0)."),
+]
+
+
+@router.get(
+    "/{slug}/versions/{version}/citation",
+    response_class=Response,
+    responses=CITATION_RESPONSES,
+)
+def cite_dataset_version(
+    slug: str, version: str, session: SessionDep, _caller: Anyone, format: CitationFormat = "bibtex"
+) -> Response:
+    """Cite this dataset version: BibTeX or CITATION.cff, with its stable address."""
+    dataset = queries.get_dataset(session, slug)
+    dv = queries.get_version(session, dataset, version)
+    return citation_response(citations.dataset_citation(dataset, dv), format)

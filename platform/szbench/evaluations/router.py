@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 
+from szbench import citations
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
+from szbench.api.downloads import citation_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, IdQuery, Page, PageDep
 from szbench.auth.dependencies import AdminOnly, Anyone, Submitter
 from szbench.datasets import queries as datasets
+from szbench.datasets.router import CITATION_RESPONSES, CitationFormat
 from szbench.evaluations import queries
 from szbench.evaluations import service as evaluation_service
 from szbench.evaluations.schemas import (
@@ -83,6 +86,20 @@ def get_evaluation(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -
         queries.get_evaluation(session, evaluation_id, viewer=caller.user),
         viewer=caller.user,
     )
+
+
+@router.get(
+    "/{evaluation_id}/citation",
+    response_class=Response,
+    responses=CITATION_RESPONSES,
+)
+def cite_evaluation(
+    evaluation_id: IdPath, session: SessionDep, caller: Anyone, format: CitationFormat = "bibtex"
+) -> Response:
+    """Cite this entry: algorithm version, image digest, dataset version, scorer (no figures:
+    cite a leaderboard snapshot to quote them)."""
+    evaluation = queries.get_evaluation(session, evaluation_id, viewer=caller.user)
+    return citation_response(citations.evaluation_citation(evaluation), format)
 
 
 @router.get("/{evaluation_id}/progress", response_model=Progress)

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response, status
 
 from szbench.api.cache import cached_json
 from szbench.api.deps import SessionDep
-from szbench.api.downloads import table_response
+from szbench.api.downloads import citation_response, table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import PageDep
-from szbench.auth.dependencies import Anyone
-from szbench.leaderboards import service
-from szbench.leaderboards.schemas import Leaderboard, LeaderboardIndexRow
+from szbench.auth.dependencies import AdminOnly, Anyone
+from szbench.datasets.router import CITATION_RESPONSES, CitationFormat
+from szbench.leaderboards import service, snapshots
+from szbench.leaderboards.schemas import (
+    Leaderboard,
+    LeaderboardIndexRow,
+    Snapshot,
+    SnapshotSummary,
+)
 
 router = APIRouter(prefix="/leaderboards", tags=["leaderboards"], responses=ERROR_RESPONSES)
 
@@ -114,3 +120,71 @@ def download_leaderboard(
     rows, columns = service.download_rows(board)
     name = f"leaderboard-{board.dataset}-{board.dataset_version}"
     return table_response(rows, columns=columns, filename=name, fmt=format)
+
+
+# --- snapshots (immutable: no route changes or removes one) ---------------------------------
+
+
+@router.get("/{slug}/snapshots", response_model=list[SnapshotSummary])
+def list_snapshots(
+    slug: str, session: SessionDep, _caller: Anyone, version: Version = None
+) -> list[SnapshotSummary]:
+    """Snapshots of a dataset's leaderboards (one version's when named), newest first."""
+    return [snapshots.summary(s) for s in snapshots.list_snapshots(session, slug, version)]
+
+
+@router.post(
+    "/{slug}/snapshots",
+    response_model=Snapshot,
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": Snapshot, "description": "Unchanged since this snapshot."}},
+)
+def take_snapshot(
+    slug: str, response: Response, session: SessionDep, admin: AdminOnly, version: Version = None
+) -> Snapshot:
+    """Freeze the board as an anonymous visitor sees it (admins); an unchanged board
+    answers 200 with its newest snapshot."""
+    snapshot, new = snapshots.take(session, slug, version, by=admin.user)
+    if not new:
+        response.status_code = status.HTTP_200_OK
+    return snapshots.detail(snapshot)
+
+
+@router.get("/{slug}/snapshots/{snapshot_id}", response_model=Snapshot)
+def get_snapshot(slug: str, snapshot_id: int, session: SessionDep, _caller: Anyone) -> Snapshot:
+    """One snapshot: the frozen board, its rules, every entry's image digest, its hash."""
+    return snapshots.detail(snapshots.get(session, slug, snapshot_id))
+
+
+@router.get(
+    "/{slug}/snapshots/{snapshot_id}/citation",
+    response_class=Response,
+    responses=CITATION_RESPONSES,
+)
+def cite_snapshot(
+    slug: str,
+    snapshot_id: int,
+    session: SessionDep,
+    _caller: Anyone,
+    format: CitationFormat = "bibtex",
+) -> Response:
+    """Cite this snapshot: BibTeX or CITATION.cff, with its stable address and hash."""
+    return citation_response(snapshots.citation(snapshots.get(session, slug, snapshot_id)), format)
+
+
+@router.get(
+    "/{slug}/snapshots/{snapshot_id}/entries/{evaluation_id}/citation",
+    response_class=Response,
+    responses=CITATION_RESPONSES,
+)
+def cite_snapshot_entry(
+    slug: str,
+    snapshot_id: int,
+    evaluation_id: int,
+    session: SessionDep,
+    _caller: Anyone,
+    format: CitationFormat = "bibtex",
+) -> Response:
+    """Cite one entry of a snapshot: its algorithm version, image digest and frozen figures."""
+    snapshot = snapshots.get(session, slug, snapshot_id)
+    return citation_response(snapshots.entry_citation(snapshot, evaluation_id), format)

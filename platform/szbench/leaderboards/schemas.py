@@ -156,3 +156,48 @@ class LeaderboardIndexRow(BaseModel):
     unranked: int = Field(
         default=0, description="Entries shown apart there (failed or duplicate images)."
     )
+
+
+class FrozenBoard(BaseModel):
+    """A leaderboard as an anonymous visitor saw it when the snapshot was taken: the figures
+    exactly as released then (rounded, by the Ladder or exact, per entry's ``release``)."""
+
+    dataset: str
+    dataset_title: str
+    dataset_version: str
+    manifest_checksum: str = Field(description="The dataset version's manifest checksum.")
+    kind: DatasetKind
+    disclosure: str = Field(description="The dataset's disclosure level when frozen.")
+    ranking: str
+    release: BoardRelease
+    failed_recordings: FailedRecordings
+    scorer_versions: list[str] = Field(description="Every scorer version among the entries.")
+    statistics: StatisticsInfo
+    unranked_total: int
+    total: int = Field(description="Entries, ranked and unranked, all listed in items.")
+    items: list[LeaderboardEntry] = Field(
+        description="Ranked entries in rank order, then those shown apart; each entry's "
+        "provenance names its image digest and scorer version."
+    )
+    authors: dict[int, str] = Field(
+        default_factory=dict, description="Each entry's algorithm's authors, by algorithm_id."
+    )
+
+
+class SnapshotSummary(BaseModel):
+    id: int
+    dataset: str
+    dataset_version: str
+    content_sha256: str
+    reason: str = Field(description="admin, or phase_closed (taken when a phase closed).")
+    phase: str | None
+    created_at: datetime
+    url: str = Field(description="The snapshot's page (stable; from SZBENCH_PUBLIC_URL).")
+    api_url: str
+
+
+class Snapshot(SnapshotSummary):
+    """An immutable leaderboard snapshot. ``content_sha256`` is the sha256 of ``board``
+    written as canonical JSON (keys sorted, no blanks, UTF-8)."""
+
+    board: FrozenBoard

@@ -22,6 +22,7 @@ every phase's news (``all_phases``). Inactive accounts get nothing.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,7 @@ from szbench.auth import mail, policy
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, NotFound
 from szbench.evaluations import queries as evaluation_queries
+from szbench.leaderboards import snapshots
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -58,6 +60,8 @@ from szbench.phases import service as phases
 from szbench.queue import QUEUE_MAINTENANCE, TASK_NOTIFY, enqueue_after_commit, is_embedded
 from szbench.results import disclosure
 from szbench.results import queries as result_queries
+
+log = logging.getLogger(__name__)
 
 #: The event's name in payloads and the ``X-Szbench-Event`` header.
 EVENT_NAMES = {
@@ -306,8 +310,21 @@ def check_phases(session: Session, now: datetime | None = None) -> list[int]:
         key = f"phase:{phase.id}:{state.changes}"
         # The tick that looked fans it out itself: no task to send.
         made.append(_record(session, kind, key, enqueue=False, phase_id=phase.id))
+        if not open_now:
+            _snapshot_boards(session, phase)
     session.flush()
     return made
+
+
+def _snapshot_boards(session: Session, phase: Phase) -> None:
+    """The boards as the closing phase left them, to be cited (szbench.leaderboards.snapshots).
+    A board that cannot be frozen must not hold up the phase's news: it is logged, and an
+    admin can take the snapshot by hand."""
+    try:
+        with session.begin_nested():
+            snapshots.take_for_phase(session, phase)
+    except Exception:
+        log.exception("could not snapshot the boards of phase %s as it closed", phase.slug)
 
 
 def _locked_state(session: Session, phase_id: int, now: datetime) -> PhaseState:

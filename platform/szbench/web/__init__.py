@@ -33,10 +33,12 @@ def install(app: FastAPI) -> None:
         datasets,
         notifications,
         pages,
+        snapshots,
         submit_help,
     )
 
     app.include_router(pages.router)
+    app.include_router(snapshots.router)
     app.include_router(compare.router)
     app.include_router(algorithms.router)
     app.include_router(account.router)

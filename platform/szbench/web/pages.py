@@ -24,6 +24,7 @@ from szbench.errors import (
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.schemas import SubjectResultOut
 from szbench.leaderboards import service as leaderboards
+from szbench.leaderboards import snapshots
 from szbench.leaderboards.statistics import CI_METRICS
 from szbench.models import Evaluation
 from szbench.results import disclosure
@@ -257,6 +258,7 @@ def leaderboard(
         "decimals": board.release.decimals,
         "withheld_reasons": list(dict.fromkeys(withheld)),
         "withheld_count": len(withheld),
+        "snapshots": snapshots.list_snapshots(session, slug, board.dataset_version),
     }
     return render(request, "leaderboard.html", caller, context)
 
