@@ -1,7 +1,7 @@
 """leaderboard snapshots: boards frozen to be cited, immutable
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-04 09:32:04
 
 A snapshot is never changed or removed: a trigger refuses UPDATE and DELETE on the table,
@@ -14,8 +14,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision: str = '0015'
-down_revision: Union[str, Sequence[str], None] = '0014'
+revision: str = '0016'
+down_revision: Union[str, Sequence[str], None] = '0015'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
