@@ -307,6 +307,32 @@ class Settings(BaseSettings):
     outbound publishing, no notification e-mails, webhooks only to
     `webhook_allowed_networks`); see docs/self-hosting.md."""
 
+    # --- Workers on other hosts (docs/deployment.md "Adding a GPU host") --------------------
+    # The deployment's image registry, "host:port" or "host:port/namespace". Set: every
+    # uploaded archive that passes its checks is pushed there under its image id
+    # (<registry>/<namespace, default szbench>/algorithms:<image id hex>) and workers pull it
+    # by the recorded registry digest, never reading the uploads volume. Empty: workers load
+    # tarballs from the uploads volume (one host, or a shared mount).
+    registry: str = ""
+    # Plain HTTP to the registry (a private network only; loopback always speaks HTTP).
+    registry_plain_http: bool = False
+    # Seconds one registry request may wait for an answer (a layer is streamed in one).
+    registry_timeout_s: float = 300.0
+    # A worker whose host does not hold a dataset version's files fetches each recording
+    # from this platform by its checksum (GET /api/v1/worker/recordings/{sha256}), with a
+    # token holding only the "worker" scope. Empty: files must be where the database says.
+    # https:// in production; plain http:// is refused except to a loopback address.
+    platform_url: str = ""
+    worker_token: str = ""
+    # The worker's content-addressed cache of fetched recordings; default
+    # data_dir/cache/recordings. Least recently used entries go past the size cap.
+    recording_cache_dir: Path | None = None
+    recording_cache_bytes: int = 200 * 1024**3
+    # Seconds a fetch may wait for bytes before the worker retries it (from where it stopped).
+    recording_fetch_timeout_s: float = 60.0
+    # Recording fetches per worker token per minute (resumed ranges count); past it 429.
+    worker_fetches_per_minute: int = 600
+
     @field_validator("webhook_allowed_networks")
     @classmethod
     def _networks_parse(cls, value: str) -> str:
@@ -390,6 +416,10 @@ class Settings(BaseSettings):
     @property
     def effective_uploads_dir(self) -> Path:
         return self.uploads_dir or self.data_dir / "uploads"
+
+    @property
+    def effective_recording_cache_dir(self) -> Path:
+        return self.recording_cache_dir or self.data_dir / "cache" / "recordings"
 
 
 @lru_cache

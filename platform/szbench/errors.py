@@ -55,6 +55,13 @@ class QuotaExceeded(SzbenchError):
     status_code = 429
 
 
+class ServiceUnavailable(SzbenchError):
+    """A part of the deployment the request needs (the image registry) does not answer: not
+    the caller's fault, and trying again later may work."""
+
+    status_code = 503
+
+
 class TooManyAttempts(SzbenchError):
     """Too many failed sign-ins: try again after ``retry_after_s`` (the Retry-After header)."""
 

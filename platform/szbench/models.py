@@ -310,6 +310,9 @@ class AlgorithmVersion(Base):
     # sha256 content digest of the image (the image id for tarballs, the repo digest for pulls).
     image_digest: Mapped[str | None] = mapped_column(String(100), index=True)
     image_reference: Mapped[str | None] = mapped_column(String(500))
+    # The manifest digest of the copy pushed to SZBENCH_REGISTRY (uploads only): workers on
+    # other hosts pull it by this and check that the image id is image_digest.
+    registry_digest: Mapped[str | None] = mapped_column(String(100))
     # Where an uploaded tarball is kept on the shared uploads volume (relative path).
     tarball_path: Mapped[str | None] = mapped_column(String(500))
     tarball_bytes: Mapped[int | None] = mapped_column(BigInteger)

@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import uuid
@@ -784,38 +783,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> object:
-    """A real registry (Debian's docker-registry) on loopback, storage under tmp_path."""
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        pytest.fail("docker-registry is not installed; scripts/test-services.sh installs it")
-    port = _free_port()
-    config = tmp_path / "registry.yml"
-    config.write_text(
-        textwrap.dedent(
-            f"""\
-            version: 0.1
-            log: {{level: warn}}
-            storage: {{filesystem: {{rootdirectory: {tmp_path / "registry-data"}}}}}
-            http: {{addr: "127.0.0.1:{port}"}}
-            """
-        )
-    )
-    proc = subprocess.Popen(
-        [binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield f"127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def test_pull_by_digest_from_a_registry(

@@ -705,6 +705,46 @@ def tarball_image_id(path: Path) -> str | None:
     return f"sha256:{digest_hex}"
 
 
+@dataclass(frozen=True)
+class ImageParts:
+    """Where an archive's one image is: its config (bytes, as hashed for the image id) and
+    its layers in order, as archive member names with links followed."""
+
+    config: bytes
+    layers: tuple[str, ...]
+
+
+def image_parts(path: Path) -> ImageParts:
+    """The config and layer members of the (already checked) archive at ``path``, for a
+    push to a registry. :class:`InvalidSubmission` when they cannot be found."""
+    _, members, kept, _ = _read(path, None)
+    _, config_name, layers, _ = _image_entry(members, kept)
+    _, raw = _json(_clean(config_name), members, kept)
+    real = []
+    for layer in layers:
+        name = "" if _escapes(layer) else _resolve(_clean(layer), members)
+        if name not in members:
+            raise InvalidSubmission(f"manifest.json: layer {layer!r} is missing from the archive")
+        real.append(name)
+    return ImageParts(config=raw, layers=tuple(real))
+
+
+def iter_members(path: Path, wanted: set[str]) -> Iterator[tuple[str, IO[bytes]]]:
+    """``(name, file)`` of each regular member of ``wanted``, in one streaming pass (a
+    ``.tar.gz`` is expanded on the way); each file is readable until the next is yielded."""
+    compressed = _is_gzip(path)
+    with tarfile.open(
+        path, mode="r|gz" if compressed else "r|", tarinfo=_Header, bufsize=_CHUNK
+    ) as tar:
+        while (member := tar.next()) is not None:
+            tar.members.clear()  # type: ignore[attr-defined]
+            name = _clean(member.name)
+            if name in wanted and member.isfile():
+                fh = tar.extractfile(member)
+                if fh is not None:
+                    yield name, fh
+
+
 def _check_user(
     path: Path,
     gzip: bool,

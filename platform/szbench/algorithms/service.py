@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from szbench import changes
+from szbench.algorithms import registry
 from szbench.algorithms.image_check import ImageInfo, check_image_archive
 from szbench.auth import policy
 from szbench.config import get_settings
@@ -174,6 +175,8 @@ class CheckedUpload:
     upload: UploadSession
     archive: Path
     info: ImageInfo
+    # The manifest digest of the copy in SZBENCH_REGISTRY; None without a registry.
+    registry_digest: str | None = None
 
 
 def check_upload(upload: UploadSession) -> CheckedUpload:
@@ -182,14 +185,19 @@ def check_upload(upload: UploadSession) -> CheckedUpload:
     refused (then :func:`~szbench.uploads.service.refuse_upload` it).
 
     The check reads the whole archive (seconds for a large gzipped image) and no database:
-    a route runs it before it takes a connection (see the submit route).
+    a route runs it before it takes a connection (see the submit route). With a registry
+    (``SZBENCH_REGISTRY``) the accepted archive is then pushed there, so that workers on
+    any host pull it by digest; a registry that does not answer is
+    :class:`~szbench.errors.ServiceUnavailable` (the upload stays, to be submitted again).
     """
     archive = uploads.completed_file(upload)
     if not archive.exists():
         # A concurrent submit of the same upload has taken its bytes (or its owner deleted it).
         raise Conflict(f"upload_id: upload {upload.id} has already been submitted (or was deleted)")
-    info = check_image_archive(archive, allow_root=get_settings().allow_root_images)
-    return CheckedUpload(upload, archive, info)
+    settings = get_settings()
+    info = check_image_archive(archive, allow_root=settings.allow_root_images)
+    pushed = registry.push_archive(archive, info.digest, settings) if settings.registry else None
+    return CheckedUpload(upload, archive, info, pushed.digest if pushed else None)
 
 
 ARCHIVE_REFUSALS = (InvalidSubmission, PayloadTooLarge)
@@ -242,6 +250,7 @@ def submit_version(
         # One upload, one version: of concurrent submits, only one claims it.
         uploads.claim_upload(session, checked.upload)
         row.image_digest = checked.info.digest
+        row.registry_digest = checked.registry_digest
         row.tarball_bytes = checked.upload.size_bytes
     else:
         assert image_reference is not None
