@@ -37,6 +37,7 @@ from szbench.uploads.sweeper import install_upload_sweeper
 from szbench.users.router import router as users_router
 from szbench.web import install as install_web
 from szbench.web.api_docs import install as install_api_docs
+from szbench.workers.router import router as workers_router
 
 API_PREFIX = "/api/v1"
 
@@ -52,6 +53,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     results_router,
     leaderboards_router,
     compare_router,
+    workers_router,
 )
 
 # Callables that add more routes (the web UI's pages) to a fresh app; appended by those

@@ -1,7 +1,10 @@
 """Getting an algorithm version's image onto this worker, and the reference to run it by.
 
-Uploaded tarballs are loaded from the uploads volume (``SZBENCH_UPLOADS_DIR``, default
-``data_dir/uploads``); image references (``name@sha256:...``) are used when present on the
+Uploaded tarballs are pulled from the deployment's registry (``SZBENCH_REGISTRY``) by the
+manifest digest the platform recorded when it pushed them, so that a worker on any host
+needs no uploads volume; without a registry (or for a version uploaded before one was
+set) they are loaded from the uploads volume (``SZBENCH_UPLOADS_DIR``, default
+``data_dir/uploads``). Image references (``name@sha256:...``) are used when present on the
 engine and pulled by digest otherwise. The result is the image id (``sha256:...``), checked
 against the digest recorded for the version (the image id for tarballs, the registry's
 manifest digest for references): the digest is part of every result's idempotency key, so
@@ -15,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from szbench.algorithms import registry
 from szbench.algorithms.image_check import ArchiveLimits
 from szbench.config import Settings
 from szbench.models import AlgorithmVersion
@@ -58,7 +62,14 @@ def resolve_docker_image(version: AlgorithmVersion, *, client: Any, settings: Se
             return inspect_image(recorded, client).digest
         except ImageError:
             pass  # not on this worker yet: load or pull it below
-    if version.tarball_path:
+    if version.registry_digest and settings.registry:
+        info = pull_image(f"{registry.repository(settings)}@{version.registry_digest}", client)
+        if recorded and info.digest != recorded:
+            # The registry's manifest names other content than the upload that was checked.
+            raise ImageError(
+                f"the image's digest {info.digest} differs from the recorded {recorded}"
+            )
+    elif version.tarball_path:
         info = load_image_tarball(
             uploads_dir(settings) / version.tarball_path,
             client,

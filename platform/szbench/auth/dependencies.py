@@ -1,11 +1,12 @@
 """Who is calling, and may they call this route?
 
-Every route declares one of :data:`Anyone`, :data:`SignedIn`, :data:`Submitter` or
-:data:`AdminOnly`. Each resolves the caller from ``Authorization: Bearer <token>`` or the
-web session cookie, then checks the role and the token's scope (``read`` for GET/HEAD,
-``write`` for changes, ``admin`` on admin routes). Ownership and visibility of the objects a
-route touches are checked by the services through :mod:`szbench.auth.policy`. Cross-site
-state changes are refused app-wide before any of this (:mod:`szbench.auth.csrf`).
+Every route declares one of :data:`Anyone`, :data:`SignedIn`, :data:`Submitter`,
+:data:`AdminOnly` or :data:`WorkerOnly` (the recording fetch of workers on other hosts).
+Each resolves the caller from ``Authorization: Bearer <token>`` or the web session cookie,
+then checks the role and the token's scope (``read`` for GET/HEAD, ``write`` for changes,
+``admin`` on admin routes, ``worker`` alone on the worker's). Ownership and visibility of
+the objects a route touches are checked by the services through :mod:`szbench.auth.policy`.
+Cross-site state changes are refused app-wide before any of this (:mod:`szbench.auth.csrf`).
 """
 
 from __future__ import annotations
@@ -195,6 +196,23 @@ async def admin_only(
     return principal
 
 
+async def worker_only(
+    request: Request, principal: Annotated[Principal, Depends(get_principal)]
+) -> Principal:
+    """A worker host's bearer token: the ``worker`` scope (alone on its token, see
+    :func:`szbench.auth.service.create_token`), held by an admin's account. Every other
+    route refuses such a token (it has no ``read`` or ``write`` scope)."""
+    if principal.user is None:
+        raise Unauthorized("a worker token is needed (Authorization: Bearer <token>)")
+    if principal.via_cookie or "worker" not in principal.scopes:
+        raise Forbidden(
+            "this route is for worker tokens only (szbench token create EMAIL --scopes worker)"
+        )
+    if principal.user.role != Role.ADMIN:
+        raise Forbidden("this worker token's account is no longer an admin's")
+    return principal
+
+
 def submitter_outside_request_session(
     request: Request,
     session: Annotated[Session, Depends(get_side_session)],
@@ -215,4 +233,5 @@ Anyone = Annotated[Principal, Depends(anyone)]
 SignedIn = Annotated[Principal, Depends(signed_in)]
 Submitter = Annotated[Principal, Depends(submitter)]
 AdminOnly = Annotated[Principal, Depends(admin_only)]
+WorkerOnly = Annotated[Principal, Depends(worker_only)]
 StreamingSubmitter = Annotated[Principal, Depends(submitter_outside_request_session)]

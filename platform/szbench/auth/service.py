@@ -23,8 +23,11 @@ from szbench.errors import BadRequest, Conflict, Forbidden, NotFound, Unauthoriz
 from szbench.models import ApiToken, Role, User
 
 # read: every GET; write: submissions, uploads, cancel/re-run, own tokens;
-# admin: admin-only routes (and only for users whose role is admin).
-SCOPES = ("read", "write", "admin")
+# admin: admin-only routes (and only for users whose role is admin);
+# worker: fetching recordings by checksum for a worker on another host, and nothing else
+# (held by an admin's account, alone on its token, minted by the operator's CLI only).
+SCOPES = ("read", "write", "admin", "worker")
+WORKER_SCOPE = "worker"
 TOKEN_PREFIX = "szb_"  # noqa: S105 - a public marker, not a secret
 # A token's last_used_at is written at most this often, so reads do not each cost a write.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -217,8 +220,13 @@ def create_token(
     it); by default the new token gets what the role allows within those."""
     permitted = allowed_scopes(user)
     if scopes is None:
-        scopes = [s for s in permitted if within is None or s in within]
+        # Never by default: a worker token is asked for by name.
+        scopes = [s for s in permitted if (within is None or s in within) and s != WORKER_SCOPE]
     scopes = list(dict.fromkeys(scopes))
+    if WORKER_SCOPE in scopes and len(scopes) > 1:
+        # A worker host's token must be good for its fetches only: combined with read it
+        # would carry an admin's whole view off the main host.
+        raise BadRequest("scopes: 'worker' stands alone on a token (--scopes worker)")
     if within is not None:
         beyond = [s for s in scopes if s in permitted and s not in within]
         if beyond:

@@ -243,6 +243,28 @@ def spaced(session: Session, *, kind: str, value: str, interval_s: float) -> boo
     return True
 
 
+def within_rate(
+    session: Session, *, kind: str, value: str, limit: int, window_s: float, what: str
+) -> None:
+    """Count one request of ``kind`` by ``value``, or raise :class:`TooManyAttempts` (naming
+    ``what``) past ``limit`` in the current window of ``window_s`` seconds. In this key
+    space ``blocked_until`` is the end of the window and ``failures`` the requests in it."""
+    now = clock.now()
+    _sweep(session, now)
+    row = _locked_row(session, _digest(kind, value), now)
+    if row.blocked_until is None or _aware(row.blocked_until) <= now:
+        row.failures = 0
+        row.blocked_until = now + timedelta(seconds=window_s)
+    if row.failures >= limit:
+        retry_after_s = max(1, math.ceil((_aware(row.blocked_until) - now).total_seconds()))
+        raise TooManyAttempts(
+            f"too many {what}; try again in {retry_after_s} s", retry_after_s=retry_after_s
+        )
+    row.failures += 1
+    row.last_attempt_at = now
+    session.flush()
+
+
 def succeeded(session: Session, attempt: Attempt) -> None:
     """The attempt's password was right: the account starts afresh, and the client's count
     loses this attempt (other clients' failures from the same address stay)."""

@@ -14,7 +14,7 @@ def create(
     email: str = typer.Argument(..., help="Whose token."),
     name: str = typer.Option("cli", help="A label to recognise it by."),
     scopes: str = typer.Option(
-        "", help="Comma-separated: read,write,admin (default: all allowed)."
+        "", help="Comma-separated: read,write,admin, or worker alone (default: all but worker)."
     ),
     days: int | None = typer.Option(None, min=1, help="Expire after this many days."),
 ) -> None:

@@ -1,0 +1,1 @@
+"""What workers on other hosts fetch from the platform (recordings by checksum)."""
