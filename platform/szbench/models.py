@@ -430,6 +430,9 @@ class Recording(Base):
     # Relative to the dataset version's path.
     eeg_path: Mapped[str] = mapped_column(String(1000))
     annotations_path: Mapped[str] = mapped_column(String(1000))
+    # The reference annotations as registered (a few rows of TSV), so that a worker on a
+    # host without the dataset's files scores without them; None: not read at registration.
+    reference_tsv: Mapped[str | None] = mapped_column(Text)
     flags: Mapped[list[str]] = mapped_column(JSON, default=list)
     # Seizure events in the reference, counted at registration so the dataset page need not
     # read every annotation file; None for recordings registered before the count existed.

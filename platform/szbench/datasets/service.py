@@ -163,6 +163,22 @@ def count_seizures(annotations_file: Path) -> int | None:
         return None
 
 
+#: A reference annotation file larger than this is not copied into the database (scoring
+#: then needs the file where the dataset is); real ones are a few hundred bytes.
+REFERENCE_MAX_BYTES = 1024**2
+
+
+def reference_text(annotations_file: Path) -> str | None:
+    """The reference file's text for :attr:`Recording.reference_tsv`, or None when it cannot
+    be read (registration does not judge the reference, scoring does) or is too large."""
+    try:
+        if annotations_file.stat().st_size > REFERENCE_MAX_BYTES:
+            return None
+        return annotations_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def set_disclosure(session: Session, dataset: Dataset, disclosure: Disclosure) -> Dataset:
     """What non-admins see of results on ``dataset`` from now on (see
     :mod:`szbench.results.disclosure`)."""
@@ -290,6 +306,7 @@ def register_dataset_version(
         Recording(
             dataset_version_id=dv.id,
             seizures=count_seizures(prepared_path / row["annotations_path"]),
+            reference_tsv=reference_text(prepared_path / row["annotations_path"]),
             **row,
         )
         for row in rows

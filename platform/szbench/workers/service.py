@@ -60,7 +60,7 @@ def recording_for_worker(
     rows = session.execute(
         select(Recording.key, Recording.eeg_path, DatasetVersion.path, DatasetVersion.id)
         .join(DatasetVersion, Recording.dataset_version_id == DatasetVersion.id)
-        .where(Recording.checksum == checksum)
+        .where(Recording.checksum.in_([checksum, checksum.removeprefix("sha256:")]))
         .order_by(Recording.id)
     ).all()
     for key, eeg_path, version_path, version_id in rows:

@@ -24,7 +24,10 @@ class Claim:
     run_id: int
     evaluation_id: int
     image: AlgorithmVersion
+    # Where the dataset version's file is registered (on the main host); another host
+    # fetches it by ``recording_checksum`` (:mod:`szbench_worker.recordings`).
     recording_path: Path
+    recording_checksum: str
     limits: Limits
     queue: str
     expected_digest: str
@@ -67,6 +70,7 @@ def claim_run(run_id: int, settings: Settings) -> Claim | RunStep:
             evaluation_id=evaluation.id,
             image=evaluation.algorithm_version,
             recording_path=Path(dataset_version.path) / recording.eeg_path,
+            recording_checksum=run.recording_checksum or recording.checksum,
             limits=run_limits(settings, dataset_version.dataset),
             queue=evaluation.queue,
             expected_digest=evaluation.image_digest,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from szbench.config import Settings, get_settings
 from szbench_worker import gpu as gpu_assignment
+from szbench_worker import recordings
 from szbench_worker.pipeline.claim import claim_run
 from szbench_worker.pipeline.deps import get_dependencies
 from szbench_worker.pipeline.faults import InfrastructureError
@@ -63,6 +64,9 @@ def run_recording(run_id: int) -> RunStep:
             # The image was accepted once (it has a digest) and is gone or unloadable now:
             # the platform's problem, recorded for an admin, not retried forever.
             return store_infrastructure_failure(run_id, f"image unavailable: {exc}")
+        # In place on the main host; fetched by checksum into this host's cache elsewhere
+        # (verified before every run; a RecordingUnavailable is retried like any fault).
+        recording = recordings.locate(claim.recording_path, claim.recording_checksum, settings)
         local_digest = getattr(deps.runner, "digest", None)
         if isinstance(local_digest, str) and local_digest != claim.expected_digest:
             # A trusted local-process runner runs its own command, whatever the image: never
@@ -73,7 +77,7 @@ def run_recording(run_id: int) -> RunStep:
             )
         result = deps.runner.run(
             image=image,
-            recording=claim.recording_path,
+            recording=recording.path,
             output_dir=output_dir,
             limits=claim.limits,
             gpus=gpus,

@@ -30,8 +30,12 @@ def scoring_params(evaluation: Evaluation) -> ScoringParams:
 
 
 def reference(dataset_version: DatasetVersion, recording: Recording) -> Annotations:
-    """The recording's reference annotations, read from the dataset version's folder."""
-    return read_annotations(Path(dataset_version.path) / recording.annotations_path)
+    """The recording's reference annotations, read from the dataset version's folder; on a
+    host without that folder, the copy the database took at registration."""
+    path = Path(dataset_version.path) / recording.annotations_path
+    if recording.reference_tsv is not None and not path.exists():
+        return parse_annotations(recording.reference_tsv, str(path))
+    return read_annotations(path)
 
 
 def hypothesis(run: RecordingRun, recording: Recording) -> Annotations | None:
