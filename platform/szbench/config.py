@@ -314,7 +314,13 @@ class Settings(BaseSettings):
     # by the recorded registry digest, never reading the uploads volume. Empty: workers load
     # tarballs from the uploads volume (one host, or a shared mount).
     registry: str = ""
-    # Plain HTTP to the registry (a private network only; loopback always speaks HTTP).
+    # Where the platform pushes, when it reaches the registry by another name than the
+    # engines that pull (compose: "registry:5000" from the api container, while each host's
+    # dockerd pulls from SZBENCH_REGISTRY). Empty: SZBENCH_REGISTRY's host. Each host sets
+    # SZBENCH_REGISTRY as its own engine reaches the registry; the namespace must agree.
+    registry_push: str = ""
+    # Plain HTTP for the platform's pushes (a private network only; loopback always is).
+    # Engines that pull decide for themselves (daemon.json's insecure-registries).
     registry_plain_http: bool = False
     # Seconds one registry request may wait for an answer (a layer is streamed in one).
     registry_timeout_s: float = 300.0

@@ -75,7 +75,8 @@ class _Registry:
 
     def __init__(self, settings: Settings) -> None:
         self.repo = repository(settings)
-        self.host, _, self.path = self.repo.partition("/")
+        host, _, self.path = self.repo.partition("/")
+        self.host = settings.registry_push.strip().strip("/").split("/")[0] or host
         plain = _plain_http(self.host, settings)
         self.scheme = "http" if plain else "https"
         self.timeout = settings.registry_timeout_s
