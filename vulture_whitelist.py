@@ -102,3 +102,7 @@ _.seekable
 # virtual transport (szbench.embedded_transport).
 _.isolation_level
 _.polling_interval
+
+# What a recording fetch cost (szbench_worker.recordings.Located), for callers and tests
+# that account for fetched bytes (tests/worker/test_recording_cache.py, the fetch benchmark).
+_.fetched_bytes
