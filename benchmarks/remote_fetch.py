@@ -139,8 +139,11 @@ def main() -> None:
 
         port = free_port()
         api = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "szbench.app:create_production_app", "--factory"]
-            + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+            [
+                *(sys.executable, "-m", "uvicorn", "szbench.app:create_production_app"),
+                *("--factory", "--host", "127.0.0.1", "--port", str(port)),
+                *("--log-level", "warning"),
+            ],
             cwd=REPO,
             env=env,
         )
