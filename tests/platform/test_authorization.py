@@ -21,8 +21,8 @@ from szbench.uploads import service as uploads
 from tests.platform import factories as f
 
 # Levels: who may call. "owner" means a researcher who owns the object (or an admin).
-PROBE, ANYONE, SIGNED_IN, SUBMITTER, OWNER, ADMIN = (
-    "probe", "anyone", "signed_in", "submitter", "owner", "admin",
+PROBE, ANYONE, SIGNED_IN, SUBMITTER, OWNER, ADMIN, WORKER = (
+    "probe", "anyone", "signed_in", "submitter", "owner", "admin", "worker",
 )  # fmt: skip
 
 ROLES = ("anonymous", "centre", "other", "owner", "admin")
@@ -34,6 +34,9 @@ ALLOWED = {
     SUBMITTER: {"other", "owner", "admin"},
     OWNER: {"owner", "admin"},
     ADMIN: {"admin"},
+    # Worker tokens only (the `worker` scope alone): no role's ordinary token gets through;
+    # a worker token's own access is tests/platform/test_worker_fetch.py's.
+    WORKER: set(),
 }
 
 DIGEST = "sha256:" + "c" * 64
@@ -147,6 +150,7 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ),
     ("GET", "/api/v1/datasets/{slug}/versions/{version}/citation"): (ANYONE, None),
     ("GET", "/api/v1/evaluations/{evaluation_id}/citation"): (ANYONE, None),
+    ("GET", "/api/v1/worker/recordings/{checksum}"): (WORKER, None),
     ("GET", "/healthz"): (PROBE, None),
     ("GET", "/readyz"): (PROBE, None),
 }
@@ -206,6 +210,7 @@ def objects(db_session: Session) -> Objects:
             "run_id": run.id,
             "owner_email": owner.email,
             "snapshot_id": snapshot.id,
+            "checksum": rec.checksum,
         },
         users=users,
     )
