@@ -308,36 +308,40 @@ class Settings(BaseSettings):
     `webhook_allowed_networks`); see docs/self-hosting.md."""
 
     # --- Workers on other hosts (docs/deployment.md "Adding a GPU host") --------------------
-    # The deployment's image registry, "host:port" or "host:port/namespace". Set: every
-    # uploaded archive that passes its checks is pushed there under its image id
-    # (<registry>/<namespace, default szbench>/algorithms:<image id hex>) and workers pull it
-    # by the recorded registry digest, never reading the uploads volume. Empty: workers load
-    # tarballs from the uploads volume (one host, or a shared mount).
     registry: str = ""
-    # Where the platform pushes, when it reaches the registry by another name than the
-    # engines that pull (compose: "registry:5000" from the api container, while each host's
-    # dockerd pulls from SZBENCH_REGISTRY). Empty: SZBENCH_REGISTRY's host. Each host sets
-    # SZBENCH_REGISTRY as its own engine reaches the registry; the namespace must agree.
+    """The deployment's image registry as this host's engine reaches it, `host:port` or
+    `host:port/namespace`. Set on the main host: every uploaded archive that passes its
+    checks is pushed there as `<registry>/<namespace, default szbench>/algorithms:<image id>`
+    and workers pull it by the recorded manifest digest, never reading the uploads volume.
+    Empty: workers load tarballs from the uploads volume (one host, or a shared mount)."""
     registry_push: str = ""
-    # Plain HTTP for the platform's pushes (a private network only; loopback always is).
-    # Engines that pull decide for themselves (daemon.json's insecure-registries).
+    """Where the platform pushes, when it reaches the registry by another name than the
+    engines that pull (compose: `registry:5000` from the api container). Empty: the host of
+    `registry`. Each host sets `registry` as its own engine reaches it; the namespace must
+    agree."""
     registry_plain_http: bool = False
-    # Seconds one registry request may wait for an answer (a layer is streamed in one).
+    """Plain HTTP for the platform's pushes (a private network only; loopback always is).
+    Engines that pull decide for themselves (daemon.json's `insecure-registries`)."""
     registry_timeout_s: float = 300.0
-    # A worker whose host does not hold a dataset version's files fetches each recording
-    # from this platform by its checksum (GET /api/v1/worker/recordings/{sha256}), with a
-    # token holding only the "worker" scope. Empty: files must be where the database says.
-    # https:// in production; plain http:// is refused except to a loopback address.
+    """Seconds one registry request may wait for an answer (a layer is streamed in one)."""
     platform_url: str = ""
+    """On a worker host without the dataset files: the platform it fetches recordings from
+    by checksum (`GET /api/v1/worker/recordings/{sha256}`). `https://` (plain `http://` only
+    to a loopback address). Empty: files must be at the paths the database names."""
     worker_token: str = ""
-    # The worker's content-addressed cache of fetched recordings; default
-    # data_dir/cache/recordings. Least recently used entries go past the size cap.
+    """The worker host's token, holding the `worker` scope alone
+    (`szbench token create EMAIL --scopes worker` on the main host)."""
     recording_cache_dir: Path | None = None
+    """The worker's content-addressed cache of fetched recordings; empty:
+    `data_dir/cache/recordings`. Keep it on the file system of the run work dir (runs
+    hard-link from it)."""
     recording_cache_bytes: int = 200 * 1024**3
-    # Seconds a fetch may wait for bytes before the worker retries it (from where it stopped).
+    """Size cap of the recording cache; the least recently used recordings go first. Size it
+    to the held-out set (the 2025 challenge's 4,360 h are about 150 GB)."""
     recording_fetch_timeout_s: float = 60.0
-    # Recording fetches per worker token per minute (resumed ranges count); past it 429.
+    """Seconds a recording fetch may wait for bytes before it is resumed where it stopped."""
     worker_fetches_per_minute: int = 600
+    """Recording fetches per worker token per minute (resumed ranges count); past it 429."""
 
     @field_validator("webhook_allowed_networks")
     @classmethod
