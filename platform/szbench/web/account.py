@@ -56,7 +56,8 @@ def _tokens(
     context = {
         "title": "API tokens",
         "tokens": rows,
-        "scopes": auth.allowed_scopes(caller.user),
+        # A worker token is minted by the operator's CLI only (no token can mint one).
+        "scopes": [s for s in auth.allowed_scopes(caller.user) if s != auth.WORKER_SCOPE],
         "created": created,
         "error": error,
         "current_token_id": caller.token.id if caller.token else None,
