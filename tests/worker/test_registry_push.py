@@ -102,3 +102,19 @@ def test_workers_pull_by_digest_and_check_the_image_id(
         for ref in (image_id, pushed.reference):
             with contextlib.suppress(Exception):
                 docker_client.images.remove(ref, force=True)
+
+
+def test_the_platform_pushes_where_it_reaches_the_registry(registry: str, tmp_path: Path) -> None:
+    """Compose: the api pushes to `registry:5000` while engines pull by the host's name."""
+    archive = tmp_path / "algo.tar"
+    image_id = docker_save(archive)
+    settings = Settings(
+        registry="registry.bench.internal:5000/team", registry_push=registry, data_dir=tmp_path
+    )
+    pushed = registry_push.push_archive(archive, image_id, settings)
+    assert pushed.reference.startswith("registry.bench.internal:5000/team/algorithms@sha256:")
+    answer = httpx.head(
+        f"http://{registry}/v2/team/algorithms/manifests/{pushed.digest}",
+        headers={"Accept": registry_push.MANIFEST_TYPE},
+    )
+    assert answer.status_code == 200
