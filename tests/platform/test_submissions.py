@@ -403,3 +403,32 @@ def test_the_archive_check_holds_no_database_connection(
     assert submitted["body"]["image_digest"] == image_id  # type: ignore[index]
     assert connections["most"] == 1
     assert len(smoke_requests) == 1
+
+
+def test_a_registry_that_does_not_answer_keeps_the_upload(
+    client: TestClient,
+    db_session: Session,
+    tmp_path: Path,
+    smoke_requests: list[int],
+    settings_env: pytest.MonkeyPatch,
+) -> None:
+    """With SZBENCH_REGISTRY set, an accepted archive must reach the registry before its
+    version exists: when it cannot, 503 (the platform's fault), and the upload stays."""
+    settings_env.setenv("SZBENCH_REGISTRY", "127.0.0.1:9")
+    get_settings.cache_clear()
+    owner = f.user(db_session)
+    h = f.headers(db_session, owner)
+    algo = client.post("/api/v1/algorithms", headers=h, json={"name": "pushed"}).json()
+    archive = tmp_path / "img.tar"
+    docker_save(archive)
+    upload_id = _upload(client, h, archive.read_bytes())
+    r = client.post(
+        f"/api/v1/algorithms/{algo['id']}/versions",
+        headers=h,
+        json={"version": "1.0", "upload_id": upload_id},
+    )
+    assert r.status_code == 503
+    assert r.json()["error"] == "ServiceUnavailable"
+    assert "image registry (127.0.0.1:9) does not answer" in r.json()["detail"]
+    assert smoke_requests == []
+    assert client.get(f"/api/v1/uploads/{upload_id}", headers=h).json()["complete"] is True
