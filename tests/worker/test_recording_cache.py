@@ -121,3 +121,19 @@ def test_held_out_recordings_cross_the_network_over_tls_only() -> None:
     assert check_platform_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
     with pytest.raises(RecordingUnavailable, match="https"):
         check_platform_url("http://bench.example.org")
+
+
+def test_a_run_stages_the_cached_file_as_a_link(tmp_path: Path) -> None:
+    from szbench_worker.docker_runner.staging import stage_recording
+
+    data = os.urandom(5000)
+    checksum = _checksum(data)
+    cached = RecordingCache(tmp_path / "cache", 1024**2).get(
+        checksum, FakeFetcher({checksum: data})
+    )
+    run_data = tmp_path / "run" / "data"
+    run_data.mkdir(parents=True)
+    staged = stage_recording(cached.path, run_data)
+    assert staged.stat().st_ino == cached.path.stat().st_ino  # no copy
+    staged.unlink()  # the run's clean-up leaves the cache whole
+    assert cached.path.read_bytes() == data
