@@ -155,6 +155,7 @@ def _concrete(path: str) -> str:
     return re.sub(r"\{[^}:]+(:path)?\}", "1", path)
 
 
+@pytest.mark.slow
 def test_a_worker_token_is_refused_by_every_other_route(
     app: FastAPI, client: TestClient, db_session: Session, tmp_path: Path
 ) -> None:

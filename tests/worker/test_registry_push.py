@@ -23,6 +23,9 @@ from szbench.errors import ServiceUnavailable
 from szbench.models import AlgorithmVersion
 from tests.platform.images import docker_save
 
+# The registry (Debian's docker-registry) is installed with the engine: the engine's stage.
+pytestmark = [pytest.mark.docker]
+
 
 def _manifest(registry: str, digest: str) -> dict[str, Any]:
     answer = httpx.get(
