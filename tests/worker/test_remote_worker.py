@@ -361,6 +361,9 @@ def test_a_second_host_evaluates_an_uploaded_archive_on_held_out_data(
         "SZBENCH_PLATFORM_URL": hosts.api_url,
         "SZBENCH_WORKER_TOKEN": worker_token,
         "SZBENCH_RECORDING_CACHE_BYTES": str(10 * 1024**2),
+        # Not in the engine's mount namespace: the engine mounts each run's /output, held by
+        # a container of this image (docs/security.md, "Worker disk").
+        "SZBENCH_RUNNER_HELPER_IMAGE": "szbench/python-numpy:bookworm",
     }
     hide = hosts.main_dir
     namespace = [
