@@ -5,8 +5,8 @@ platform recorded when it pushed it to SZBENCH_REGISTRY; those without the datas
 score with the reference annotations copied here (backfilled from the files where this
 migration runs, which is the main host).
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-04 10:00:00
 """
 from typing import Sequence, Union
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 _MAX_BYTES = 1024**2
 
 
-revision: str = '0016'
-down_revision: Union[str, Sequence[str], None] = '0015'
+revision: str = '0017'
+down_revision: Union[str, Sequence[str], None] = '0016'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
