@@ -29,7 +29,7 @@ def test_owner_edits_links_and_withdraws(
     edit = f"/algorithms/{algo.id}/edit"
     bad = post_form(client, edit, edit, {"title": "T", "code_url": "javascript:alert(1)"})
     assert bad.status_code == 400
-    assert "code_url: &#39;javascript:alert(1)&#39; is not an http(s) link" in bad.text
+    assert 'id="code-url-error">&#39;javascript:alert(1)&#39; is not an http(s) link' in bad.text
     # The form keeps what was typed.
     assert 'value="T"' in bad.text
     r = post_form(

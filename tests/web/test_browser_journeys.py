@@ -217,7 +217,7 @@ def test_edit_links_and_withdraw_an_algorithm(browser: Any, site: Site, width: i
     watched.allowed.append("400")
     page.get_by_role("button", name="Save").click()
     page.wait_for_load_state()
-    assert "code_url: " in page.inner_text("#edit-error")
+    assert "is not an http(s) link" in page.inner_text("#code-url-error")
     page.get_by_label("Code").fill("https://git.example.org/alice/alpha")
     page.get_by_label("Paper").fill("https://doi.org/10.1000/alpha")
     page.get_by_role("button", name="Save").click()

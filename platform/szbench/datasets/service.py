@@ -83,7 +83,7 @@ def create_dataset(
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise BadRequest(f"run_limits.{key}: must be a positive number, got {value!r}")
     if session.scalar(select(Dataset.id).where(Dataset.slug == slug)) is not None:
-        raise Conflict(f"a dataset with slug {slug!r} already exists")
+        raise Conflict(f"slug: a dataset with slug {slug!r} already exists")
     dataset = Dataset(
         slug=slug,
         title=title or slug,

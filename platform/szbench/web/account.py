@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import Field, field_validator
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
@@ -27,8 +28,10 @@ from szbench.models import AlgorithmVersion
 from szbench.phases import service as phases
 from szbench.quotas import service as quotas
 from szbench.results import queries as results
+from szbench.web import forms
 from szbench.web import queries as web_queries
 from szbench.web.common import Caller, CsrfChecked, redirect, render
+from szbench.web.forms import FormModel, Submitted
 
 router = APIRouter(include_in_schema=False)
 
@@ -41,14 +44,23 @@ def tokens_page(request: Request, session: SessionDep, caller: SignedIn) -> Resp
     return _tokens(request, session, caller)
 
 
+class TokenForm(FormModel):
+    name: str = Field(default="", max_length=200)
+    expires_in_days: int | None = Field(default=None, ge=1, le=3650)
+
+    @field_validator("expires_in_days", mode="before")
+    @classmethod
+    def _blank_is_never(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+
 def _tokens(
     request: Request,
     session: SessionDep,
     caller: SignedIn,
     *,
     created: tuple[object, str] | None = None,
-    error: str | None = None,
-    status_code: int = 200,
+    typed: Submitted[TokenForm] | None = None,
 ) -> Response:
     assert caller.user is not None
     # Web sign-ins are listed on the account page, apart from these.
@@ -59,10 +71,11 @@ def _tokens(
         # A worker token is minted by the operator's CLI only (no token can mint one).
         "scopes": [s for s in auth.allowed_scopes(caller.user) if s != auth.WORKER_SCOPE],
         "created": created,
-        "error": error,
         "current_token_id": caller.token.id if caller.token else None,
+        **(typed.context() if typed else forms.empty()),
     }
-    return render(request, "tokens.html", caller, context, status_code=status_code)
+    status = typed.status_code if typed else 200
+    return render(request, "tokens.html", caller, context, status_code=status)
 
 
 @router.post("/tokens", response_class=HTMLResponse)
@@ -71,23 +84,17 @@ def create_token(
     session: SessionDep,
     caller: SignedIn,
     _csrf: CsrfChecked,
-    name: Annotated[str, Form(max_length=200)] = "",
+    name: Annotated[str, Form()] = "",
     scopes: Annotated[list[str] | None, Form()] = None,
-    expires_in_days: Annotated[str, Form(max_length=10)] = "",
+    expires_in_days: Annotated[str, Form()] = "",
 ) -> Response:
     """Create a token and show its secret once (this response only)."""
     assert caller.user is not None
-    try:
-        days = int(expires_in_days) if expires_in_days.strip() else None
-    except ValueError:
-        return _tokens(
-            request, session, caller, error="expires_in_days: give a whole number of days",
-            status_code=400,
-        )  # fmt: skip
-    if days is not None and not 1 <= days <= 3650:
-        return _tokens(
-            request, session, caller, error="expires_in_days: between 1 and 3650", status_code=400
-        )
+    typed = forms.check(TokenForm, {"name": name, "expires_in_days": expires_in_days})
+    typed.values["scopes"] = list(scopes or [])
+    if typed.model is None:
+        return _tokens(request, session, caller, typed=typed)
+    days = typed.model.expires_in_days
     try:
         accounts.check_token_name(name)
         token, secret = auth.create_token(
@@ -99,7 +106,7 @@ def create_token(
             within=caller.scopes,
         )
     except SzbenchError as exc:
-        return _tokens(request, session, caller, error=exc.detail, status_code=exc.status_code)
+        return _tokens(request, session, caller, typed=typed.fail(exc))
     return _tokens(request, session, caller, created=(token, secret))
 
 
@@ -117,15 +124,21 @@ def revoke_token(
 # --- password --------------------------------------------------------------------------------
 
 
+class PasswordForm(FormModel):
+    current_password: str = Field(default="", max_length=1000)
+    new_password: str = Field(min_length=1, max_length=1000)
+
+
 def _password_page(
-    request: Request, caller: SignedIn, *, error: str | None = None, status_code: int = 200
+    request: Request, caller: SignedIn, typed: Submitted[PasswordForm] | None = None
 ) -> Response:
     context = {
         "title": "Change your password",
-        "error": error,
         "min_length": get_settings().password_min_length,
+        **(typed.context() if typed else forms.empty()),
     }
-    return render(request, "password.html", caller, context, status_code=status_code)
+    status = typed.status_code if typed else 200
+    return render(request, "password.html", caller, context, status_code=status)
 
 
 @router.get("/password", response_class=HTMLResponse)
@@ -140,11 +153,15 @@ def change_password(
     session: SessionDep,
     caller: SignedIn,
     _csrf: CsrfChecked,
-    current_password: Annotated[str, Form(max_length=1000)] = "",
-    new_password: Annotated[str, Form(max_length=1000)] = "",
+    current_password: Annotated[str, Form()] = "",
+    new_password: Annotated[str, Form()] = "",
 ) -> Response:
     """Change the password; every session and token is revoked, this browser signed in anew."""
     assert caller.user is not None
+    values = {"current_password": current_password, "new_password": new_password}
+    typed = forms.check(PasswordForm, values, keep_secret=values)
+    if typed.model is None:
+        return _password_page(request, caller, typed)
     try:
         auth.change_password(
             session,
@@ -155,7 +172,9 @@ def change_password(
         )
     except SzbenchError as exc:
         # The throttle's count is already committed; nothing else was changed.
-        page = _password_page(request, caller, error=exc.detail, status_code=exc.status_code)
+        page = _password_page(
+            request, caller, typed.fail(exc, aliases={"password": "new_password"})
+        )
         if isinstance(exc, TooManyAttempts):
             page.headers["Retry-After"] = str(exc.retry_after_s)
         return page
@@ -173,13 +192,16 @@ def account_page(request: Request, session: SessionDep, caller: SignedIn) -> Res
     return _account(request, session, caller)
 
 
+class AccountForm(FormModel):
+    name: str = Field(default="", max_length=200)
+
+
 def _account(
     request: Request,
     session: SessionDep,
     caller: SignedIn,
     *,
-    error: str | None = None,
-    status_code: int = 200,
+    typed: Submitted[AccountForm] | None = None,
 ) -> Response:
     assert caller.user is not None
     context = {
@@ -190,9 +212,10 @@ def _account(
         "api_token_count": len(accounts.api_tokens(session, caller.user)),
         "mail_enabled": mail.enabled(),
         "needs_verification": accounts.needs_verification(caller.user),
-        "error": error,
+        **(typed.context() if typed else forms.empty({"name": caller.user.name})),
     }
-    return render(request, "account.html", caller, context, status_code=status_code)
+    status = typed.status_code if typed else 200
+    return render(request, "account.html", caller, context, status_code=status)
 
 
 @router.post("/account", response_class=HTMLResponse)
@@ -201,11 +224,18 @@ def update_account(
     session: SessionDep,
     caller: SignedIn,
     _csrf: CsrfChecked,
-    name: Annotated[str, Form(max_length=200)] = "",
+    name: Annotated[str, Form()] = "",
 ) -> Response:
     """Change the caller's display name."""
     assert caller.user is not None
-    auth.update_user(session, caller.user, name=name.strip())
+    typed = forms.check(AccountForm, {"name": name})
+    if typed.model is None:
+        return _account(request, session, caller, typed=typed)
+    try:
+        auth.update_user(session, caller.user, name=name.strip())
+    except SzbenchError as exc:
+        session.rollback()
+        return _account(request, session, caller, typed=typed.fail(exc))
     return redirect("/account", "Your name is saved.")
 
 

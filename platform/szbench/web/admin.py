@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from szbench.api.deps import SessionDep
 from szbench.api.errors import describe_validation_errors
@@ -33,8 +33,10 @@ from szbench.models import (
 from szbench.phases import service as phases
 from szbench.phases.schemas import PhaseCreate
 from szbench.results.disclosure import rules_of
+from szbench.web import forms
 from szbench.web import queries as web_queries
 from szbench.web.common import CsrfChecked, redirect, render
+from szbench.web.forms import FormModel, Submitted
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
@@ -57,6 +59,7 @@ def _datasets_page(
     error: str | None = None,
     check: object | None = None,
     form: dict[str, str] | None = None,
+    new: Submitted[DatasetForm] | None = None,
     status_code: int = 200,
 ) -> Response:
     rows, _ = datasets.list_datasets(session, limit=500, offset=0)
@@ -70,7 +73,12 @@ def _datasets_page(
         "error": error,
         "check": check,
         "form": form or {},
+        # The new-dataset form, as typed, and its errors by field.
+        "new": new.values if new else {"kind": DatasetKind.HELD_OUT.value},
+        "new_errors": new.errors if new else {},
     }
+    if new is not None:
+        status_code = new.status_code
     return render(request, "admin/datasets.html", caller, context, status_code=status_code)
 
 
@@ -80,39 +88,51 @@ def datasets_page(request: Request, session: SessionDep, caller: AdminOnly) -> R
     return _datasets_page(request, session, caller)
 
 
+class DatasetForm(FormModel):
+    slug: str = Field(min_length=1, max_length=100)
+    title: str = Field(default="", max_length=200)
+    description: str = Field(default="", max_length=5000)
+    kind: DatasetKind = DatasetKind.HELD_OUT
+    confirm_public: str = Field(default="", max_length=100)
+
+
 @router.post("/datasets", response_class=HTMLResponse)
 def create_dataset(
     request: Request,
     session: SessionDep,
     caller: AdminOnly,
     _csrf: CsrfChecked,
-    slug: Annotated[str, Form(max_length=100)] = "",
-    title: Annotated[str, Form(max_length=200)] = "",
-    description: Annotated[str, Form(max_length=5000)] = "",
-    kind: Annotated[str, Form(max_length=30)] = DatasetKind.HELD_OUT.value,
-    confirm_public: Annotated[str, Form(max_length=100)] = "",
+    slug: Annotated[str, Form()] = "",
+    title: Annotated[str, Form()] = "",
+    description: Annotated[str, Form()] = "",
+    kind: Annotated[str, Form()] = DatasetKind.HELD_OUT.value,
+    confirm_public: Annotated[str, Form()] = "",
 ) -> Response:
     """Create a dataset (held-out unless a public sample is confirmed by its slug)."""
-    try:
-        kind_value = DatasetKind(kind)
-    except ValueError:
-        return _datasets_page(
-            request, session, caller, error=f"kind: unknown kind {kind[:30]!r}", status_code=400
-        )
+    typed = forms.check(
+        DatasetForm,
+        {
+            "slug": slug.strip(),
+            "title": title,
+            "description": description,
+            "kind": kind,
+            "confirm_public": confirm_public,
+        },
+    )
+    if typed.model is None:
+        return _datasets_page(request, session, caller, new=typed)
     try:
         dataset_service.create_dataset(
             session,
             slug=slug.strip(),
             title=title,
             description=description,
-            kind=kind_value,
+            kind=typed.model.kind,
             confirm_public=_confirmed(slug, confirm_public),
         )
     except SzbenchError as exc:
         session.rollback()
-        return _datasets_page(
-            request, session, caller, error=exc.detail, status_code=exc.status_code
-        )
+        return _datasets_page(request, session, caller, new=typed.fail(exc))
     return redirect("/admin/datasets", f"Dataset {slug} created.")
 
 

@@ -4,10 +4,11 @@ leaderboards and putting it back (owner or admin; the same service as ``PATCH
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import Field
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
@@ -15,7 +16,9 @@ from szbench.api.pagination import IdPath
 from szbench.auth.dependencies import SignedIn
 from szbench.errors import SzbenchError
 from szbench.models import Algorithm, Visibility
+from szbench.web import forms
 from szbench.web.common import CsrfChecked, redirect, render
+from szbench.web.forms import FormModel, Submitted
 
 router = APIRouter(include_in_schema=False)
 
@@ -25,25 +28,33 @@ def _managed(session: SessionDep, caller: SignedIn, algorithm_id: int) -> Algori
     return algorithms.get_managed_algorithm(session, algorithm_id, user=caller.user)
 
 
+class AlgorithmForm(FormModel):
+    title: str = Field(default="", max_length=200)
+    authors: str = Field(default="", max_length=500)
+    licence: str = Field(default="", max_length=100)
+    description: str = Field(default="", max_length=20000)
+    code_url: str = Field(default="", max_length=500)
+    paper_url: str = Field(default="", max_length=500)
+    visibility: Literal["", "public", "private"] = ""
+
+
+_FIELDS = ("title", "authors", "licence", "description", "code_url", "paper_url")
+
+
 def _form(
     request: Request,
     caller: SignedIn,
     algorithm: Algorithm,
-    *,
-    form: dict[str, str] | None = None,
-    error: str | None = None,
-    status_code: int = 200,
+    typed: Submitted[AlgorithmForm] | None = None,
 ) -> Response:
-    fields = ("title", "authors", "licence", "description", "code_url", "paper_url")
-    values = form or {key: getattr(algorithm, key) for key in fields}
-    values.setdefault("visibility", algorithm.visibility.value)
-    context = {
-        "title": f"Edit {algorithm.name}",
-        "algorithm": algorithm,
-        "form": values,
-        "error": error,
-    }
-    return render(request, "algorithm_edit.html", caller, context, status_code=status_code)
+    if typed is None:
+        shown = forms.empty({key: getattr(algorithm, key) for key in _FIELDS})
+        shown["form"]["visibility"] = algorithm.visibility.value
+    else:
+        shown = typed.context()
+    context = {"title": f"Edit {algorithm.name}", "algorithm": algorithm, **shown}
+    status = typed.status_code if typed else 200
+    return render(request, "algorithm_edit.html", caller, context, status_code=status)
 
 
 @router.get("/algorithms/{algorithm_id}/edit", response_class=HTMLResponse)
@@ -61,32 +72,30 @@ def edit(
     session: SessionDep,
     caller: SignedIn,
     _csrf: CsrfChecked,
-    title: Annotated[str, Form(max_length=200)] = "",
-    authors: Annotated[str, Form(max_length=500)] = "",
-    licence: Annotated[str, Form(max_length=100)] = "",
-    description: Annotated[str, Form(max_length=20000)] = "",
-    code_url: Annotated[str, Form(max_length=500)] = "",
-    paper_url: Annotated[str, Form(max_length=500)] = "",
-    visibility: Annotated[str, Form(max_length=20)] = "",
+    title: Annotated[str, Form()] = "",
+    authors: Annotated[str, Form()] = "",
+    licence: Annotated[str, Form()] = "",
+    description: Annotated[str, Form()] = "",
+    code_url: Annotated[str, Form()] = "",
+    paper_url: Annotated[str, Form()] = "",
+    visibility: Annotated[str, Form()] = "",
 ) -> Response:
     """Save the algorithm's fields."""
     algorithm = _managed(session, caller, algorithm_id)
-    form = {
-        "title": title,
-        "authors": authors,
-        "licence": licence,
-        "description": description,
-        "code_url": code_url,
-        "paper_url": paper_url,
-        "visibility": visibility,
-    }
-    try:
-        shown = Visibility(visibility) if visibility else None
-    except ValueError:
-        return _form(
-            request, caller, algorithm, form=form, status_code=400,
-            error=f"visibility: unknown value {visibility!r} (public or private)",
-        )  # fmt: skip
+    typed = forms.check(
+        AlgorithmForm,
+        {
+            "title": title,
+            "authors": authors,
+            "licence": licence,
+            "description": description,
+            "code_url": code_url,
+            "paper_url": paper_url,
+            "visibility": visibility,
+        },
+    )
+    if typed.model is None:
+        return _form(request, caller, algorithm, typed)
     try:
         algorithms.update_algorithm(
             session,
@@ -97,13 +106,11 @@ def edit(
             description=description,
             code_url=code_url,
             paper_url=paper_url,
-            visibility=shown,
+            visibility=Visibility(visibility) if visibility else None,
         )
     except SzbenchError as exc:
         session.rollback()
-        return _form(
-            request, caller, algorithm, form=form, error=exc.detail, status_code=exc.status_code
-        )
+        return _form(request, caller, algorithm, typed.fail(exc))
     return redirect(f"/algorithms/{algorithm.id}", f"{algorithm.name} saved.")
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import Field
 
 from szbench.api.deps import SessionDep
 from szbench.auth.dependencies import SignedIn
@@ -15,7 +16,9 @@ from szbench.models import NotificationChannel, NotificationKind
 from szbench.notifications import outbox, service
 from szbench.notifications.router import delivery_out
 from szbench.notifications.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from szbench.web import forms
 from szbench.web.common import CsrfChecked, redirect, render
+from szbench.web.forms import FormModel
 
 router = APIRouter(include_in_schema=False)
 
@@ -24,11 +27,17 @@ PAGE = "/account/notifications"
 _FIELDS = ("webhook_url", "secret")
 
 
+class SettingsForm(FormModel):
+    all_phases: str = Field(default="", max_length=10)
+    webhook_url: str = Field(default="", max_length=2000)
+
+
+class SecretForm(FormModel):
+    secret: str = Field(default="", max_length=300)
+
+
 def _field_errors(exc: SzbenchError) -> dict[str, str]:
-    name, _, rest = exc.detail.partition(": ")
-    if name in _FIELDS and rest:
-        return {name: rest[:1].upper() + rest[1:]}
-    return {"form": exc.detail}
+    return forms.service_errors(exc, _FIELDS)
 
 
 def _channels() -> list[NotificationChannel]:
@@ -87,8 +96,8 @@ def save_notifications(
     caller: SignedIn,
     _csrf: CsrfChecked,
     switch: Annotated[list[str] | None, Form()] = None,
-    all_phases: Annotated[str, Form(max_length=10)] = "",
-    webhook_url: Annotated[str, Form(max_length=2000)] = "",
+    all_phases: Annotated[str, Form()] = "",
+    webhook_url: Annotated[str, Form()] = "",
 ) -> Response:
     """Save the switches and the webhook URL (a first URL gets a secret, shown once)."""
     assert caller.user is not None
@@ -98,15 +107,22 @@ def save_notifications(
         kind: {channel: _switch_name(kind, channel) in on for channel in shown}
         for kind in service.SWITCHABLE
     }
+    submitted = forms.check(SettingsForm, {"all_phases": all_phases, "webhook_url": webhook_url})
     try:
-        secret = service.update_preferences(
-            session,
-            caller.user,
-            events=events,
-            all_phases=bool(all_phases),
-            webhook_url=webhook_url,
-        )
+        if submitted.model is None:
+            secret = None
+        else:
+            secret = service.update_preferences(
+                session,
+                caller.user,
+                events=events,
+                all_phases=bool(all_phases),
+                webhook_url=webhook_url,
+            )
     except SzbenchError as exc:
+        submitted.fail(exc)
+    if submitted.errors:
+        session.rollback()
         stored = service.switches(service.preferences_of(session, caller.user))
         typed = {
             # The channels not on the page keep their stored value.
@@ -115,8 +131,8 @@ def save_notifications(
             "webhook_url": webhook_url,
         }
         return _page(
-            request, session, caller, errors=_field_errors(exc), typed=typed,
-            status_code=exc.status_code,
+            request, session, caller, errors=submitted.errors, typed=typed,
+            status_code=submitted.status_code,
         )  # fmt: skip
     if secret is not None:
         return _page(request, session, caller, new_secret=secret)
@@ -133,10 +149,13 @@ def replace_secret(
     session: SessionDep,
     caller: SignedIn,
     _csrf: CsrfChecked,
-    secret: Annotated[str, Form(max_length=300)] = "",
+    secret: Annotated[str, Form()] = "",
 ) -> Response:
     """Replace the webhook's signing secret (the one typed, or a random one); shown once."""
     assert caller.user is not None
+    typed = forms.check(SecretForm, {"secret": secret})
+    if typed.model is None:
+        return _page(request, session, caller, errors=typed.errors, status_code=400)
     try:
         new = service.set_secret(session, caller.user, secret or None)
     except SzbenchError as exc:

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import Field
 
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
@@ -15,7 +16,6 @@ from szbench.config import get_settings
 from szbench.datasets import queries as datasets
 from szbench.errors import (
     BadRequest,
-    Conflict,
     Forbidden,
     NotFound,
     SzbenchError,
@@ -29,9 +29,10 @@ from szbench.leaderboards.statistics import CI_METRICS
 from szbench.models import Evaluation
 from szbench.results import disclosure
 from szbench.results import queries as results
-from szbench.web import charts
+from szbench.web import charts, forms
 from szbench.web import queries as web_queries
 from szbench.web.common import Caller, CsrfChecked, redirect, render, safe_next
+from szbench.web.forms import FormModel, Submitted
 
 router = APIRouter(include_in_schema=False)
 
@@ -114,12 +115,32 @@ def _check_signup_open() -> None:
         raise Forbidden("sign-up is closed on this server; ask an admin for an account")
 
 
+class SignupForm(FormModel):
+    email: str = Field(min_length=1, max_length=320)
+    password: str = Field(min_length=1, max_length=1000)
+    name: str = Field(default="", max_length=200)
+
+
+def _signup_page(
+    request: Request, caller: Caller, typed: Submitted[SignupForm] | None = None
+) -> Response:
+    context = {
+        "title": "Create an account",
+        "min_length": get_settings().password_min_length,
+        **(typed.context() if typed else forms.empty()),
+    }
+    if typed is not None:
+        # The address has an account: point to signing in and to the reset instead.
+        context["exists"] = typed.status_code == 409 and "email" in typed.errors
+    status = typed.status_code if typed else 200
+    return render(request, "signup.html", caller, context, status_code=status)
+
+
 @router.get("/signup", response_class=HTMLResponse)
 def signup_form(request: Request, caller: Caller) -> Response:
     """The sign-up form (when sign-up is open)."""
     _check_signup_open()
-    context = {"title": "Create an account", "min_length": get_settings().password_min_length}
-    return render(request, "signup.html", caller, context)
+    return _signup_page(request, caller)
 
 
 @router.post("/signup", response_class=HTMLResponse)
@@ -129,12 +150,18 @@ def signup(
     caller: Caller,
     _csrf: CsrfChecked,
     background: BackgroundTasks,
-    email: Annotated[str, Form(max_length=320)] = "",
-    password: Annotated[str, Form(max_length=1000)] = "",
-    name: Annotated[str, Form(max_length=200)] = "",
+    email: Annotated[str, Form()] = "",
+    password: Annotated[str, Form()] = "",
+    name: Annotated[str, Form()] = "",
 ) -> Response:
     """Create a researcher account and sign it in."""
     _check_signup_open()
+    typed = forms.check(
+        SignupForm, {"email": email, "password": password, "name": name},
+        keep_secret=("password",),
+    )  # fmt: skip
+    if typed.model is None:
+        return _signup_page(request, caller, typed)
     try:
         user, message = accounts.sign_up(
             session, email=email, password=password, name=name,
@@ -147,16 +174,7 @@ def signup(
         cookies.start_session(session, response, user)
     except SzbenchError as exc:
         session.rollback()
-        context = {
-            "error": exc.detail,
-            # The address has an account: point to signing in and to the reset instead.
-            "exists": isinstance(exc, Conflict) and exc.detail.startswith("email:"),
-            "email": email,
-            "name": name,
-            "title": "Create an account",
-            "min_length": get_settings().password_min_length,
-        }
-        page = render(request, "signup.html", caller, context, status_code=exc.status_code)
+        page = _signup_page(request, caller, typed.fail(exc))
         if isinstance(exc, TooManyAttempts):
             page.headers["Retry-After"] = str(exc.retry_after_s)
         return page
