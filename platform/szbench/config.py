@@ -237,6 +237,13 @@ class Settings(BaseSettings):
     ladder_step: float = Field(default=0.01, gt=0, le=0.5)
     """The Ladder's step for phases that release scores by it without a step of their own:
     a released score moves only by beating the submitter's best by this much."""
+    progress_step_s: int = Field(default=900, ge=1, le=86400)
+    """How a non-admin follows a running evaluation on held-out data: a container chooses
+    how long it runs, so its progress is shown as it stood at the last multiple of this many
+    seconds (UTC), and its start and finish times rounded up to it (docs/security.md,
+    "Timing")."""
+    progress_fraction_steps: int = Field(default=4, ge=1, le=100)
+    """The steps that coarse progress moves in: 4 shows quarters of the recordings."""
     compare_permutations: int = 10000
     """Random sign flips of the paired permutation test, used past 16 subjects (up to 16
     every flip is enumerated and the p-value is exact)."""

@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
 from szbench.auth import policy
+from szbench.config import get_settings
 from szbench.errors import Forbidden, NotFound
 from szbench.evaluations.holds import platform_hold
 from szbench.evaluations.schemas import EvaluationDetail, EvaluationOut, Progress, Provenance
@@ -121,27 +122,89 @@ def outcome_counts(session: Session, evaluation_ids: Iterable[int]) -> dict[int,
     return counts
 
 
-def progress(session: Session, evaluation: Evaluation, *, viewer: User | None) -> Progress:
+def runs_done_at(
+    session: Session, evaluation_ids: Iterable[int], moment: datetime
+) -> dict[int, int]:
+    """How many runs of each evaluation had finished at ``moment`` (one query)."""
+    ids = list(evaluation_ids)
+    done = dict.fromkeys(ids, 0)
+    if ids:
+        rows = session.execute(
+            select(RecordingRun.evaluation_id, func.count(RecordingRun.id))
+            .where(
+                RecordingRun.evaluation_id.in_(ids),
+                RecordingRun.finished_at.is_not(None),
+                RecordingRun.finished_at <= moment,
+            )
+            .group_by(RecordingRun.evaluation_id)
+        ).all()
+        done.update({evaluation_id: n for evaluation_id, n in rows})
+    return done
+
+
+def shown_progress(
+    session: Session,
+    evaluations: list[Evaluation],
+    *,
+    viewer: User | None,
+    now: datetime | None = None,
+) -> dict[int, tuple[disclosure.View, disclosure.ShownProgress]]:
+    """Each evaluation's view for ``viewer`` and its progress as that view may follow it
+    (:func:`szbench.results.disclosure.shown_progress`)."""
+    now = now or datetime.now(UTC)
+    views = {e.id: disclosure.view_of(viewer, e) for e in evaluations}
+    coarse = [e.id for e in evaluations if views[e.id].progress != disclosure.ProgressDetail.FULL]
+    at_tick = runs_done_at(session, coarse, disclosure.progress_clock(now)) if coarse else {}
+    return {
+        e.id: (
+            views[e.id],
+            disclosure.shown_progress(
+                views[e.id],
+                done=e.recordings_done,
+                done_at_tick=min(at_tick.get(e.id, 0), e.recordings_done),
+                total=e.recordings_total,
+                now=now,
+            ),
+        )
+        for e in evaluations
+    }
+
+
+def progress(
+    session: Session,
+    evaluation: Evaluation,
+    *,
+    viewer: User | None,
+    now: datetime | None = None,
+) -> Progress:
+    now = now or datetime.now(UTC)
+    view, shown = shown_progress(session, [evaluation], viewer=viewer, now=now)[evaluation.id]
+    coarse = shown.detail != disclosure.ProgressDetail.FULL
     counts = outcome_counts(session, [evaluation.id])[evaluation.id]
-    view = disclosure.view_of(viewer, evaluation)
     finished = evaluation.status.finished
     # A count per evaluation once it is over, as outcome_summary: while it runs, a count
-    # that moves would tell which recording failed.
+    # that moves would tell which recording failed (and, to a coarse view, when).
     failed = (
         sum(counts.get(o.value, 0) for o in FAILED_OUTCOMES)
-        if finished or view.recordings
+        if finished or (view.recordings and not coarse)
         else None
     )
-    done, total = evaluation.recordings_done, evaluation.recordings_total
-    scoring = display_state(evaluation) == "scoring"
+    running = evaluation.status == EvaluationStatus.RUNNING
+    scoring = running and shown.all_run
     estimate, basis = (None, None)
-    if evaluation.status == EvaluationStatus.RUNNING and not scoring:
-        estimate, basis = _remaining(session, evaluation, view.run_resources)
+    if running and not scoring:
+        if coarse:
+            estimate, basis = _coarse_remaining(view, evaluation, shown, now)
+        else:
+            estimate, basis = _remaining(session, evaluation, view.run_resources)
     return Progress(
         status=evaluation.status,
         state="scoring" if scoring else evaluation.status.value,
-        recordings_done=done,
-        recordings_total=total,
+        detail=shown.detail.value,
+        recordings_done=shown.done,
+        recordings_total=shown.total,
+        fraction_done=round(shown.fraction, 4),
+        as_of=shown.as_of if coarse else None,
         outcomes=disclosure.outcome_summary(view, counts, finished=finished),
         failed_recordings=failed,
         complete=None if failed is None or not finished else failed == 0,
@@ -160,14 +223,40 @@ def display_state(evaluation: Evaluation) -> str:
     return evaluation.status.value
 
 
+def shown_state(evaluation: Evaluation, shown: disclosure.ShownProgress) -> str:
+    """:func:`display_state` from the progress a viewer may follow."""
+    if evaluation.status == EvaluationStatus.RUNNING and shown.all_run:
+        return "scoring"
+    return evaluation.status.value
+
+
+def _coarse_remaining(
+    view: disclosure.View,
+    evaluation: Evaluation,
+    shown: disclosure.ShownProgress,
+    now: datetime,
+) -> tuple[float | None, str | None]:
+    """The estimate a coarse view gets: from the shown fraction and the time from the
+    (rounded) start to the clock's tick, so it tells nothing the view does not show."""
+    started = disclosure.shown_moment(view, evaluation.started_at)
+    if started is None or shown.fraction <= 0 or shown.fraction >= 1:
+        return None, None
+    elapsed = max(0.0, (shown.as_of - started).total_seconds())
+    if elapsed <= 0:
+        return None, None
+    finish = shown.as_of.timestamp() + elapsed / shown.fraction * (1 - shown.fraction)
+    step = get_settings().progress_step_s
+    finish = -(-finish // step) * step
+    return max(0.0, finish - now.timestamp()), "share of recordings done since the start"
+
+
 def _remaining(
     session: Session, evaluation: Evaluation, run_times_shown: bool
 ) -> tuple[float | None, str | None]:
     """An estimate of the seconds left, and what it rests on.
 
     From the finished runs' mean wall time where this viewer may see run times; otherwise
-    (held-out data, non-admins: a container chooses how long it runs) from the time elapsed
-    since the start, which the viewer can read off the progress anyway.
+    from the time elapsed since the start, which the viewer can read off the progress anyway.
     """
     done, total = evaluation.recordings_done, evaluation.recordings_total
     left = total - done
@@ -299,9 +388,16 @@ def provenances(
     }
 
 
-def to_out(evaluation: Evaluation) -> EvaluationOut:
+def to_out(
+    evaluation: Evaluation,
+    shown: tuple[disclosure.View, disclosure.ShownProgress] | None = None,
+) -> EvaluationOut:
+    """The evaluation as a viewer sees it; ``shown`` (:func:`shown_progress`) is that
+    viewer's progress and view: without it, the stored figures (admin use only)."""
     version = evaluation.algorithm_version
     dv = evaluation.dataset_version
+    view = shown[0] if shown else None
+    done = shown[1].done if shown else evaluation.recordings_done
     return EvaluationOut(
         id=evaluation.id,
         kind=evaluation.kind,
@@ -317,18 +413,32 @@ def to_out(evaluation: Evaluation) -> EvaluationOut:
         published=evaluation.published,
         queue=evaluation.queue,
         message=evaluation.message,
-        recordings_done=evaluation.recordings_done,
+        recordings_done=done,
         recordings_total=evaluation.recordings_total,
         source_evaluation_id=evaluation.source_evaluation_id,
         created_at=evaluation.created_at,
-        started_at=evaluation.started_at,
-        finished_at=evaluation.finished_at,
+        started_at=_moment(view, evaluation.started_at),
+        finished_at=_moment(view, evaluation.finished_at),
     )
+
+
+def _moment(view: disclosure.View | None, moment: datetime | None) -> datetime | None:
+    return moment if view is None else disclosure.shown_moment(view, moment)
+
+
+def to_outs(
+    session: Session, evaluations: list[Evaluation], *, viewer: User | None
+) -> list[EvaluationOut]:
+    """:func:`to_out` of each, with the viewer's progress (two queries)."""
+    shown = shown_progress(session, evaluations, viewer=viewer)
+    return [to_out(e, shown[e.id]) for e in evaluations]
 
 
 def to_detail(session: Session, evaluation: Evaluation, *, viewer: User | None) -> EvaluationDetail:
     return EvaluationDetail(
-        **to_out(evaluation).model_dump(),
+        **to_out(
+            evaluation, shown_progress(session, [evaluation], viewer=viewer)[evaluation.id]
+        ).model_dump(),
         progress=progress(session, evaluation, viewer=viewer),
         provenance=provenances(session, [evaluation], viewer=viewer)[evaluation.id],
     )

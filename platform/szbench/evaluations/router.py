@@ -60,7 +60,10 @@ def list_evaluations(
         session, viewer=caller.user, where=where, limit=page.limit, offset=page.offset
     )
     return Page(
-        items=[queries.to_out(e) for e in rows], total=total, limit=page.limit, offset=page.offset
+        items=queries.to_outs(session, rows, viewer=caller.user),
+        total=total,
+        limit=page.limit,
+        offset=page.offset,
     )
 
 

@@ -47,8 +47,19 @@ class Progress(BaseModel):
         description="The status, except 'scoring' for a running evaluation whose every "
         "recording has finished (its results are being computed; it can no longer be cancelled)."
     )
+    detail: str = Field(
+        default="full",
+        description="'full': the figures as they stand. 'coarse' (held-out data, "
+        "non-admins): recordings_done and fraction_done in steps of "
+        "1/SZBENCH_PROGRESS_FRACTION_STEPS as they stood at as_of, the last tick of a clock "
+        "of SZBENCH_PROGRESS_STEP_S seconds; no per-recording time (docs/security.md).",
+    )
     recordings_done: int
     recordings_total: int
+    fraction_done: float = Field(default=0.0, description="recordings_done / recordings_total.")
+    as_of: datetime | None = Field(
+        default=None, description="The moment a coarse answer describes; null when 'full'."
+    )
     outcomes: dict[str, int] = Field(
         description="Finished runs by outcome. Where per-recording results are not disclosed "
         "(held-out data below the 'recording' level, non-admins): empty while the evaluation "

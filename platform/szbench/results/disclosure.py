@@ -21,6 +21,10 @@ The view answers:
   aggregate level: the leaderboard's figures only, at :func:`released_value`'s precision,
   no raw counts) or ``ladder`` (an open phase that releases by the Ladder: only the
   submitter's ladder score, :mod:`szbench.results.ladder`);
+- **how progress is shown** (:attr:`View.progress`): a container chooses how long it runs
+  on each recording, so on held-out data a non-admin sees progress ``coarse``
+  (:func:`shown_progress`: a fraction in steps, as it stood at the last tick of a fixed
+  clock, times rounded to that clock, no per-recording time) and everyone else ``full``;
 - **intervals, rank stability and ``*_std``** (:attr:`View.intervals`): they resample or
   summarise the per-subject figures, and over a few subjects give them away (with two
   subjects, mean ± std are the two figures): where per-subject figures are not disclosed,
@@ -97,6 +101,13 @@ FP_RATE_CAP = 1000.0
 FP_RATE_GRID_SIZE = 100 + 90 + 90 + 1
 #: Rank stability at the aggregate level: medians and percentiles on half ranks.
 RANK_STEP = 0.5
+
+
+class ProgressDetail(enum.StrEnum):
+    """How a viewer follows a running evaluation."""
+
+    FULL = "full"
+    COARSE = "coarse"
 
 
 class Release(enum.StrEnum):
@@ -291,6 +302,7 @@ class View:
     min_subjects: int = 0
     #: Why intervals and rank stability are withheld from this viewer (None: they are not).
     intervals_withheld: str | None = None
+    progress: ProgressDetail = ProgressDetail.FULL
 
     @property
     def subjects(self) -> bool:
@@ -337,6 +349,7 @@ class View:
             self.comparison,
             self.min_subjects,
             self.intervals_withheld,
+            self.progress,
         )
 
     @property
@@ -351,6 +364,19 @@ class View:
     def require_recordings(self, evaluation_id: int) -> None:
         if not self.recordings:
             self._refuse(f"per-recording results of evaluation {evaluation_id}")
+
+    def require_run_list(self, evaluation_id: int, *, finished: bool) -> None:
+        """The list of an evaluation's runs: per-recording disclosure, and for a coarse view
+        of progress only once the evaluation is over (a row's outcome appearing would tell
+        when that run finished)."""
+        self.require_recordings(evaluation_id)
+        if not finished and self.progress == ProgressDetail.COARSE:
+            detail = (
+                f"per-recording results of evaluation {evaluation_id} are shown when it has "
+                "finished: on held-out data, when each recording finished would tell how "
+                "long the algorithm ran on it"
+            )
+            raise Forbidden(detail) if self.signed_in else Unauthorized(detail)
 
     def withheld(self, what: str) -> str:
         """Why ``what`` is not shown to this viewer (for pages and errors)."""
@@ -426,6 +452,7 @@ def decide(viewer: User | None, facts: Facts) -> View:
         comparison=comparison,
         min_subjects=minimum,
         intervals_withheld=withheld,
+        progress=ProgressDetail.FULL if admin or not facts.held_out else ProgressDetail.COARSE,
     )
 
 
@@ -444,14 +471,107 @@ def outcome_summary(view: View, counts: dict[str, int], *, finished: bool) -> di
 
     Without per-recording disclosure: nothing while the evaluation runs (which run failed
     when would tell each run's outcome), then only how many runs succeeded and failed.
+    A coarse view of progress: nothing while it runs either, as a count that moves tells
+    when a run finished.
     """
-    if view.recordings:
+    if view.recordings and (finished or view.progress == ProgressDetail.FULL):
         return counts
     if not finished:
         return {}
     ok = counts.get(RunOutcome.OK.value, 0)
     summary = {OK_KEY: ok, FAILED_KEY: sum(counts.values()) - ok}
     return {key: n for key, n in summary.items() if n}
+
+
+# --- progress ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShownProgress:
+    """An evaluation's progress as one viewer may follow it."""
+
+    detail: ProgressDetail
+    done: int
+    total: int
+    #: ``done / total``; for a coarse view a whole number of steps.
+    fraction: float
+    #: Every recording has run (as of :attr:`as_of`): the scores are being computed.
+    all_run: bool
+    #: The moment these figures describe: now for a full view, the clock's last tick for a
+    #: coarse one.
+    as_of: datetime
+
+
+def progress_clock(now: datetime | None = None) -> datetime:
+    """The last tick of the progress clock (a multiple of ``SZBENCH_PROGRESS_STEP_S`` since
+    the Unix epoch) at ``now``: what a coarse view of progress describes."""
+    now = _aware(now or datetime.now(UTC))
+    step = get_settings().progress_step_s
+    return datetime.fromtimestamp(int(now.timestamp()) // step * step, UTC)
+
+
+def shown_progress(
+    view: View, *, done: int, done_at_tick: int, total: int, now: datetime | None = None
+) -> ShownProgress:
+    """Progress as this viewer may follow it.
+
+    ``done`` is how many recordings have run now, ``done_at_tick`` how many had run at
+    :func:`progress_clock`. A coarse view gets the latter, rounded down to a whole step of
+    ``1/SZBENCH_PROGRESS_FRACTION_STEPS``: within a step and between two ticks the answer
+    does not move, whatever each run took.
+
+    >>> view = View(False, True, True, Disclosure.AGGREGATE, Release.ROUNDED, False, 2,
+    ...             progress=ProgressDetail.COARSE)
+    >>> moment = datetime(2026, 1, 1, 12, 7, tzinfo=UTC)
+    >>> p = shown_progress(view, done=7, done_at_tick=6, total=10, now=moment)
+    >>> (p.done, p.fraction, p.as_of.strftime("%H:%M"))
+    (5, 0.5, '12:00')
+    """
+    now = _aware(now or datetime.now(UTC))
+    if view.progress == ProgressDetail.FULL or total <= 0:
+        fraction = done / total if total > 0 else 0.0
+        return ShownProgress(view.progress, done, total, fraction, 0 < total <= done, now)
+    steps = get_settings().progress_fraction_steps
+    reached = min(max(done_at_tick, 0), total) * steps // total
+    fraction = reached / steps
+    return ShownProgress(
+        ProgressDetail.COARSE,
+        done=total * reached // steps,
+        total=total,
+        fraction=fraction,
+        all_run=reached == steps,
+        as_of=progress_clock(now),
+    )
+
+
+def shown_moment(view: View, moment: datetime | None) -> datetime | None:
+    """A start or finish time as this viewer may read it: a coarse view gets it rounded up
+    to the next tick of the progress clock."""
+    if moment is None or view.progress == ProgressDetail.FULL:
+        return moment
+    step = get_settings().progress_step_s
+    seconds = math.ceil(_aware(moment).timestamp() / step) * step
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def timing_bits_per_evaluation(*, recordings: int, run_timeout_s: float) -> float:
+    """The most bits a non-admin can learn about held-out data from *when* one evaluation's
+    progress moves (its coarse progress, its rounded times, the moment it finishes).
+
+    The container decides how long each run takes, up to ``run_timeout_s``; so the
+    evaluation lasts at most ``T = recordings * run_timeout_s``. What the viewer can tell
+    apart: at which tick of the progress clock each of the ``steps - 1`` inner steps of the
+    coarse fraction was reached (``T / step_s + 1`` choices each) and the moment the
+    evaluation finished, which anyone polling its status sees to the second
+    (``T + 1`` choices).
+
+    >>> round(timing_bits_per_evaluation(recordings=100, run_timeout_s=900), 1)
+    36.4
+    """
+    settings = get_settings()
+    longest = max(recordings, 1) * max(run_timeout_s, 1.0)
+    ticks = math.log2(math.ceil(longest / settings.progress_step_s) + 1)
+    return (settings.progress_fraction_steps - 1) * ticks + math.log2(math.ceil(longest) + 1)
 
 
 # --- released figures ------------------------------------------------------------------------

@@ -122,7 +122,7 @@ def recording_runs(
     :mod:`szbench.results.disclosure` lets this viewer see.
     """
     view = disclosure.view_of(viewer, evaluation)
-    view.require_recordings(evaluation.id)
+    view.require_run_list(evaluation.id, finished=evaluation.status.finished)
     clauses = [RecordingRun.evaluation_id == evaluation.id]
     if outcome is not None:
         clauses.append(RecordingRun.outcome == outcome)
