@@ -161,7 +161,10 @@ def shown_progress(
             disclosure.shown_progress(
                 views[e.id],
                 done=e.recordings_done,
-                done_at_tick=min(at_tick.get(e.id, 0), e.recordings_done),
+                # Once it is over, its count is the final one (not a moment's).
+                done_at_tick=e.recordings_done
+                if e.status.finished
+                else min(at_tick.get(e.id, 0), e.recordings_done),
                 total=e.recordings_total,
                 now=now,
             ),

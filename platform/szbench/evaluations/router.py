@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from szbench import citations
 from szbench.algorithms import service as algorithms
+from szbench.api.cache import cached_json
 from szbench.api.deps import SessionDep
 from szbench.api.downloads import citation_response
 from szbench.api.errors import ERROR_RESPONSES
@@ -27,6 +29,7 @@ from szbench.evaluations.schemas import (
 )
 from szbench.models import EvaluationKind, EvaluationStatus
 from szbench.phases import service as phases
+from szbench.stamped_cache import Answer
 
 router = APIRouter(prefix="/evaluations", tags=["evaluations"], responses=ERROR_RESPONSES)
 
@@ -106,13 +109,20 @@ def cite_evaluation(
 
 
 @router.get("/{evaluation_id}/progress", response_model=Progress)
-def get_progress(evaluation_id: IdPath, session: SessionDep, caller: Anyone) -> Progress:
-    """Recordings done of total and finished runs by outcome (cheap enough to poll)."""
-    return queries.progress(
+def get_progress(
+    evaluation_id: IdPath, request: Request, session: SessionDep, caller: Anyone
+) -> Response:
+    """Recordings done of total and finished runs by outcome (cheap enough to poll; send
+    the ETag back in If-None-Match and an unchanged answer is a bodyless 304)."""
+    progress = queries.progress(
         session,
         queries.get_evaluation(session, evaluation_id, viewer=caller.user),
         viewer=caller.user,
     )
+    body = progress.model_dump_json().encode()
+    # The answer moves with the runs (no change counter is bumped per run): tagged by content.
+    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    return cached_json(request, Answer(body, etag), signed_in=True)
 
 
 @router.post("/{evaluation_id}/cancel", response_model=EvaluationDetail)

@@ -524,7 +524,10 @@ def _evaluation_facts(session: Session, evaluation: Evaluation, user: User) -> d
         "outcomes": progress.outcomes,
         "failed_recordings": progress.failed_recordings,
         "figures": figures,
-        "finished_at": _iso(evaluation.finished_at),
+        # Rounded to the progress clock for a non-admin on held-out data, as on the page.
+        "finished_at": _iso(
+            disclosure.shown_moment(disclosure.view_of(user, evaluation), evaluation.finished_at)
+        ),
     }
 
 

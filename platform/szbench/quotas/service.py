@@ -17,7 +17,9 @@ read mail at, not one per sign-up (docs/security.md, "Sign-ups").
 
 What the platform's own faults cost is given back: a version whose smoke test failed only
 through infrastructure faults, and an evaluation that FAILED (only platform faults fail
-one) are not counted. Admins have no quota.
+one) are not counted. A version its smoke test rejected never ran on held-out data: it
+counts as a submission of the day, not as a held-out evaluation nor against a phase's
+quota. Admins have no quota.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from szbench.models import (
     Phase,
     RunOutcome,
     User,
+    VersionStatus,
 )
 
 #: The rolling window of the daily limits.
@@ -109,7 +112,13 @@ def _infrastructure_failed(session: Session, version: AlgorithmVersion) -> bool:
     return outcomes == {RunOutcome.INFRASTRUCTURE_ERROR}
 
 
-def _version_times(session: Session, where: list[ColumnElement[bool]]) -> list[datetime]:
+def _version_times(
+    session: Session, where: list[ColumnElement[bool]], *, held_out: bool = False
+) -> list[datetime]:
+    """When each version counted by ``where`` was made; ``held_out``: only those that may
+    reach held-out data (not rejected by their smoke test)."""
+    if held_out:
+        where = [*where, AlgorithmVersion.status != VersionStatus.REJECTED]
     versions = session.scalars(select(AlgorithmVersion).join(Algorithm).where(*where)).all()
     return [_aware(v.created_at) for v in versions if not _infrastructure_failed(session, v)]
 
@@ -151,7 +160,9 @@ def held_out_usage(session: Session, user: User, *, now: datetime | None = None)
     since = (now or _now()) - DAY
     limit = None if policy.is_admin(user) else get_settings().held_out_runs_per_day
     times = _version_times(
-        session, [AlgorithmVersion.created_by_id == user.id, AlgorithmVersion.created_at >= since]
+        session,
+        [AlgorithmVersion.created_by_id == user.id, AlgorithmVersion.created_at >= since],
+        held_out=True,
     ) + _evaluation_times(
         session,
         [
@@ -180,7 +191,9 @@ def phase_usage(session: Session, user: User, phase: Phase) -> Usage:
     """The user's submissions in ``phase`` (versions, re-runs and requested evaluations)."""
     limit = None if policy.is_admin(user) else phase.submission_quota
     versions = _version_times(
-        session, [Algorithm.owner_id == user.id, AlgorithmVersion.phase_id == phase.id]
+        session,
+        [Algorithm.owner_id == user.id, AlgorithmVersion.phase_id == phase.id],
+        held_out=True,
     )
     evaluations = _evaluation_times(
         session, [Evaluation.created_by_id == user.id, AlgorithmVersion.phase_id == phase.id]
@@ -251,6 +264,22 @@ def check_evaluation(
     _check_phase(session, user, algorithm_version.phase)
     if held_out:
         _check_held_out(session, user)
+
+
+def evaluation_refusal(
+    session: Session, *, user: User, algorithm_version: AlgorithmVersion, held_out: bool
+) -> str | None:
+    """Why :func:`check_evaluation` would refuse now, for a page that offers a re-run
+    (no lock: a display, not a decision); None when it would not."""
+    if policy.is_admin(user):
+        return None
+    try:
+        _check_phase(session, user, algorithm_version.phase)
+        if held_out:
+            _check_held_out(session, user)
+    except (QuotaExceeded, Forbidden) as exc:
+        return exc.detail
+    return None
 
 
 def check_rescore(session: Session, *, user: User, held_out: bool) -> None:

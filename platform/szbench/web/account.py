@@ -21,7 +21,6 @@ from szbench.datasets import queries as datasets
 from szbench.errors import Forbidden, NotFound, SzbenchError, TooManyAttempts, Unauthorized
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
-from szbench.evaluations import service as evaluation_service
 from szbench.evaluations.schemas import EvaluationCreate
 from szbench.leaderboards.service import failures_rule
 from szbench.models import AlgorithmVersion
@@ -400,12 +399,17 @@ def submit_page(request: Request, session: SessionDep, caller: Submitter) -> Res
 def submissions(request: Request, session: SessionDep, caller: SignedIn) -> Response:
     """The caller's algorithms, versions and evaluations with live progress."""
     assert caller.user is not None
-    views, counts = web_queries.my_submissions(session, caller.user)
+    mine = web_queries.my_submissions(session, caller.user)
+    views = mine.views
     all_datasets, _ = datasets.list_datasets(session, limit=200, offset=0)
     context = {
         "title": "My submissions",
         "views": views,
-        "counts": counts,
+        "counts": mine.counts,
+        "shown": mine.shown,
+        "rerun_refused": web_queries.rerun_refusals(
+            session, caller.user, [e for v in views for vv in v.versions for e in vv.evaluations]
+        ),
         # Versions whose phase takes no more held-out work from this user, and why.
         "closed": web_queries.closed_versions(views, caller.user),
         "datasets": [d for d in all_datasets if any(v.is_active for v in d.versions)],
@@ -479,9 +483,8 @@ def evaluation_page(
         "version": version,
         "can_manage": caller.user is not None
         and (caller.is_admin or evaluation.algorithm_version.algorithm.owner_id == caller.user.id),
-        "rerun_refused": evaluation_service.closed_phase_refusal(
-            caller.user, evaluation.algorithm_version, evaluation.dataset_version
-        ),
+        "rerun_refused": web_queries.rerun_refusal(session, caller.user, evaluation),
         "failures_rule": failures_rule(evaluation).value,
+        "smoke_reason": web_queries.smoke_rejection(evaluation, version),
     }
     return render(request, "evaluation.html", caller, context)

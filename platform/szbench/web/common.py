@@ -30,7 +30,6 @@ from szbench.auth import accounts
 from szbench.auth.dependencies import Principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
-from szbench.evaluations.queries import display_state
 from szbench.web import charts
 
 HERE = Path(__file__).resolve().parent
@@ -58,7 +57,6 @@ def _duration(seconds: float) -> str:
 
 templates.env.filters["pct"] = _pct
 templates.env.globals["duration"] = _duration
-templates.env.globals["eval_state"] = display_state
 templates.env.filters["num"] = charts.fmt
 
 

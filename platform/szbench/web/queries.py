@@ -26,13 +26,17 @@ from szbench.models import (
     FAILED_OUTCOMES,
     Algorithm,
     AlgorithmVersion,
+    DatasetKind,
     DatasetVersion,
     Evaluation,
+    EvaluationKind,
     EvaluationStatus,
     Phase,
     RecordingRun,
     User,
+    VersionStatus,
 )
+from szbench.quotas import service as quotas
 from szbench.results import disclosure
 from szbench.results import queries as results
 
@@ -57,9 +61,18 @@ class AlgorithmView:
     versions: list[VersionView] = field(default_factory=list)
 
 
-def my_submissions(
-    session: Session, user: User
-) -> tuple[list[AlgorithmView], dict[int, dict[str, int]]]:
+@dataclass(frozen=True)
+class Submissions:
+    """The user's algorithms with their versions and evaluations, what the user may know
+    of each evaluation's finished runs by outcome, and its progress as the user may follow
+    it (:func:`szbench.evaluations.queries.shown_progress`)."""
+
+    views: list[AlgorithmView]
+    counts: dict[int, dict[str, int]]
+    shown: dict[int, disclosure.ShownProgress]
+
+
+def my_submissions(session: Session, user: User) -> Submissions:
     """The user's algorithms, their versions (newest first) and every evaluation of each,
     with finished runs by outcome per evaluation."""
     owned, _ = algorithms.list_algorithms(
@@ -85,13 +98,12 @@ def my_submissions(
             )
         )
     raw = evaluations.outcome_counts(session, [e.id for e in rows])
+    shown = evaluations.shown_progress(session, list(rows), viewer=user)
     counts = {
-        e.id: disclosure.outcome_summary(
-            disclosure.view_of(user, e), raw[e.id], finished=e.status.finished
-        )
+        e.id: disclosure.outcome_summary(shown[e.id][0], raw[e.id], finished=e.status.finished)
         for e in rows
     }
-    return views, counts
+    return Submissions(views, counts, {i: progress for i, (_, progress) in shown.items()})
 
 
 def closed_versions(views: list[AlgorithmView], user: User | None) -> dict[int, str]:
@@ -108,10 +120,10 @@ def closed_versions(views: list[AlgorithmView], user: User | None) -> dict[int, 
 def progress_snapshot(session: Session, user: User) -> dict[str, Any]:
     """What the submissions page polls: every version's status and every evaluation's
     progress (small; no per-run rows)."""
-    views, counts = my_submissions(session, user)
+    mine = my_submissions(session, user)
     versions = []
     items = []
-    for view in views:
+    for view in mine.views:
         for vv in view.versions:
             versions.append(
                 {
@@ -121,14 +133,16 @@ def progress_snapshot(session: Session, user: User) -> dict[str, Any]:
                 }
             )
             for e in vv.evaluations:
+                shown = mine.shown[e.id]
                 items.append(
                     {
                         "id": e.id,
-                        "status": evaluations.display_state(e),
+                        "status": evaluations.shown_state(e, shown),
                         "finished": e.status.finished,
-                        "recordings_done": e.recordings_done,
-                        "recordings_total": e.recordings_total,
-                        "outcomes": counts.get(e.id, {}),
+                        "detail": shown.detail.value,
+                        "recordings_done": shown.done,
+                        "recordings_total": shown.total,
+                        "outcomes": mine.counts.get(e.id, {}),
                         "message": e.message,
                     }
                 )
@@ -393,3 +407,55 @@ def visible_results(
         session, algorithm, viewer=viewer, official_only=False
     )
     return shown
+
+
+# --- what the evaluation page offers ----------------------------------------------------------
+
+
+def rerun_refusal(session: Session, user: User | None, evaluation: Evaluation) -> str | None:
+    """Why ``user`` could not re-run ``evaluation`` now (the button is then replaced by
+    this reason): its phase takes no more held-out work, or a quota is spent. None: the
+    re-run would be accepted as far as can be told without trying it."""
+    if user is None:
+        return None
+    version = evaluation.algorithm_version
+    refused = evaluation_service.closed_phase_refusal(user, version, evaluation.dataset_version)
+    if refused is not None:
+        return refused
+    held_out = evaluation.dataset_version.dataset.kind == DatasetKind.HELD_OUT
+    return quotas.evaluation_refusal(
+        session, user=user, algorithm_version=version, held_out=held_out
+    )
+
+
+def rerun_refusals(session: Session, user: User, rows: list[Evaluation]) -> dict[int, str]:
+    """:func:`rerun_refusal` of each finished full evaluation in ``rows`` that would be
+    refused (the quotas are read once per phase and kind of data)."""
+    out: dict[int, str] = {}
+    seen: dict[tuple[int | None, bool, int | None], str | None] = {}
+    for e in rows:
+        if not e.status.finished or e.kind != EvaluationKind.FULL:
+            continue
+        held_out = e.dataset_version.dataset.kind == DatasetKind.HELD_OUT
+        key = (e.algorithm_version.phase_id, held_out, e.dataset_version_id)
+        if key not in seen:
+            seen[key] = rerun_refusal(session, user, e)
+        reason = seen[key]
+        if reason is not None:
+            out[e.id] = reason
+    return out
+
+
+def smoke_rejection(evaluation: Evaluation, version: AlgorithmVersion | None) -> str | None:
+    """Why the smoke test rejected the version, as the end of a sentence ("its container
+    exited with code 1."), when ``evaluation`` is that smoke test; None otherwise."""
+    if (
+        version is None
+        or evaluation.kind != EvaluationKind.SMOKE_TEST
+        or version.status != VersionStatus.REJECTED
+    ):
+        return None
+    reason = (version.status_message or "").removeprefix("Smoke test failed").lstrip(": ")
+    reason = reason.strip() or "its run did not produce a valid output"
+    reason = reason[:1].lower() + reason[1:]
+    return reason if reason.endswith(".") else reason + "."

@@ -1,0 +1,77 @@
+// The evaluation page: poll the progress answer (with its ETag: an unchanged answer is a
+// bodyless 304) and update the state, the bar, the count and the estimate in place; reload
+// once the evaluation is over, so that its results and runs appear. Without scripts the page
+// refreshes itself every minute (a <noscript> meta refresh) and offers a link.
+"use strict";
+(function () {
+  const box = document.getElementById("live-progress");
+  if (!box || box.dataset.finished === "true") return;
+  const url = box.dataset.progressUrl;
+  const note = document.getElementById("live-note");
+  const intervalMs = 5000;
+  let etag = null;
+
+  function field(name) { return document.querySelector('[data-field="' + name + '"]'); }
+  function text(el, value) { if (el && el.textContent !== value) el.textContent = value; }
+  // As the server's duration(): rounded, as an estimate should be.
+  function duration(seconds) {
+    const total = Math.round(seconds);
+    if (total < 90) return total + " s";
+    const minutes = Math.round(total / 60);
+    if (minutes < 90) return minutes + " min";
+    return Math.floor(minutes / 60) + " h " + String(minutes % 60).padStart(2, "0") + " min";
+  }
+  function outcomes(counts) {
+    return Object.keys(counts || {}).sort()
+      .map((k) => k.replace(/_/g, " ") + ": " + counts[k]).join(", ");
+  }
+
+  function show(p) {
+    const state = field("state");
+    text(state, p.state);
+    if (state) state.className = "badge status-" + p.state;
+    const bar = field("bar");
+    if (bar) { bar.max = Math.max(1, p.recordings_total); bar.value = p.recordings_done; }
+    text(field("count"), p.recordings_done + " / " + p.recordings_total + " recordings" +
+      (p.state === "scoring" ? ", all run; computing the scores." : "."));
+    text(field("outcomes"), outcomes(p.outcomes));
+    const asOf = field("as-of");
+    if (asOf && p.as_of) {
+      asOf.setAttribute("datetime", p.as_of);
+      text(asOf, p.as_of.slice(11, 16));
+    }
+    const held = field("held-by");
+    if (held) { held.hidden = !p.held_by; text(held, p.held_by ? "Held by a platform fault: " + p.held_by : ""); }
+    const eta = field("eta");
+    if (eta) {
+      const known = p.estimated_remaining_s !== null && p.estimated_remaining_s !== undefined;
+      eta.hidden = !known;
+      text(eta, known ? "About " + duration(p.estimated_remaining_s) + " left: an estimate from the " + p.estimate_basis + "." : "");
+    }
+  }
+
+  function schedule() { window.setTimeout(poll, intervalMs); }
+
+  async function poll() {
+    let response;
+    try {
+      const headers = { Accept: "application/json" };
+      if (etag) headers["If-None-Match"] = etag;
+      response = await fetch(url, { credentials: "same-origin", headers: headers, cache: "no-store" });
+    } catch (e) {
+      text(note, "Live updates paused: the server did not answer; retrying.");
+      return schedule();
+    }
+    if (response.status === 304) return schedule();
+    if (!response.ok) { text(note, "Live updates stopped (" + response.status + "): reload the page."); return; }
+    etag = response.headers.get("ETag");
+    const p = await response.json();
+    show(p);
+    if (["done", "failed", "cancelled"].includes(p.status)) { window.location.reload(); return; }
+    text(note, "Updating live.");
+    schedule();
+  }
+
+  text(note, "Updating live.");
+  schedule();
+})();
