@@ -30,9 +30,11 @@ def test_messages_are_sentences_by_field() -> None:
     assert typed.errors == {"name": "At most 200 characters.", "days": "Give a whole number."}
     assert typed.values == {"name": "x" * 201, "days": "soon"}
     ok = forms.check(forms_model(), {"name": "a", "days": "3"})
-    assert ok.ok and ok.model is not None
+    assert ok.ok
+    assert ok.model is not None
     ok.fail(BadRequest("name: is taken"))
-    assert ok.errors == {"name": "Is taken"} and ok.status_code == 400
+    assert ok.errors == {"name": "Is taken"}
+    assert ok.status_code == 400
     ok.fail(BadRequest("something else went wrong"))
     assert ok.errors[forms.FORM] == "something else went wrong"
 
@@ -55,13 +57,12 @@ def test_sign_up_errors_stay_by_their_field(client: TestClient, db_session: Sess
         {"email": "typed@example.org", "password": "short", "name": "N" * 250},
     )
     assert r.status_code == 400
-    assert "Bad request" not in r.text and "body." not in r.text
+    assert "Bad request" not in r.text
+    assert "body." not in r.text
     assert _field_error(r.text, "name") == "At most 200 characters."
     assert 'value="typed@example.org"' in r.text
     assert 'value="short"' not in r.text  # a password is never sent back
-    r = post_form(
-        client, "/signup", "/signup", {"email": "typed@example.org", "password": "short"}
-    )
+    r = post_form(client, "/signup", "/signup", {"email": "typed@example.org", "password": "short"})
     assert r.status_code == 400
     assert "at least" in _field_error(r.text, "password")
     assert 'aria-describedby="password-error"' in r.text
@@ -83,7 +84,8 @@ def test_account_token_and_password_forms(client: TestClient, db_session: Sessio
     )
     assert r.status_code == 400
     assert _field_error(r.text, "expires-in-days") == "Give a whole number."
-    assert 'value="laptop"' in r.text and 'value="ten"' in r.text
+    assert 'value="laptop"' in r.text
+    assert 'value="ten"' in r.text
     r = post_form(client, "/tokens", "/tokens", {"name": "laptop", "expires_in_days": "9999"})
     assert _field_error(r.text, "expires-in-days") == "Give 3650 or less."
     r = post_form(client, "/tokens", "/tokens", {"name": "laptop", "scopes": "nonsense"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -192,17 +192,17 @@ def progress(
         if finished or (view.recordings and not coarse)
         else None
     )
-    running = evaluation.status == EvaluationStatus.RUNNING
-    scoring = running and shown.all_run
+    status = shown_status(evaluation, shown)
+    state = shown_state(evaluation, shown)
     estimate, basis = (None, None)
-    if running and not scoring:
+    if status == EvaluationStatus.RUNNING and state != "scoring":
         if coarse:
             estimate, basis = _coarse_remaining(view, evaluation, shown, now)
         else:
             estimate, basis = _remaining(session, evaluation, view.run_resources)
     return Progress(
-        status=evaluation.status,
-        state="scoring" if scoring else evaluation.status.value,
+        status=status,
+        state=state,
         detail=shown.detail.value,
         recordings_done=shown.done,
         recordings_total=shown.total,
@@ -212,6 +212,7 @@ def progress(
         failed_recordings=failed,
         complete=None if failed is None or not finished else failed == 0,
         estimated_remaining_s=estimate,
+        estimated_finish_at=None if estimate is None else now + timedelta(seconds=estimate),
         estimate_basis=basis,
         held_by=platform_hold(session, evaluation),
     )
@@ -226,11 +227,25 @@ def display_state(evaluation: Evaluation) -> str:
     return evaluation.status.value
 
 
+_ACTIVE = (EvaluationStatus.RUNNING, EvaluationStatus.SCORING)
+
+
+def shown_status(evaluation: Evaluation, shown: disclosure.ShownProgress) -> EvaluationStatus:
+    """The status as the viewer of ``shown`` may see it: a coarse view sees an evaluation
+    scoring only once its shown progress has every recording run (the worker's switch to
+    scoring would tell when the last run finished)."""
+    coarse = shown.detail == disclosure.ProgressDetail.COARSE
+    if coarse and evaluation.status in _ACTIVE and not shown.all_run:
+        return EvaluationStatus.RUNNING
+    return evaluation.status
+
+
 def shown_state(evaluation: Evaluation, shown: disclosure.ShownProgress) -> str:
     """:func:`display_state` from the progress a viewer may follow."""
-    if evaluation.status == EvaluationStatus.RUNNING and shown.all_run:
+    status = shown_status(evaluation, shown)
+    if status == EvaluationStatus.SCORING or (status in _ACTIVE and shown.all_run):
         return "scoring"
-    return evaluation.status.value
+    return status.value
 
 
 def _coarse_remaining(
@@ -401,10 +416,11 @@ def to_out(
     dv = evaluation.dataset_version
     view = shown[0] if shown else None
     done = shown[1].done if shown else evaluation.recordings_done
+    status = shown_status(evaluation, shown[1]) if shown else evaluation.status
     return EvaluationOut(
         id=evaluation.id,
         kind=evaluation.kind,
-        status=evaluation.status,
+        status=status,
         algorithm_id=version.algorithm_id,
         algorithm=version.algorithm.name,
         algorithm_version_id=version.id,

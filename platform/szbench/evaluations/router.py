@@ -120,8 +120,10 @@ def get_progress(
         viewer=caller.user,
     )
     body = progress.model_dump_json().encode()
-    # The answer moves with the runs (no change counter is bumped per run): tagged by content.
-    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    # The answer moves with the runs (no change counter is bumped per run): tagged by its
+    # content, less the seconds left, which move with the clock (the finish moment is in it).
+    tagged = progress.model_dump_json(exclude={"estimated_remaining_s"}).encode()
+    etag = '"' + hashlib.sha256(tagged).hexdigest()[:32] + '"'
     return cached_json(request, Answer(body, etag), signed_in=True)
 
 

@@ -81,6 +81,11 @@ class Progress(BaseModel):
         description="An estimate, not a promise, of the seconds left in a running evaluation; "
         "estimate_basis says what it rests on.",
     )
+    estimated_finish_at: datetime | None = Field(
+        default=None,
+        description="When the estimate says it will finish (for a coarse view: rounded up to "
+        "the progress clock).",
+    )
     estimate_basis: str | None = None
     held_by: str | None = Field(
         default=None,

@@ -30,6 +30,7 @@ from szbench.auth import accounts
 from szbench.auth.dependencies import Principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
+from szbench.evaluations.queries import shown_state
 from szbench.web import charts
 
 HERE = Path(__file__).resolve().parent
@@ -56,6 +57,7 @@ def _duration(seconds: float) -> str:
 
 
 templates.env.filters["pct"] = _pct
+templates.env.globals["shown_state"] = shown_state
 templates.env.globals["duration"] = _duration
 templates.env.filters["num"] = charts.fmt
 

@@ -9,6 +9,7 @@ recording timelines).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -455,7 +456,11 @@ def smoke_rejection(evaluation: Evaluation, version: AlgorithmVersion | None) ->
         or version.status != VersionStatus.REJECTED
     ):
         return None
-    reason = (version.status_message or "").removeprefix("Smoke test failed").lstrip(": ")
-    reason = reason.strip() or "its run did not produce a valid output"
+    # The pipeline writes "Smoke test failed (<outcome>): <why>" or "Smoke test failed: <why>".
+    match = re.match(r"Smoke test failed(?: \(([^)]*)\))?:?\s*(.*)", version.status_message or "")
+    outcome, reason = (match.group(1), match.group(2)) if match else (None, "")
+    reason = reason.strip().rstrip(".") or "its run did not produce a valid output"
     reason = reason[:1].lower() + reason[1:]
+    if outcome:
+        reason += f" ({outcome.replace('_', ' ')})"
     return reason if reason.endswith(".") else reason + "."
