@@ -267,13 +267,18 @@ def test_evaluation_list_get_progress(
     assert progress == {
         "status": "done",
         "state": "done",
+        # Held-out data, anonymous: coarse (issue 23.8), which once it is over is the count.
+        "detail": "coarse",
         "recordings_done": 2,
         "recordings_total": 2,
+        "fraction_done": 1.0,
+        "as_of": None,
         "outcomes": {"ok": 1, "failed": 1},
         # A count per evaluation once it is over (issue 16 point 1); no estimate when done.
         "failed_recordings": 1,
         "complete": False,
         "estimated_remaining_s": None,
+        "estimated_finish_at": None,
         "estimate_basis": None,
         # A finished evaluation waits on no platform fault (issue 21's Progress.held_by).
         "held_by": None,

@@ -207,7 +207,7 @@ def progress(
         recordings_done=shown.done,
         recordings_total=shown.total,
         fraction_done=round(shown.fraction, 4),
-        as_of=shown.as_of if coarse else None,
+        as_of=shown.as_of if coarse and not finished else None,
         outcomes=disclosure.outcome_summary(view, counts, finished=finished),
         failed_recordings=failed,
         complete=None if failed is None or not finished else failed == 0,

@@ -10,6 +10,7 @@
   const note = document.getElementById("live-note");
   const intervalMs = 5000;
   let etag = null;
+  let last = null;
 
   function field(name) { return document.querySelector('[data-field="' + name + '"]'); }
   function text(el, value) { if (el && el.textContent !== value) el.textContent = value; }
@@ -44,9 +45,10 @@
     if (held) { held.hidden = !p.held_by; text(held, p.held_by ? "Held by a platform fault: " + p.held_by : ""); }
     const eta = field("eta");
     if (eta) {
-      const known = p.estimated_remaining_s !== null && p.estimated_remaining_s !== undefined;
-      eta.hidden = !known;
-      text(eta, known ? "About " + duration(p.estimated_remaining_s) + " left: an estimate from the " + p.estimate_basis + "." : "");
+      // From the finish moment, so that an unchanged answer (304) still counts down.
+      const left = p.estimated_finish_at ? Math.max(0, (Date.parse(p.estimated_finish_at) - Date.now()) / 1000) : null;
+      eta.hidden = left === null;
+      text(eta, left !== null ? "About " + duration(left) + " left: an estimate from the " + p.estimate_basis + "." : "");
     }
   }
 
@@ -62,10 +64,11 @@
       text(note, "Live updates paused: the server did not answer; retrying.");
       return schedule();
     }
-    if (response.status === 304) return schedule();
+    if (response.status === 304) { if (last) show(last); return schedule(); }
     if (!response.ok) { text(note, "Live updates stopped (" + response.status + "): reload the page."); return; }
     etag = response.headers.get("ETag");
     const p = await response.json();
+    last = p;
     show(p);
     if (["done", "failed", "cancelled"].includes(p.status)) { window.location.reload(); return; }
     text(note, "Updating live.");
