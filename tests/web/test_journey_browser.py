@@ -10,13 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from szbench.db import session_scope
-from szbench.models import DatasetKind, Role
+from szbench.models import (
+    DatasetKind,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    Role,
+    RunOutcome,
+    VersionStatus,
+)
 from tests.platform import factories as f
 
 from .axe import assert_no_axe_violations
@@ -36,6 +46,9 @@ class Site:
     ids: dict[str, int]
 
 
+LONG_AGO = datetime.now(UTC) - timedelta(days=1)
+
+
 def seed() -> dict[str, int]:
     with session_scope() as s:
         f.user(s, Role.ADMIN, email=ADMIN, password=PASSWORD, name="Ada")
@@ -43,8 +56,43 @@ def seed() -> dict[str, int]:
         ds = f.dataset(s, DatasetKind.HELD_OUT, slug="journey-held", title="Held out")
         dv = f.dataset_version(s, ds, version="v1")
         algo = f.algorithm(s, alice, name="journey-algo", title="Journey")
-        ev = f.evaluation(s, f.version(s, algo, version="1.0"), dv)
-        return {"alice": alice.id, "algo": algo.id, "evaluation": ev.id}
+        version = f.version(s, algo, version="1.0")
+        ev = f.evaluation(s, version, dv)
+        ids = {"alice": alice.id, "algo": algo.id, "evaluation": ev.id}
+        # Two running evaluations (one per width) with one of four recordings run long ago.
+        for width in WIDTHS:
+            running = f.evaluation(
+                s, version, dv, status=EvaluationStatus.RUNNING, recordings_total=4,
+                recordings_done=1, started_at=LONG_AGO,
+            )  # fmt: skip
+            f.run(s, running, f.recording(s, dv), finished_at=LONG_AGO)
+            ids[f"running-{width}"] = running.id
+        # A version its smoke test rejected.
+        rejected = f.version(
+            s, algo, version="1.1", status=VersionStatus.REJECTED,
+            status_message="Smoke test failed (crashed): the container exited with code 1",
+        )  # fmt: skip
+        sample = f.dataset_version(s, f.dataset(s, DatasetKind.PUBLIC_SAMPLE, slug="sample"))
+        smoke = f.evaluation(s, rejected, sample, kind=EvaluationKind.SMOKE_TEST,
+                             recordings_total=1, recordings_done=1)  # fmt: skip
+        f.run(s, smoke, f.recording(s, sample), outcome=RunOutcome.CRASHED)
+        ids["smoke"] = smoke.id
+        return ids
+
+
+def _finish_runs(evaluation_id: int) -> None:
+    """The worker's part: the other three recordings ran (before the clock's last tick)."""
+    with session_scope() as s:
+        ev = s.get_one(Evaluation, evaluation_id)
+        for _ in range(3):
+            f.run(s, ev, f.recording(s, ev.dataset_version), finished_at=LONG_AGO)
+        ev.recordings_done = 4
+
+
+def _finish(evaluation_id: int) -> None:
+    with session_scope() as s:
+        ev = s.get_one(Evaluation, evaluation_id)
+        ev.status, ev.finished_at = EvaluationStatus.DONE, datetime.now(UTC)
 
 
 @pytest.fixture
@@ -92,4 +140,55 @@ def test_form_errors_sit_by_their_field(browser: Any, site: Site, width: int) ->
     assert page.get_by_label("Name").input_value() == "laptop"
     fits(page)
     assert_no_axe_violations(page, f"/tokens with an error at {width} px")
+    watched.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_evaluation_page_follows_progress_live(browser: Any, site: Site, width: int) -> None:
+    watched = Watched(browser, width)
+    page = watched.page()
+    sign_in(page, site.url, ALICE)
+    evaluation_id = site.ids[f"running-{width}"]
+    page.goto(f"{site.url}/evaluations/{evaluation_id}")
+    count = page.locator('[data-field="count"]')
+    assert count.inner_text() == "1 / 4 recordings."
+    # Held-out data for its owner: quarters as of the clock's tick, said so on the page.
+    assert "in quarters" in page.locator("#coarse-note").inner_text()
+    assert page.locator("#eta").is_visible()
+    expect(page.locator("#live-note")).to_have_text("Updating live.")
+    fits(page)
+    assert_no_axe_violations(page, f"/evaluations/{evaluation_id} running at {width} px")
+    # No reload: the page polls the progress answer and updates in place.
+    page.evaluate("window.notReloaded = true")
+    _finish_runs(evaluation_id)
+    expect(count).to_contain_text("4 / 4", timeout=20000)
+    assert "computing the scores" in count.inner_text()
+    assert page.locator("#eval-state").inner_text() == "scoring"
+    assert page.evaluate("window.notReloaded") is True
+    # Over: the page reloads once to show the results.
+    _finish(evaluation_id)
+    expect(page.locator("#eval-state")).to_have_text("done", timeout=20000)
+    page.wait_for_load_state()
+    assert page.evaluate("window.notReloaded") is None
+    assert page.locator("#live-note").count() == 0
+    watched.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_rejected_smoke_test_is_one_clear_page(browser: Any, site: Site, width: int) -> None:
+    watched = Watched(browser, width)
+    page = watched.page()
+    sign_in(page, site.url, ALICE)
+    page.goto(f"{site.url}/evaluations/{site.ids['smoke']}")
+    box = page.locator("#smoke-rejected")
+    assert box.is_visible()
+    assert "rejected because the container exited with code 1 (crashed)." in box.inner_text()
+    assert "hidden until published" not in page.inner_text("main")
+    assert page.locator("#eval-state").inner_text() == "rejected"
+    page.get_by_role("link", name="Upload a fixed version").click()
+    page.wait_for_load_state()
+    assert page.url.startswith(f"{site.url}/submit")
+    page.go_back()
+    fits(page)
+    assert_no_axe_violations(page, f"smoke rejection at {width} px")
     watched.close()
