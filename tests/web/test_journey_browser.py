@@ -8,6 +8,9 @@ policy is one), checked for sideways scrolling and, where it changes, for axe vi
 
 from __future__ import annotations
 
+import io
+import json
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,9 +19,12 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import expect
+from sqlalchemy import select
 
+from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import (
+    Algorithm,
     DatasetKind,
     Evaluation,
     EvaluationKind,
@@ -191,4 +197,61 @@ def test_a_rejected_smoke_test_is_one_clear_page(browser: Any, site: Site, width
     page.go_back()
     fits(page)
     assert_no_axe_violations(page, f"smoke rejection at {width} px")
+    watched.close()
+
+
+def _image_tar(path: Path) -> Path:
+    """A small archive shaped as `docker save` writes it (a manifest naming one image)."""
+    manifest = json.dumps([{"Config": "c.json", "RepoTags": ["x:1"], "Layers": []}]).encode()
+    with tarfile.open(path, "w") as tar:
+        for name, data in (("c.json", b"{}"), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_submit_page_checks_before_sending_a_byte(
+    browser: Any, site: Site, width: int, tmp_path: Path, settings_env: pytest.MonkeyPatch
+) -> None:
+    watched = Watched(browser, width)
+    page = watched.page()
+    sign_in(page, site.url, ALICE)
+    sent: list[str] = []
+    page.on(
+        "request", lambda r: sent.append(r.method + " " + r.url) if "/uploads" in r.url else None
+    )
+    page.goto(f"{site.url}/submit")
+    page.get_by_label("Short name").fill(f"new-{width}")
+    page.get_by_label("Version label").fill("1.0")
+    # Not an image archive: refused here, in the server's words.
+    bad = tmp_path / "not-an-image.tar"
+    bad.write_bytes(b"plain text, no tar header\n" * 40)
+    page.set_input_files("#file", str(bad))
+    page.get_by_role("button", name="Submit").click()
+    alert = page.locator("#form-error")
+    expect(alert).to_contain_text("not-an-image.tar: not a tar archive")
+    # Two images in one archive: the manifest is read here too.
+    two = tmp_path / "two.tar"
+    with tarfile.open(two, "w") as tar:
+        data = json.dumps([{"Config": "a"}, {"Config": "b"}]).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    page.set_input_files("#file", str(two))
+    page.get_by_role("button", name="Submit").click()
+    expect(alert).to_contain_text("holds 2 images; submit exactly one")
+    # A good archive, but the day's submissions are used up: refused before the upload.
+    settings_env.setenv("SZBENCH_SUBMISSIONS_PER_DAY", "0")
+    get_settings.cache_clear()
+    watched.allowed.append("status of 429")
+    page.set_input_files("#file", str(_image_tar(tmp_path / "good.tar")))
+    page.get_by_role("button", name="Submit").click()
+    expect(alert).to_contain_text("you have used all 0 submissions")
+    assert sent == []  # no upload session opened, no byte sent
+    with session_scope() as s:
+        assert s.scalar(select(Algorithm.id).where(Algorithm.name == f"new-{width}")) is None
+    fits(page)
+    assert_no_axe_violations(page, f"/submit refused at {width} px")
     watched.close()

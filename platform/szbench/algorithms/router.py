@@ -12,6 +12,8 @@ from szbench.algorithms.schemas import (
     AlgorithmDetail,
     AlgorithmOut,
     AlgorithmUpdate,
+    PreflightIn,
+    PreflightOut,
     VersionCreate,
     VersionOut,
 )
@@ -90,6 +92,16 @@ def list_versions(
         limit=page.limit,
         offset=page.offset,
     )
+
+
+@router.post("/preflight", response_model=PreflightOut)
+def preflight(body: PreflightIn, session: SessionDep, caller: Submitter) -> PreflightOut:
+    """Check a submission before sending its archive: the version label, the phase and its
+    dates, the quotas, the archive's name and size (the same refusals as the submit itself;
+    nothing is written). A new algorithm's name that the caller already has answers its id."""
+    assert caller.user is not None
+    found = service.preflight(session, user=caller.user, **body.model_dump())
+    return PreflightOut(existing_algorithm_id=found.id if found is not None else None)
 
 
 @router.post(

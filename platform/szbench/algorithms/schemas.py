@@ -53,6 +53,30 @@ class VersionCreate(BaseModel):
     wants_gpu: bool = False
 
 
+class PreflightIn(BaseModel):
+    """What a submission will be, before any byte of its archive is sent."""
+
+    algorithm_id: int | None = Field(
+        default=None, ge=1, le=2**31 - 1, description="An existing algorithm of the caller's."
+    )
+    name: str | None = Field(
+        default=None, pattern=NAME_PATTERN, description="Or the short name of a new one."
+    )
+    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
+    phase: str | None = Field(default=None, max_length=100)
+    filename: str | None = Field(default=None, max_length=500, description="The archive's.")
+    size_bytes: int | None = Field(default=None, description="The archive's size.")
+
+
+class PreflightOut(BaseModel):
+    ok: bool = True
+    existing_algorithm_id: int | None = Field(
+        default=None,
+        description="The caller's algorithm of that name, when it exists already (a retry "
+        "after a refused first version): submit to it instead of creating it again.",
+    )
+
+
 class VersionOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 

@@ -273,6 +273,42 @@ def submit_version(
     return row
 
 
+def preflight(
+    session: Session,
+    *,
+    user: User,
+    version: str,
+    algorithm_id: int | None = None,
+    name: str | None = None,
+    phase: str | None = None,
+    filename: str | None = None,
+    size_bytes: int | None = None,
+) -> Algorithm | None:
+    """What :func:`submit_version` and the upload would refuse, checked before any byte of
+    the archive is sent: the version label, the phase (unknown, not open yet, closed), the
+    quotas, the archive's name and size. Writes nothing. Returns the algorithm the version
+    would go to when it exists (``algorithm_id``, or the caller's own called ``name``)."""
+    algorithm: Algorithm | None
+    if algorithm_id is not None:
+        algorithm = get_managed_algorithm(session, algorithm_id, user=user)
+    else:
+        if not name:
+            raise BadRequest("name: give the new algorithm a short name")
+        algorithm = find_algorithm(session, owner=user, name=name)
+    if algorithm is not None:
+        taken = session.scalar(
+            select(AlgorithmVersion.id).where(
+                AlgorithmVersion.algorithm_id == algorithm.id, AlgorithmVersion.version == version
+            )
+        )
+        if taken is not None:
+            raise Conflict(f"version: {algorithm.name} already has a version {version!r}")
+    check_quota(session, user=user, phase=_phase(session, phase))
+    if size_bytes is not None or filename is not None:
+        uploads.check_archive_declared(filename or "", size_bytes or 0)
+    return algorithm
+
+
 def find_algorithm(session: Session, *, owner: User, name: str) -> Algorithm | None:
     """``owner``'s algorithm called ``name``, if there is one."""
     return session.scalars(

@@ -145,6 +145,9 @@ def _evaluation_times(
 def _windowed(limit: int | None, times: list[datetime]) -> Usage:
     if not times:
         return Usage(limit=limit, used=0)
+    if limit == 0:
+        # Nothing is ever available (an operator's way to pause submissions): no reset time.
+        return Usage(limit=limit, used=len(times))
     ordered = sorted(times)
     # Over a lowered limit, a use is available again only once enough old ones have expired.
     first = len(ordered) - limit if limit is not None and len(ordered) >= limit else 0

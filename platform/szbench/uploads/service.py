@@ -128,6 +128,20 @@ def _snapshot(row: Upload) -> UploadSession:
     )
 
 
+def check_archive_declared(filename: str, size_bytes: int) -> str:
+    """The archive's declared size and name as an upload would take them (its base name),
+    or the refusal: also the submit page's preflight, before any byte is sent."""
+    limit = get_settings().max_upload_bytes
+    if size_bytes <= 0:
+        raise BadRequest("size_bytes: must be positive")
+    if size_bytes > limit:
+        raise PayloadTooLarge(f"size_bytes: {size_bytes} bytes is over the limit of {limit} bytes")
+    name = os.path.basename(filename.replace("\\", "/"))
+    if not name.lower().endswith(ARCHIVE_SUFFIXES):
+        raise BadRequest(f"filename: {name!r} is not a .tar or .tar.gz image archive")
+    return name
+
+
 def create_upload(session: Session, user: User, *, filename: str, size_bytes: int) -> UploadSession:
     """Open an upload session for ``size_bytes`` bytes of an image archive.
 
@@ -136,14 +150,7 @@ def create_upload(session: Session, user: User, *, filename: str, size_bytes: in
     ``upload_max_open_bytes`` together.
     """
     settings = get_settings()
-    limit = settings.max_upload_bytes
-    if size_bytes <= 0:
-        raise BadRequest("size_bytes: must be positive")
-    if size_bytes > limit:
-        raise PayloadTooLarge(f"size_bytes: {size_bytes} bytes is over the limit of {limit} bytes")
-    name = os.path.basename(filename.replace("\\", "/"))
-    if not name.lower().endswith(ARCHIVE_SUFFIXES):
-        raise BadRequest(f"filename: {name!r} is not a .tar or .tar.gz image archive")
+    name = check_archive_declared(filename, size_bytes)
     # The user's row is the lock that serialises their opens (and quota decisions): the
     # count below cannot be overtaken by a concurrent open.
     lock_user(session, user)

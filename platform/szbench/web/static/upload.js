@@ -105,10 +105,116 @@
     progressText.textContent = mib(offset) + " of " + mib(total) + " (" + pct + "%)" + (note ? " — " + note : "");
   }
 
-  async function ensureAlgorithm() {
+  // The archive's tar headers, read on this computer (gunzipped as they stream, for
+  // .tar.gz): the server's first checks, before any byte is sent. Sequential readers:
+  function fileReader(f) {
+    let pos = 0;
+    return {
+      async read(n) { const b = new Uint8Array(await f.slice(pos, pos + n).arrayBuffer()); pos += b.length; return b; },
+      async skip(n) { pos += n; },
+      cancel() {},
+    };
+  }
+  function streamReader(stream) {
+    const reader = stream.getReader();
+    let pending = new Uint8Array(0);
+    async function more() {
+      const next = await reader.read();
+      if (next.done) return false;
+      const joined = new Uint8Array(pending.length + next.value.length);
+      joined.set(pending);
+      joined.set(next.value, pending.length);
+      pending = joined;
+      return true;
+    }
+    return {
+      async read(n) {
+        while (pending.length < n && await more()) { /* filling */ }
+        const out = pending.slice(0, n);
+        pending = pending.slice(n);
+        return out;
+      },
+      async skip(n) {
+        while (n > 0) {
+          if (!pending.length && !(await more())) return;
+          const k = Math.min(n, pending.length);
+          pending = pending.subarray(k);
+          n -= k;
+        }
+      },
+      cancel() { reader.cancel().catch(() => {}); },
+    };
+  }
+  function cstring(bytes, start, length) {
+    const part = bytes.subarray(start, start + length);
+    const end = part.indexOf(0);
+    return new TextDecoder().decode(end < 0 ? part : part.subarray(0, end));
+  }
+  function validHeader(block) {
+    let sum = 0;
+    for (let i = 0; i < 512; i++) sum += i >= 148 && i < 156 ? 32 : block[i];
+    const stored = parseInt(cstring(block, 148, 8).trim(), 8);
+    return stored === sum;
+  }
+  async function archiveProblem(f) {
+    const magic = new Uint8Array(await f.slice(0, 2).arrayBuffer());
+    const gz = magic[0] === 0x1f && magic[1] === 0x8b;
+    if (gz && typeof DecompressionStream === "undefined") return null;  // the server checks
+    const src = gz ? streamReader(f.stream().pipeThrough(new DecompressionStream("gzip"))) : fileReader(f);
+    let headers = 0, manifest = null, index = false, longName = null;
+    try {
+      for (;;) {
+        const block = await src.read(512);
+        if (block.length < 512 || block.every((b) => b === 0)) break;
+        if (!validHeader(block)) {
+          return headers ? "the archive is damaged (a tar header's checksum is wrong)"
+            : "not a tar archive (" + (gz ? "its gunzipped start" : "its first 512 bytes") + " is not a tar header)";
+        }
+        headers += 1;
+        let name = longName || cstring(block, 0, 100);
+        longName = null;
+        const prefix = cstring(block, 345, 155);
+        if (prefix && cstring(block, 257, 5) === "ustar") name = prefix + "/" + name;
+        name = name.replace(/^\.\//, "");
+        const size = parseInt(cstring(block, 124, 12).trim() || "0", 8) || 0;
+        const type = String.fromCharCode(block[156] || 48);
+        const padded = Math.ceil(size / 512) * 512;
+        if (type === "L") { longName = cstring(await src.read(padded), 0, size); continue; }
+        if (name === "manifest.json" && type === "0" && size < 10 * 1024 * 1024) {
+          manifest = new TextDecoder().decode((await src.read(padded)).subarray(0, size));
+          continue;
+        }
+        if (name === "index.json") index = true;
+        await src.skip(padded);
+      }
+    } catch (e) {
+      return "the archive could not be read (" + (gz ? "not valid gzip" : e.message) + ")";
+    } finally {
+      src.cancel();
+    }
+    if (!headers) return "not a tar archive (it holds no file)";
+    if (manifest !== null) {
+      let images;
+      try { images = JSON.parse(manifest); } catch (e) { return "manifest.json: not valid JSON"; }
+      if (!Array.isArray(images)) return "manifest.json: expected a list of images";
+      if (images.length !== 1) return "manifest.json: the archive holds " + images.length + " images; submit exactly one";
+      if (!images[0] || !images[0].Config) return "manifest.json: the image entry has no Config";
+      return null;
+    }
+    return index ? null : "no manifest.json or index.json: not an image archive written by `docker save`";
+  }
+
+  // Created only once everything was checked and the archive is on the server; a retry
+  // after a refused first version goes to the algorithm that try made (the preflight names it).
+  async function ensureAlgorithm(existingId) {
     if (algorithmSelect.value) return Number(algorithmSelect.value);
     const value = (id) => document.getElementById(id).value.trim();
-    if (!value("name")) throw new ApiError(400, "name: give the new algorithm a short name");
+    if (existingId) {
+      const option = new Option(value("name"), String(existingId), true, true);
+      algorithmSelect.add(option);
+      syncAlgorithmFields();
+      return existingId;
+    }
     const created = await api("POST", "/api/v1/algorithms", {
       name: value("name"), title: value("title"), authors: value("authors"),
       licence: value("licence"), description: value("description"), visibility: value("visibility"),
@@ -183,20 +289,37 @@
     if (!version) { showError("version: give this version a label, e.g. 1.0.0"); return; }
     if (source === "upload" && !file) { showError("image: choose or drop an image archive (.tar or .tar.gz)"); return; }
     if (source === "reference" && !reference) { showError("image_reference: give a reference pinned by digest"); return; }
+    if (!algorithmSelect.value && !document.getElementById("name").value.trim()) {
+      showError("name: give the new algorithm a short name"); return;
+    }
     button.disabled = true;
     try {
-      status("Saving the algorithm…");
-      const algorithmId = await ensureAlgorithm();
       const body = { version: version, wants_gpu: document.getElementById("wants-gpu").checked };
       const phase = document.getElementById("phase");
       if (phase && phase.value) body.phase = phase.value;
+      // Before any byte is sent: the archive's header and manifest here, then the quotas,
+      // the phase and its dates, the version label, the size on the server.
+      if (source === "upload") {
+        status("Checking the archive on this computer…");
+        const problem = await archiveProblem(file);
+        if (problem) throw new ApiError(400, file.name + ": " + problem);
+      }
+      status("Checking quotas, phase and version…");
+      const check = { version: version, phase: body.phase || null };
+      if (algorithmSelect.value) check.algorithm_id = Number(algorithmSelect.value);
+      else check.name = document.getElementById("name").value.trim();
+      if (source === "upload") { check.filename = file.name; check.size_bytes = file.size; }
+      const ready = await api("POST", "/api/v1/algorithms/preflight", check);
       if (source === "upload") {
         status("Uploading…");
         body.upload_id = await upload(file);
-        status("Checking the image archive…");
       } else {
         body.image_reference = reference;
       }
+      status(ready.existing_algorithm_id && !algorithmSelect.value
+        ? "Submitting to your algorithm " + check.name + " (made by an earlier try)…" : "Saving the algorithm…");
+      const algorithmId = await ensureAlgorithm(ready.existing_algorithm_id);
+      if (source === "upload") status("Checking the image archive…");
       let created;
       try {
         created = await api("POST", "/api/v1/algorithms/" + algorithmId + "/versions", body);
