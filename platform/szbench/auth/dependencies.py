@@ -129,6 +129,18 @@ def get_principal(
     return _resolve(request, session, _credential(request))
 
 
+def browser_principal(request: Request, session: SessionDep) -> Principal:
+    """Whoever the session cookie names, or nobody: never a refusal (for pages that answer
+    anyone, such as "no page here", which should still show the signed-in navigation)."""
+    secret = read_session_cookie(request)
+    if not secret:
+        return Principal(None)
+    try:
+        return _resolve(request, session, (secret, True))
+    except Unauthorized:
+        return Principal(None)
+
+
 def _check_scope(request: Request, principal: Principal, *, admin: bool = False) -> None:
     needed = "read" if request.method in _SAFE_METHODS else "write"
     if needed not in principal.scopes:

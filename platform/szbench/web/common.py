@@ -13,6 +13,7 @@ SameSite and the Origin check.
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,12 +23,13 @@ from fastapi import Depends, Form, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench import __version__
 from szbench.api.errors import http_error_headers
 from szbench.auth import accounts
-from szbench.auth.dependencies import Principal, get_principal
+from szbench.auth.dependencies import Principal, browser_principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
 from szbench.evaluations.queries import shown_state
@@ -38,6 +40,42 @@ CSRF_COOKIE = "szbench_csrf"
 CSRF_FIELD = "csrf_token"
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+_ISOLATE_OPENERS = "\u2066\u2067\u2068"
+_FSI, _PDI = "\u2068", "\u2069"
+
+
+def isolate_bidi(value: Any) -> Any:
+    """Every value a template prints, as the template engine's ``finalize``: a string that
+    carries bidirectional controls (U+202E, right-to-left override, reverses the text after
+    it up to the end of the line) is put in a first-strong isolate (U+2068 ... U+2069), the
+    plain-text form of ``<bdi>``, which ends every override or embedding opened inside it;
+    a stray closing U+2069 that would close an isolate outside it is dropped. It applies in
+    text and in attribute values alike, so no place that shows user text is missed.
+
+    >>> isolate_bidi("evil\u202etxt.exe") == "\u2068evil\u202etxt.exe\u2069"
+    True
+    >>> isolate_bidi("x\u2069\u202ey")
+    '\u2068x\u202ey\u2069'
+    """
+    if not isinstance(value, str) or isinstance(value, Markup):
+        return value
+    if not _BIDI_CONTROLS.search(value):
+        return value
+    depth, kept = 0, []
+    for char in value:
+        if char in _ISOLATE_OPENERS:
+            depth += 1
+        elif char == _PDI:
+            if depth == 0:
+                continue
+            depth -= 1
+        kept.append(char)
+    return _FSI + "".join(kept) + _PDI * (depth + 1)
+
+
+templates.env.finalize = isolate_bidi
 templates.env.globals.update(fmt=charts.fmt, app_version=__version__, csrf_field=CSRF_FIELD)
 
 
@@ -162,6 +200,19 @@ _NON_PAGE_PREFIXES = ("/api/", "/healthz", "/readyz", "/metrics", "/static/")
 def is_page_request(request: Request) -> bool:
     path = request.url.path
     return not path.startswith(_NON_PAGE_PREFIXES) and not path.endswith(".json")
+
+
+def install_not_found(app: Any) -> None:
+    """Last of all routes: a GET that no route takes answers "no page here" with the caller
+    resolved from the session cookie, so a signed-in user's navigation stays signed in
+    (Starlette's own 404 runs before any dependency, and its page offered "Sign in")."""
+
+    async def no_page(
+        request: Request, _seen: Annotated[Principal, Depends(browser_principal)]
+    ) -> None:
+        raise StarletteHTTPException(404)
+
+    app.add_api_route("/{path:path}", no_page, methods=["GET", "HEAD"], include_in_schema=False)
 
 
 def install_error_pages(app: Any) -> None:

@@ -207,8 +207,8 @@ def leaderboard(
     if sort not in leaderboards.SORT_KEYS:
         raise BadRequest(
             f"This leaderboard cannot be sorted by {sort[:50]!r}. It sorts by rank, "
-            "algorithm, subjects, recordings or a metric (event_f1, event_fp_rate, ...); "
-            "use the column headings."
+            "algorithm, subjects, recordings or a metric (event F1, false positives per "
+            "day, ...); use the column headings."
         )
     query = leaderboards.BoardQuery(
         slug=slug,
