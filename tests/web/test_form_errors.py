@@ -142,3 +142,49 @@ def test_notifications_url_too_long_is_a_field_error(
     assert r.status_code == 400
     assert _field_error(r.text, "webhook-url") == "At most 2000 characters."
     assert long_url in r.text
+
+
+def _every_override_isolated(page: str, where: str) -> None:
+    """Each U+202E sits inside a first-strong isolate, and the isolates are balanced."""
+    depth = 0
+    for char in page:
+        if char == "\u2068":
+            depth += 1
+        elif char == "\u2069":
+            depth -= 1
+            assert depth >= 0, where
+        elif char == "\u202e":
+            assert depth > 0, where
+    assert depth == 0, where
+
+
+def test_bidi_controls_stay_inside_an_isolate_on_every_page(
+    client: TestClient, db_session: Session
+) -> None:
+    from szbench.models import DatasetKind
+
+    owner = f.user(db_session, email="bidi@example.org", password=PASSWORD, name="Eve\u202e")
+    algo = f.algorithm(db_session, owner, name="bidi", title="txt.\u202eexe")
+    ds = f.dataset(db_session, DatasetKind.PUBLIC_SAMPLE, slug="bidi-sample")
+    ev = f.evaluation(db_session, f.version(db_session, algo), f.dataset_version(db_session, ds))
+    f.result(db_session, ev, {"01": {"event_f1": 0.5}})
+    for path in (f"/algorithms/{algo.id}", "/leaderboards/bidi-sample", f"/evaluations/{ev.id}"):
+        page = client.get(path).text
+        assert "txt.\u202eexe" in page, path
+        _every_override_isolated(page, path)
+    sign_in(client, "bidi@example.org")
+    assert "\u2068Eve\u202e\u2069" in client.get("/account").text
+
+
+def test_a_signed_in_users_404_keeps_the_navigation(
+    client: TestClient, db_session: Session
+) -> None:
+    f.user(db_session, email="lost@example.org", password=PASSWORD)
+    sign_in(client, "lost@example.org")
+    r = client.get("/nowhere/at/all")
+    assert r.status_code == 404
+    assert 'form action="/logout"' in r.text or 'action="/logout"' in r.text
+    assert 'href="/login' not in r.text
+    api = client.get("/api/v1/nowhere")
+    assert api.status_code == 404
+    assert api.json()["error"] == "NotFound"

@@ -26,6 +26,7 @@ from szbench.db import session_scope
 from szbench.models import (
     Algorithm,
     DatasetKind,
+    Disclosure,
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
@@ -59,12 +60,20 @@ def seed() -> dict[str, int]:
     with session_scope() as s:
         f.user(s, Role.ADMIN, email=ADMIN, password=PASSWORD, name="Ada")
         alice = f.user(s, email=ALICE, password=PASSWORD, name="Alice")
-        ds = f.dataset(s, DatasetKind.HELD_OUT, slug="journey-held", title="Held out")
+        ds = f.dataset(
+            s, DatasetKind.HELD_OUT, slug="journey-held", title="Held out",
+            disclosure=Disclosure.SUBJECT,
+        )  # fmt: skip
         dv = f.dataset_version(s, ds, version="v1")
-        algo = f.algorithm(s, alice, name="journey-algo", title="Journey")
+        # A title with a right-to-left override (U+202E) in it.
+        algo = f.algorithm(s, alice, name="journey-algo", title="Journey \u202ereversed")
         version = f.version(s, algo, version="1.0")
         ev = f.evaluation(s, version, dv)
-        ids = {"alice": alice.id, "algo": algo.id, "evaluation": ev.id}
+        f.result(s, ev, {f"0{i}": {"event_f1": v} for i, v in enumerate((0.9, 0.8, 0.7), 1)})
+        other = f.algorithm(s, alice, name="a-rather-long-algorithm-name-for-phones")
+        ev2 = f.evaluation(s, f.version(s, other, version="2.0.0-beta"), dv)
+        f.result(s, ev2, {f"0{i}": {"event_f1": v} for i, v in enumerate((0.5, 0.6, 0.2), 1)})
+        ids = {"alice": alice.id, "algo": algo.id, "evaluation": ev.id, "evaluation2": ev2.id}
         # Two running evaluations (one per width) with one of four recordings run long ago.
         for width in WIDTHS:
             running = f.evaluation(
@@ -254,4 +263,41 @@ def test_the_submit_page_checks_before_sending_a_byte(
         assert s.scalar(select(Algorithm.id).where(Algorithm.name == f"new-{width}")) is None
     fits(page)
     assert_no_axe_violations(page, f"/submit refused at {width} px")
+    watched.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_bidi_text_404_and_the_phone_comparison(browser: Any, site: Site, width: int) -> None:
+    watched = Watched(browser, width)
+    page = watched.page()
+    sign_in(page, site.url, ALICE)
+    # The override in the title stays inside it: what follows it is not reordered.
+    page.goto(f"{site.url}/algorithms/{site.ids['algo']}")
+    title = page.locator("h1 bdi").bounding_box()
+    name = page.locator("h1 .muted").bounding_box()
+    assert title is not None
+    assert name is not None
+    assert name["x"] > title["x"] or name["y"] > title["y"]
+    assert "\u2068" in page.locator("h1 bdi").inner_text()  # the isolate around the title
+    # A page that does not exist, for a signed-in user: the navigation stays signed in.
+    watched.allowed.append("status of 404")
+    page.goto(f"{site.url}/no/such/page")
+    assert page.locator("h1").inner_text() == "Not found"
+    assert page.locator("form[action='/logout']").count() == 1
+    assert page.locator("a[href^='/login']").count() == 0
+    watched.allowed.clear()
+    # The comparison on a phone: the difference and the p-value are on screen.
+    first, second = site.ids["evaluation"], site.ids["evaluation2"]
+    page.goto(f"{site.url}/compare?evaluation={first}&evaluation={second}")
+    row = page.locator("#paired-tests tbody tr").first
+    viewport = page.viewport_size
+    assert viewport is not None
+    for label in ("Mean difference", "p-value"):
+        cell = row.locator(f"td[data-label='{label}']")
+        box = cell.bounding_box()
+        assert box is not None
+        assert box["x"] + box["width"] <= viewport["width"], (label, box)
+    assert row.locator("td[data-label='Mean difference']").inner_text().strip() == "0.367"
+    fits(page)
+    assert_no_axe_violations(page, f"/compare at {width} px")
     watched.close()
