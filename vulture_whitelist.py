@@ -106,3 +106,7 @@ _.polling_interval
 # What a recording fetch cost (szbench_worker.recordings.Located), for callers and tests
 # that account for fetched bytes (tests/worker/test_recording_cache.py, the fetch benchmark).
 _.fetched_bytes
+# Jinja reads the environment's finalize (szbench.web.common.isolate_bidi).
+_.finalize
+# The timing bound that docs/security.md states (its doctest and tests compute it).
+_.timing_bits_per_evaluation

@@ -218,15 +218,6 @@ def progress(
     )
 
 
-def display_state(evaluation: Evaluation) -> str:
-    """The status as people should read it: a running evaluation whose every recording has
-    finished waits for its scoring (it can no longer be cancelled)."""
-    done, total = evaluation.recordings_done, evaluation.recordings_total
-    if evaluation.status == EvaluationStatus.RUNNING and 0 < total <= done:
-        return "scoring"
-    return evaluation.status.value
-
-
 _ACTIVE = (EvaluationStatus.RUNNING, EvaluationStatus.SCORING)
 
 
@@ -241,7 +232,9 @@ def shown_status(evaluation: Evaluation, shown: disclosure.ShownProgress) -> Eva
 
 
 def shown_state(evaluation: Evaluation, shown: disclosure.ShownProgress) -> str:
-    """:func:`display_state` from the progress a viewer may follow."""
+    """The status as people should read it, from the progress a viewer may follow: a
+    running evaluation whose every recording has finished waits for its scoring (it can no
+    longer be cancelled)."""
     status = shown_status(evaluation, shown)
     if status == EvaluationStatus.SCORING or (status in _ACTIVE and shown.all_run):
         return "scoring"
