@@ -38,7 +38,6 @@ from szbench.users.router import router as users_router
 from szbench.web import install as install_web
 from szbench.web.api_docs import install as install_api_docs
 from szbench.workers.router import router as workers_router
-from szbench.web.common import install_not_found
 
 API_PREFIX = "/api/v1"
 
@@ -95,7 +94,6 @@ def create_app(*, extra: list[Callable[[FastAPI], None]] | None = None) -> FastA
     install_api_docs(app, f"{API_PREFIX}/docs")
     for hook in [*EXTRA_ROUTERS, *(extra or [])]:
         hook(app)
-    install_not_found(app)
 
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DatabaseCollector())

@@ -397,7 +397,8 @@ def test_platform_faults_are_given_back_and_the_submitters_are_not(
     # A rerun that failed (only platform faults fail an evaluation): given back.
     f.evaluation(db_session, version, dv, status=EvaluationStatus.FAILED, created_by_id=owner.id)
     f.evaluation(db_session, version, dv, status=EvaluationStatus.DONE, created_by_id=owner.id)
-    # A version whose smoke test crashed (its image could not start): the submitter's, counted.
+    # A version whose smoke test crashed (its image could not start): the submitter's, but it
+    # never reached held-out data (issue 23.6): a submission of the day, no held-out slot.
     crashed = f.version(db_session, f.algorithm(db_session, owner), status=VersionStatus.REJECTED)
     smoke = f.evaluation(
         db_session, crashed, sample, status=EvaluationStatus.DONE, kind=EvaluationKind.SMOKE_TEST
@@ -412,9 +413,11 @@ def test_platform_faults_are_given_back_and_the_submitters_are_not(
 
     usage = quotas.held_out_usage(db_session, owner)
 
-    # version + done re-run + crashed version
-    assert usage.used == 3
-    assert usage.remaining == 7
+    # version + done re-run
+    assert usage.used == 2
+    assert usage.remaining == 8
+    # The crashed one is a submission of the day (the infrastructure-failed one is not).
+    assert quotas.submissions_usage(db_session, owner).used == 2
 
 
 def test_phase_quota_covers_reruns(

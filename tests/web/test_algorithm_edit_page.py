@@ -49,7 +49,7 @@ def test_owner_edits_links_and_withdraws(
         in r.text
     )
     assert 'id="paper-link"' not in r.text
-    assert "<h1>Edited" in r.text
+    assert "<h1><bdi>Edited" in r.text
     entry = f'href="/algorithms/{algo.id}?evaluation={ev.id}"'
     assert entry in client.get(f"/leaderboards/{ds.slug}").text
     r = post_form(client, edit, f"/algorithms/{algo.id}/withdraw")

@@ -13,6 +13,8 @@ SameSite and the Origin check.
 from __future__ import annotations
 
 import hmac
+import inspect
+import logging
 import re
 import secrets
 from pathlib import Path
@@ -24,11 +26,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from szbench import __version__
+from szbench.api.deps import get_session
 from szbench.api.errors import http_error_headers
 from szbench.auth import accounts
+from szbench.auth.cookies import read_session_cookie
 from szbench.auth.dependencies import Principal, browser_principal, get_principal
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
@@ -202,17 +207,29 @@ def is_page_request(request: Request) -> bool:
     return not path.startswith(_NON_PAGE_PREFIXES) and not path.endswith(".json")
 
 
-def install_not_found(app: Any) -> None:
-    """Last of all routes: a GET that no route takes answers "no page here" with the caller
-    resolved from the session cookie, so a signed-in user's navigation stays signed in
-    (Starlette's own 404 runs before any dependency, and its page offered "Sign in")."""
-
-    async def no_page(
-        request: Request, _seen: Annotated[Principal, Depends(browser_principal)]
-    ) -> None:
-        raise StarletteHTTPException(404)
-
-    app.add_api_route("/{path:path}", no_page, methods=["GET", "HEAD"], include_in_schema=False)
+async def _resolve_nav(request: Request) -> None:
+    """Who the session cookie names, for the navigation of a page that no route took
+    (Starlette's 404 runs before any dependency, so a signed-in user's "no page here" would
+    offer "Sign in"). Through the app's own session dependency; never a refusal."""
+    if getattr(request.state, "nav", None) is not None or not read_session_cookie(request):
+        return
+    provider = request.app.dependency_overrides.get(get_session, get_session)
+    units: Any = provider()
+    try:
+        if inspect.isasyncgen(units):
+            session = await units.__anext__()
+            try:
+                await run_in_threadpool(browser_principal, request, session)
+            finally:
+                await units.aclose()
+        else:
+            session = next(units)
+            try:
+                browser_principal(request, session)
+            finally:
+                units.close()
+    except Exception:
+        logging.getLogger(__name__).warning("no navigation for an error page", exc_info=True)
 
 
 def install_error_pages(app: Any) -> None:
@@ -234,6 +251,8 @@ def install_error_pages(app: Any) -> None:
         if not is_page_request(request):
             return await api_http(request, exc)
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 404:
+            await _resolve_nav(request)
         detail = "There is no page here." if exc.status_code == 404 else str(exc.detail)
         page = _error_page(request, exc.status_code, "Error", detail)
         page.headers.update(http_error_headers(request, exc) or {})
