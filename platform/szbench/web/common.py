@@ -217,13 +217,13 @@ async def _resolve_nav(request: Request) -> None:
     units: Any = provider()
     try:
         if inspect.isasyncgen(units):
-            session = await units.__anext__()
+            session: Any = await units.__anext__()
             try:
                 await run_in_threadpool(browser_principal, request, session)
             finally:
                 await units.aclose()
         else:
-            session = next(units)
+            session = next(units)  # a test's plain generator
             try:
                 browser_principal(request, session)
             finally:
