@@ -82,6 +82,7 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("PUT", "/api/v1/uploads/{upload_id}"): (OWNER, b"12345"),
     ("DELETE", "/api/v1/uploads/{upload_id}"): (OWNER, None),
     ("GET", "/api/v1/algorithms"): (ANYONE, None),
+    ("POST", "/api/v1/algorithms/preflight"): (SUBMITTER, {"name": "{new}", "version": "v1"}),
     ("POST", "/api/v1/algorithms"): (SUBMITTER, {"name": "{new}"}),
     ("GET", "/api/v1/algorithms/{algorithm_id}"): (ANYONE, None),
     ("PATCH", "/api/v1/algorithms/{algorithm_id}"): (OWNER, {"title": "New title"}),
