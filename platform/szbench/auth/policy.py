@@ -16,6 +16,7 @@ The rules:
 - held-out datasets' recordings and annotations are never served to non-admins; a public
   sample's are served to anyone signed in (what a viewer learns of an evaluation, the
   detections made on the data included, is :func:`szbench.results.disclosure.decide`'s);
+- a team is seen by its members; its owners (and admins) manage it (:func:`can_manage_team`);
 - admin logs of runs are for admins only.
 """
 
@@ -33,6 +34,8 @@ from szbench.models import (
     Evaluation,
     EvaluationKind,
     Role,
+    Team,
+    TeamRole,
     User,
     Visibility,
 )
@@ -120,6 +123,20 @@ def may_view_results(
     if is_admin(user) or acts_for(user, owner_id=owner_id, team_id=team_id):
         return True
     return public and published and not smoke_test
+
+
+def can_view_team(user: User | None, team: Team) -> bool:
+    """A team is seen by its members (its name, members and algorithms) and admins."""
+    return is_admin(user) or team.id in team_ids(user)
+
+
+def can_manage_team(user: User | None, team: Team) -> bool:
+    """Add and remove members, change their roles, delete the team: its owners, admins."""
+    if is_admin(user):
+        return True
+    return user is not None and any(
+        m.user_id == user.id and m.role == TeamRole.OWNER for m in team.members
+    )
 
 
 def can_read_recordings(user: User | None, dataset: Dataset) -> bool:
