@@ -104,6 +104,16 @@ def algorithms_of(session: Session, team: Team) -> list[Algorithm]:
     )
 
 
+def algorithm_counts(session: Session) -> dict[int, int]:
+    """How many algorithms each team has (teams without any are absent)."""
+    rows = session.execute(
+        select(Algorithm.team_id, func.count(Algorithm.id))
+        .where(Algorithm.team_id.is_not(None))
+        .group_by(Algorithm.team_id)
+    ).all()
+    return {team_id: n for team_id, n in rows if team_id is not None}
+
+
 def _membership(team: Team, user_id: int) -> TeamMember:
     for member in team.members:
         if member.user_id == user_id:
