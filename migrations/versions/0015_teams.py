@@ -49,22 +49,25 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('team_members', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_team_members_user_id'), ['user_id'], unique=False)
+    # No foreign keys on these columns: adding one rebuilds the table on SQLite, and dropping
+    # the old table there cascades (algorithms -> versions -> evaluations -> results).
     for table in _CHARGED:
         with op.batch_alter_table(table, schema=None) as batch_op:
             batch_op.add_column(sa.Column('team_id', sa.Integer(), nullable=True))
             batch_op.create_index(batch_op.f(f'ix_{table}_team_id'), ['team_id'], unique=False)
-            batch_op.create_foreign_key(
-                batch_op.f(f'fk_{table}_team_id_teams'), 'teams', ['team_id'], ['id'],
-                ondelete='SET NULL',
-            )
 
 
 def downgrade() -> None:
+    sqlite = op.get_bind().dialect.name == 'sqlite'
     for table in reversed(_CHARGED):
         with op.batch_alter_table(table, schema=None) as batch_op:
-            batch_op.drop_constraint(batch_op.f(f'fk_{table}_team_id_teams'), type_='foreignkey')
             batch_op.drop_index(batch_op.f(f'ix_{table}_team_id'))
-            batch_op.drop_column('team_id')
+        if sqlite:
+            # SQLite's own DROP COLUMN (3.35+): batch mode would rebuild the table, and
+            # dropping the old one cascades to the rows that refer to it.
+            op.execute(f'ALTER TABLE {table} DROP COLUMN team_id')
+        else:
+            op.drop_column(table, 'team_id')
     with op.batch_alter_table('team_members', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_team_members_user_id'))
     op.drop_table('team_members')

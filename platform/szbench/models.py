@@ -314,9 +314,10 @@ class Algorithm(Base):
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
     # Its team's members act as its owner for seeing it and its versions' evaluations and
     # for submitting versions (szbench.auth.policy); editing it stays with the owner.
-    team_id: Mapped[int | None] = mapped_column(
-        ForeignKey("teams.id", ondelete="SET NULL"), index=True
-    )
+    # No foreign key on the team columns (here and on versions and evaluations): adding one
+    # rebuilds the table on SQLite, whose cascades would then delete the rows that refer to
+    # it; szbench.teams.service clears them when a team is deleted.
+    team_id: Mapped[int | None] = mapped_column(Integer, index=True)
     name: Mapped[str] = mapped_column(String(100))
     title: Mapped[str] = mapped_column(String(200), default="")
     authors: Mapped[str] = mapped_column(String(500), default="")
@@ -335,7 +336,9 @@ class Algorithm(Base):
     revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     owner: Mapped[User] = relationship(back_populates="algorithms")
-    team: Mapped[Team | None] = relationship()
+    team: Mapped[Team | None] = relationship(
+        primaryjoin="foreign(Algorithm.team_id) == Team.id", viewonly=True
+    )
     versions: Mapped[list[AlgorithmVersion]] = relationship(
         back_populates="algorithm", order_by="AlgorithmVersion.id"
     )
@@ -369,9 +372,7 @@ class AlgorithmVersion(Base):
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     # The team charged for it (its algorithm's team when it was made): quotas count it
     # against that team even after the algorithm or its submitter leaves the team.
-    team_id: Mapped[int | None] = mapped_column(
-        ForeignKey("teams.id", ondelete="SET NULL"), index=True
-    )
+    team_id: Mapped[int | None] = mapped_column(Integer, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     algorithm: Mapped[Algorithm] = relationship(back_populates="versions")
@@ -526,9 +527,7 @@ class Evaluation(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     # The team charged for it, as on AlgorithmVersion.team_id.
-    team_id: Mapped[int | None] = mapped_column(
-        ForeignKey("teams.id", ondelete="SET NULL"), index=True
-    )
+    team_id: Mapped[int | None] = mapped_column(Integer, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -382,13 +382,20 @@ class Quotas:
     phases: list[tuple[Phase, Usage]]
 
 
+def _quota_phases(session: Session) -> list[Phase]:
+    """The open phases with a submission quota."""
+    return list(
+        session.scalars(
+            select(Phase)
+            .where(Phase.is_open.is_(True), Phase.submission_quota.is_not(None))
+            .order_by(Phase.id)
+        ).all()
+    )
+
+
 def team_quotas(session: Session, team: Team) -> Quotas:
     """What a team may still start (its members are held to their own limits as well)."""
-    phases = session.scalars(
-        select(Phase)
-        .where(Phase.is_open.is_(True), Phase.submission_quota.is_not(None))
-        .order_by(Phase.id)
-    ).all()
+    phases = _quota_phases(session)
     return Quotas(
         exempt=False,
         held_out_runs=held_out_usage(session, team),
@@ -399,11 +406,7 @@ def team_quotas(session: Session, team: Team) -> Quotas:
 
 def quotas_of(session: Session, user: User) -> Quotas:
     """What ``user`` may still start: the daily limits and each open phase's quota."""
-    phases = session.scalars(
-        select(Phase)
-        .where(Phase.is_open.is_(True), Phase.submission_quota.is_not(None))
-        .order_by(Phase.id)
-    ).all()
+    phases = _quota_phases(session)
     return Quotas(
         exempt=policy.is_admin(user),
         held_out_runs=held_out_usage(session, user),

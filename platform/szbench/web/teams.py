@@ -98,7 +98,7 @@ def _team_page(
         "me": user.id,
         "algorithms": in_team,
         # The caller's own algorithms not in this team: the ones they may put in it.
-        "movable": [a for a in own if a.owner_id == user.id and a.team_id != team.id]
+        "movable": [a for a in own if policy.can_edit_algorithm(user, a) and a.team_id != team.id]
         if team.id in policy.team_ids(user)
         else [],
         "editable": {a.id for a in in_team if policy.can_edit_algorithm(user, a)},
