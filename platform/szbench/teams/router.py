@@ -79,7 +79,8 @@ def get_team(team_id: IdPath, session: SessionDep, caller: SignedIn) -> TeamOut:
 def delete_team(team_id: IdPath, session: SessionDep, caller: SignedIn) -> Response:
     """Delete a team (its owners, admins); its algorithms stay with their owners."""
     assert caller.user is not None
-    service.delete_team(session, service.get_managed_team(session, team_id, user=caller.user))
+    team = service.get_team(session, team_id, viewer=caller.user)
+    service.delete_team(session, team, by=caller.user)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -89,8 +90,8 @@ def add_member(
 ) -> MemberOut:
     """Add an existing account by its e-mail address (the team's owners, admins)."""
     assert caller.user is not None
-    team = service.get_managed_team(session, team_id, user=caller.user)
-    m = service.add_member(session, team, email=body.email, role=body.role)
+    team = service.get_team(session, team_id, viewer=caller.user)
+    m = service.add_member(session, team, by=caller.user, email=body.email, role=body.role)
     return MemberOut(
         user_id=m.user_id, name=m.user.name, email=m.user.email, role=m.role, added_at=m.added_at
     )
@@ -102,8 +103,8 @@ def update_member(
 ) -> MemberOut:
     """Make a member an owner or a plain member (the team's owners, admins)."""
     assert caller.user is not None
-    team = service.get_managed_team(session, team_id, user=caller.user)
-    m = service.set_role(session, team, user_id, body.role)
+    team = service.get_team(session, team_id, viewer=caller.user)
+    m = service.set_role(session, team, user_id, body.role, by=caller.user)
     return MemberOut(
         user_id=m.user_id, name=m.user.name, email=m.user.email, role=m.role, added_at=m.added_at
     )

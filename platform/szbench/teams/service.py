@@ -63,13 +63,6 @@ def get_team(session: Session, team_id: int, *, viewer: User) -> Team:
     return team
 
 
-def get_managed_team(session: Session, team_id: int, *, user: User) -> Team:
-    team = get_team(session, team_id, viewer=user)
-    if not policy.can_manage_team(user, team):
-        raise Forbidden(f"team {team_id}: only its owners manage it")
-    return team
-
-
 def teams_of(session: Session, user: User) -> list[Team]:
     """The teams ``user`` is a member of, by name."""
     return list(
@@ -131,11 +124,17 @@ def _access_changed(session: Session, team: Team, user_ids: list[int]) -> None:
             session.expire(user, ["memberships"])
 
 
+def _check_manages(by: User, team: Team) -> None:
+    if not policy.can_manage_team(by, team):
+        raise Forbidden(f"team {team.id}: only its owners manage it")
+
+
 def add_member(
-    session: Session, team: Team, *, email: str, role: TeamRole = TeamRole.MEMBER
+    session: Session, team: Team, *, by: User, email: str, role: TeamRole = TeamRole.MEMBER
 ) -> TeamMember:
     """Add the account with this e-mail address (active, and confirmed where this server
-    sends e-mail). The caller has checked that the one adding manages the team."""
+    sends e-mail); ``by`` manages the team."""
+    _check_manages(by, team)
     address = email.strip().lower()
     user = session.scalar(select(User).where(User.email == address))
     if user is None or not user.is_active or policy.needs_verification(user):
@@ -161,8 +160,10 @@ def _keep_an_owner(team: Team, leaving: TeamMember) -> None:
         )
 
 
-def set_role(session: Session, team: Team, user_id: int, role: TeamRole) -> TeamMember:
-    """Make a member an owner or a plain member (the team keeps at least one owner)."""
+def set_role(session: Session, team: Team, user_id: int, role: TeamRole, *, by: User) -> TeamMember:
+    """Make a member an owner or a plain member (the team keeps at least one owner); ``by``
+    manages the team."""
+    _check_manages(by, team)
     member = _membership(team, user_id)
     if role != TeamRole.OWNER and member.role == TeamRole.OWNER:
         owners = [m for m in team.members if m.role == TeamRole.OWNER]
@@ -215,9 +216,10 @@ def _delete(session: Session, team: Team) -> None:
             session.expire(algorithm, ["team_id", "team"])
 
 
-def delete_team(session: Session, team: Team) -> None:
-    """Delete the team: its algorithms stay with their owners, out of any team; what its
-    members started stays charged to each of them."""
+def delete_team(session: Session, team: Team, *, by: User) -> None:
+    """Delete the team (``by`` manages it): its algorithms stay with their owners, out of any
+    team; what its members started stays charged to each of them."""
+    _check_manages(by, team)
     _delete(session, team)
 
 

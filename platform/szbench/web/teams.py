@@ -141,8 +141,8 @@ def add_member(
     assert caller.user is not None
     typed = {"email": email, "role": role}
     try:
-        team = service.get_managed_team(session, team_id, user=caller.user)
-        member = service.add_member(session, team, email=email, role=_role(role))
+        team = service.get_team(session, team_id, viewer=caller.user)
+        member = service.add_member(session, team, by=caller.user, email=email, role=_role(role))
     except SzbenchError as exc:
         return _refused(request, session, caller, team_id, exc, typed)
     who = member.user.name or member.user.email
@@ -169,8 +169,8 @@ def set_role(
     """Make a member an owner or a plain member (the team's owners)."""
     assert caller.user is not None
     try:
-        team = service.get_managed_team(session, team_id, user=caller.user)
-        member = service.set_role(session, team, user_id, _role(role))
+        team = service.get_team(session, team_id, viewer=caller.user)
+        member = service.set_role(session, team, user_id, _role(role), by=caller.user)
     except SzbenchError as exc:
         return _refused(request, session, caller, team_id, exc)
     who = member.user.name or member.user.email
@@ -252,11 +252,13 @@ def delete_team(
     """Delete the team (its owners), once its name is typed."""
     assert caller.user is not None
     try:
-        team = service.get_managed_team(session, team_id, user=caller.user)
+        team = service.get_team(session, team_id, viewer=caller.user)
         name = team.name
-        if " ".join(confirm.split()).lower() != name.lower():
+        if policy.can_manage_team(caller.user, team) and (
+            " ".join(confirm.split()).lower() != name.lower()
+        ):
             raise BadRequest(f"confirm: type the team's name, {name}, to delete it")
-        service.delete_team(session, team)
+        service.delete_team(session, team, by=caller.user)
     except SzbenchError as exc:
         return _refused(request, session, caller, team_id, exc, {"confirm": confirm})
     return redirect("/teams", f"Team {name} deleted; its algorithms stay with their owners.")
