@@ -125,10 +125,10 @@ def test_existing_phases_name_the_data_they_were_evaluated_on(tmp_path: Path) ->
 
 
 def test_teams_migration_keeps_every_row_both_ways(tmp_path: Path) -> None:
-    """0015 adds the team columns without rebuilding a table: on SQLite a rebuild drops the
+    """0018 adds the team columns without rebuilding a table: on SQLite a rebuild drops the
     old table, and its cascades would delete the versions, evaluations and results."""
     url = f"sqlite:///{tmp_path / 'teams.sqlite3'}"
-    migrate.upgrade(url, "0014")
+    migrate.upgrade(url, "0017")
     engine = create_engine(url)
     rows = [
         "INSERT INTO users (id, email, name, role, is_active, created_at) "
@@ -156,11 +156,11 @@ def test_teams_migration_keeps_every_row_both_ways(tmp_path: Path) -> None:
         with engine.begin() as conn:
             for row in rows:
                 conn.execute(text(row))
-        migrate.upgrade(url, "0015")
+        migrate.upgrade(url, "0018")
         assert counts() == [1, 1, 1]
         with engine.connect() as conn:
             assert conn.execute(text("SELECT team_id FROM evaluations")).scalar_one() is None
-        migrate.downgrade(url, "0014")
+        migrate.downgrade(url, "0017")
         assert counts() == [1, 1, 1]
     finally:
         engine.dispose()

@@ -1,8 +1,8 @@
 """teams: teams and their members; an algorithm's team; the team charged for each version
 and evaluation
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-11 10:00:00
 
 """
@@ -12,8 +12,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision: str = '0015'
-down_revision: Union[str, Sequence[str], None] = '0014'
+revision: str = '0018'
+down_revision: Union[str, Sequence[str], None] = '0017'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
