@@ -32,6 +32,7 @@ from szbench.ops.router import router as ops_router
 from szbench.ops.service import DatabaseCollector
 from szbench.phases.router import router as phases_router
 from szbench.results.router import router as results_router
+from szbench.teams.router import router as teams_router
 from szbench.uploads.router import router as uploads_router
 from szbench.uploads.sweeper import install_upload_sweeper
 from szbench.users.router import router as users_router
@@ -44,6 +45,7 @@ API_PREFIX = "/api/v1"
 API_ROUTERS: tuple[APIRouter, ...] = (
     auth_router,
     users_router,
+    teams_router,
     notifications_router,
     uploads_router,
     algorithms_router,

@@ -6,8 +6,8 @@ the change, so the next read (in any process) sees a new key:
 
 - a result stored, an evaluation finished, published or hidden: the evaluation, its
   algorithm and its dataset version (:func:`evaluations_changed`);
-- an algorithm's visibility, withdrawal, name or title: the algorithm and every dataset
-  version it has evaluations on (:func:`algorithm_changed`);
+- an algorithm's visibility, withdrawal, name, title or team, and its team's members: the
+  algorithm and every dataset version it has evaluations on (:func:`algorithm_changed`);
 - a dataset's kind, disclosure or failed-recordings rule: its versions
   (:func:`dataset_changed`);
 - a phase's disclosure, failed-recordings or release rule, its step, its dates, opening or
@@ -70,15 +70,23 @@ def evaluations_changed(session: Session, evaluation_ids: Iterable[int]) -> None
 
 
 def algorithm_changed(session: Session, algorithm_id: int) -> None:
-    """What is shown of this algorithm changed (visibility, withdrawal, names)."""
+    """What is shown of this algorithm changed (visibility, withdrawal, names, team)."""
+    algorithm_changed_many(session, [algorithm_id])
+
+
+def algorithm_changed_many(session: Session, algorithm_ids: Iterable[int]) -> None:
+    """:func:`algorithm_changed` for several (a team's members changed: who sees them)."""
+    ids = set(algorithm_ids)
+    if not ids:
+        return
     session.flush()
     dvs = session.scalars(
         select(Evaluation.dataset_version_id)
         .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
-        .where(AlgorithmVersion.algorithm_id == algorithm_id)
+        .where(AlgorithmVersion.algorithm_id.in_(ids))
         .distinct()
     ).all()
-    _bump(session, Algorithm, {algorithm_id})
+    _bump(session, Algorithm, ids)
     _bump(session, DatasetVersion, set(dvs))
 
 

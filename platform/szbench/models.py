@@ -64,6 +64,11 @@ class Role(enum.StrEnum):
     CENTRE = "centre"
 
 
+class TeamRole(enum.StrEnum):
+    OWNER = "owner"  # manages the members, deletes the team
+    MEMBER = "member"  # sees the team's algorithms, submits and evaluates their versions
+
+
 class Visibility(enum.StrEnum):
     PUBLIC = "public"
     PRIVATE = "private"
@@ -180,6 +185,8 @@ class User(Base):
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
     algorithms: Mapped[list[Algorithm]] = relationship(back_populates="owner")
+    # Read by szbench.auth.policy (team members act for the team's algorithms).
+    memberships: Mapped[list[TeamMember]] = relationship(back_populates="user")
 
     # Not a column. False on the object a request resolved from an admin's token that lacks
     # the admin scope (szbench.auth.dependencies): szbench.auth.policy then treats the user
@@ -217,6 +224,37 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     user: Mapped[User] = relationship(back_populates="tokens")
+
+
+class Team(Base):
+    """People who share algorithms: each member sees the team's algorithms and submits and
+    evaluates their versions; held-out quotas count per team as well as per user."""
+
+    __tablename__ = "teams"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    members: Mapped[list[TeamMember]] = relationship(
+        back_populates="team", order_by="TeamMember.added_at", cascade="all, delete-orphan"
+    )
+
+
+class TeamMember(Base):
+    __tablename__ = "team_members"
+
+    team_id: Mapped[int] = mapped_column(
+        ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    role: Mapped[TeamRole] = mapped_column(_enum(TeamRole), default=TeamRole.MEMBER)
+    added_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    team: Mapped[Team] = relationship(back_populates="members")
+    user: Mapped[User] = relationship(back_populates="memberships")
 
 
 class Phase(Base):
@@ -274,6 +312,12 @@ class Algorithm(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    # Its team's members act as its owner for seeing it and its versions' evaluations and
+    # for submitting versions (szbench.auth.policy); editing it stays with the owner.
+    # No foreign key on the team columns (here and on versions and evaluations): adding one
+    # rebuilds the table on SQLite, whose cascades would then delete the rows that refer to
+    # it; szbench.teams.service clears them when a team is deleted.
+    team_id: Mapped[int | None] = mapped_column(Integer, index=True)
     name: Mapped[str] = mapped_column(String(100))
     title: Mapped[str] = mapped_column(String(200), default="")
     authors: Mapped[str] = mapped_column(String(500), default="")
@@ -292,6 +336,9 @@ class Algorithm(Base):
     revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     owner: Mapped[User] = relationship(back_populates="algorithms")
+    team: Mapped[Team | None] = relationship(
+        primaryjoin="foreign(Algorithm.team_id) == Team.id", viewonly=True
+    )
     versions: Mapped[list[AlgorithmVersion]] = relationship(
         back_populates="algorithm", order_by="AlgorithmVersion.id"
     )
@@ -323,6 +370,9 @@ class AlgorithmVersion(Base):
     # Needs a GPU queue: set by the submitter, checked against the dataset's limits.
     wants_gpu: Mapped[bool] = mapped_column(Boolean, default=False)
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    # The team charged for it (its algorithm's team when it was made): quotas count it
+    # against that team even after the algorithm or its submitter leaves the team.
+    team_id: Mapped[int | None] = mapped_column(Integer, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     algorithm: Mapped[Algorithm] = relationship(back_populates="versions")
@@ -476,6 +526,8 @@ class Evaluation(Base):
     # Submitter-safe summary of the failure, if any; the full story is in the runs' admin logs.
     message: Mapped[str] = mapped_column(Text, default="")
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    # The team charged for it, as on AlgorithmVersion.team_id.
+    team_id: Mapped[int | None] = mapped_column(Integer, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from szbench.leaderboards import snapshots
 from szbench.models import DatasetKind, Role, Upload
+from szbench.teams import service as teams
 from szbench.uploads import service as uploads
 from tests.platform import factories as f
 
@@ -76,6 +77,16 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/api/v1/users/me/notifications/webhook-secret"): (SIGNED_IN, {}),
     ("POST", "/api/v1/users/me/notifications/test"): (SIGNED_IN, None),
     ("GET", "/api/v1/users/me/notifications/deliveries"): (SIGNED_IN, None),
+    # "owner": an owner of the team (members: tests/platform/test_teams.py).
+    ("GET", "/api/v1/teams"): (SIGNED_IN, None),
+    ("POST", "/api/v1/teams"): (SUBMITTER, {"name": "{new}"}),
+    ("GET", "/api/v1/teams/{team_id}"): (OWNER, None),
+    ("DELETE", "/api/v1/teams/{team_id}"): (OWNER, None),
+    ("POST", "/api/v1/teams/{team_id}/members"): (OWNER, {"email": "{other_email}"}),
+    ("PATCH", "/api/v1/teams/{team_id}/members/{user_id}"): (OWNER, {"role": "owner"}),
+    ("DELETE", "/api/v1/teams/{team_id}/members/{user_id}"): (OWNER, None),
+    ("PUT", "/api/v1/teams/{team_id}/algorithms/{algorithm_id}"): (OWNER, None),
+    ("DELETE", "/api/v1/teams/{team_id}/algorithms/{algorithm_id}"): (OWNER, None),
     ("POST", "/api/v1/uploads"): (SUBMITTER, {"filename": "a.tar", "size_bytes": 10}),
     ("GET", "/api/v1/uploads"): (SUBMITTER, None),
     ("GET", "/api/v1/uploads/{upload_id}"): (OWNER, None),
@@ -197,6 +208,7 @@ def objects(db_session: Session) -> Objects:
     phase = f.phase(s)
     token, _ = f.token(s, owner)
     snapshot, _ = snapshots.take(s, ds.slug, dv.version, by=users["admin"])
+    team = teams.create_team(s, owner=owner, name=f"team-{f.n()}")
     return Objects(
         params={
             "token_id": token.id,
@@ -212,6 +224,8 @@ def objects(db_session: Session) -> Objects:
             "owner_email": owner.email,
             "snapshot_id": snapshot.id,
             "checksum": rec.checksum,
+            "other_email": users["other"].email,
+            "team_id": team.id,
         },
         users=users,
     )

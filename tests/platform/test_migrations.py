@@ -122,3 +122,45 @@ def test_existing_phases_name_the_data_they_were_evaluated_on(tmp_path: Path) ->
         engine.dispose()
     assert [tuple(r) for r in named] == [(1, 1)]
     assert set(revisions) == {0}
+
+
+def test_teams_migration_keeps_every_row_both_ways(tmp_path: Path) -> None:
+    """0018 adds the team columns without rebuilding a table: on SQLite a rebuild drops the
+    old table, and its cascades would delete the versions, evaluations and results."""
+    url = f"sqlite:///{tmp_path / 'teams.sqlite3'}"
+    migrate.upgrade(url, "0017")
+    engine = create_engine(url)
+    rows = [
+        "INSERT INTO users (id, email, name, role, is_active, created_at) "
+        "VALUES (1, 'a@example.org', 'a', 'researcher', 1, '2026-01-01')",
+        "INSERT INTO algorithms (id, owner_id, name, title, authors, licence, description, "
+        "visibility, created_at) VALUES (1, 1, 'a', '', '', '', '', 'public', '2026-01-01')",
+        "INSERT INTO algorithm_versions (id, algorithm_id, version, status, status_message, "
+        "wants_gpu, created_at) VALUES (1, 1, '1', 'active', '', 0, '2026-01-01')",
+        "INSERT INTO datasets (id, slug, title, description, kind, run_limits, disclosure, "
+        "created_at) VALUES (1, 'held', '', '', 'held_out', '{}', 'aggregate', '2026-01-01')",
+        "INSERT INTO dataset_versions (id, dataset_id, version, path, manifest_checksum, "
+        "is_active, created_at) VALUES (1, 1, '1', '/x', '', 1, '2026-01-01')",
+        "INSERT INTO evaluations (id, algorithm_version_id, dataset_version_id, kind, status, "
+        "image_digest, scorer_version, scoring_params, official, published, queue, "
+        "recordings_total, recordings_done, message, created_at) VALUES (1, 1, 1, 'full', "
+        "'done', 'sha256:x', '', '{}', 1, 1, 'cpu', 1, 1, '', '2026-01-02')",
+    ]
+    counted = ("algorithms", "algorithm_versions", "evaluations")
+
+    def counts() -> list[int]:
+        with engine.connect() as conn:
+            return [conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in counted]
+
+    try:
+        with engine.begin() as conn:
+            for row in rows:
+                conn.execute(text(row))
+        migrate.upgrade(url, "0018")
+        assert counts() == [1, 1, 1]
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT team_id FROM evaluations")).scalar_one() is None
+        migrate.downgrade(url, "0017")
+        assert counts() == [1, 1, 1]
+    finally:
+        engine.dispose()

@@ -39,6 +39,9 @@ from szbench.models import (
     Recording,
     Role,
     RunOutcome,
+    Team,
+    TeamMember,
+    TeamRole,
     User,
     VersionStatus,
 )
@@ -158,6 +161,9 @@ def _delete_worlds(user_ids: list[int]) -> None:
     if not user_ids:
         return
     with session_scope() as session:
+        # Teams of these users go first (their charges and algorithms are set free).
+        teams = select(TeamMember.team_id).where(TeamMember.user_id.in_(user_ids))
+        session.execute(delete(Team).where(Team.id.in_(teams)))
         algos = select(Algorithm.id).where(Algorithm.owner_id.in_(user_ids))
         versions = select(AlgorithmVersion.id).where(AlgorithmVersion.algorithm_id.in_(algos))
         dvs = list(
@@ -279,6 +285,46 @@ def test_concurrent_submissions_against_a_daily_held_out_limit_accept_exactly_on
     assert errors == []
     assert accepted == 1
     assert all("held-out evaluations" in r for r in refused)
+
+
+@pytest.mark.postgres
+def test_concurrent_reruns_by_members_of_one_team_accept_exactly_one(
+    committed_pg: pytest.MonkeyPatch,
+) -> None:
+    # Each member has their own held-out run left; the team has one: exactly one member
+    # gets it, whichever accounts the requests come from (the team's row is locked too).
+    committed_pg.setenv("SZBENCH_HELD_OUT_RUNS_PER_DAY", "1")
+    get_settings.cache_clear()
+    world = _seed(version_age=timedelta(days=2))
+    with session_scope() as session:
+        team = Team(name=f"race-{f.n()}")
+        team.members.append(TeamMember(user_id=world["user"], role=TeamRole.OWNER))
+        members = [f.user(session) for _ in range(THREADS - 1)]
+        _made.extend(m.id for m in members)
+        team.members.extend(TeamMember(user_id=m.id) for m in members)
+        session.add(team)
+        session.flush()
+        session.get_one(Algorithm, world["algorithm"]).team_id = team.id
+        name, users = team.name, [world["user"], *(m.id for m in members)]
+    slow(committed_pg, evaluations, "evaluation_queue")
+
+    def attempt(i: int) -> None:
+        with session_scope() as session:
+            evaluation = session.get_one(Evaluation, world["evaluation"])
+            member = session.get_one(User, users[i])
+            evaluations.rerun_evaluation(session, evaluation, created_by=member)
+
+    accepted, refused, errors = race(THREADS, attempt)
+
+    assert errors == []
+    assert accepted == 1
+    assert len(refused) == THREADS - 1
+    assert all(f"team {name!r} has used all 1 " in r for r in refused)
+    with session_scope() as session:
+        reruns = session.scalars(
+            select(Evaluation).where(Evaluation.created_by_id.in_(users))
+        ).all()
+        assert [e.team_id is not None for e in reruns] == [True]
 
 
 def test_concurrent_reruns_on_sqlite_accept_exactly_one(

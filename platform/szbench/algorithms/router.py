@@ -68,7 +68,7 @@ def update_algorithm(
 ) -> AlgorithmOut:
     """Change an algorithm's fields, links or visibility, or withdraw it (owner or admin)."""
     assert caller.user is not None
-    algorithm = service.get_managed_algorithm(session, algorithm_id, user=caller.user)
+    algorithm = service.get_editable_algorithm(session, algorithm_id, user=caller.user)
     return AlgorithmOut.model_validate(
         service.update_algorithm(session, algorithm, **body.model_dump())
     )

@@ -103,6 +103,9 @@ class AlgorithmOut(BaseModel):
 
     id: int
     owner_id: int
+    team_id: int | None = Field(
+        description="Its team, whose members see it and submit its versions; null: none."
+    )
     name: str
     title: str
     authors: str

@@ -104,9 +104,18 @@ def get_algorithm(session: Session, algorithm_id: int, *, viewer: User | None) -
 
 
 def get_managed_algorithm(session: Session, algorithm_id: int, *, user: User) -> Algorithm:
+    """An algorithm ``user`` may submit versions of (its owner, its team's members, admins)."""
     algorithm = get_algorithm(session, algorithm_id, viewer=user)
     if not policy.can_manage_algorithm(user, algorithm):
         raise Forbidden(f"algorithm {algorithm_id} belongs to another user")
+    return algorithm
+
+
+def get_editable_algorithm(session: Session, algorithm_id: int, *, user: User) -> Algorithm:
+    """An algorithm ``user`` may change (its owner, admins): its team's members may not."""
+    algorithm = get_algorithm(session, algorithm_id, viewer=user)
+    if not policy.can_edit_algorithm(user, algorithm):
+        raise Forbidden(f"algorithm {algorithm_id}: only its owner changes it")
     return algorithm
 
 
@@ -117,7 +126,7 @@ def list_algorithms(
     if mine:
         if viewer is None:
             return [], 0
-        where.append(Algorithm.owner_id == viewer.id)
+        where.append(policy.algorithms_acted_for(viewer))
     total = session.scalar(select(func.count(Algorithm.id)).where(*where)) or 0
     rows = session.scalars(
         select(Algorithm).where(*where).order_by(Algorithm.id).limit(limit).offset(offset)
@@ -146,14 +155,17 @@ def update_algorithm(
     return algorithm
 
 
-def check_quota(session: Session, *, user: User, phase: Phase | None) -> None:
-    """Raise :class:`QuotaExceeded` when ``user`` may not submit another version now.
+def check_quota(
+    session: Session, *, user: User, phase: Phase | None, team_id: int | None = None
+) -> None:
+    """Raise :class:`QuotaExceeded` when ``user`` (or team ``team_id``, the algorithm's)
+    may not submit another version now.
 
-    Takes the user's quota lock (see :mod:`szbench.quotas.service`): the version must be
+    Takes the quota locks (see :mod:`szbench.quotas.service`): the version must be
     recorded in the same transaction. Versions whose smoke test failed only through
     infrastructure faults do not count.
     """
-    quotas.check_submission(session, user=user, phase=phase)
+    quotas.check_submission(session, user=user, phase=phase, team_id=team_id)
 
 
 def _phase(session: Session, slug: str | None) -> Phase | None:
@@ -230,7 +242,7 @@ def submit_version(
     if taken is not None:
         raise Conflict(f"version: {algorithm.name} already has a version {version!r}")
     phase_row = _phase(session, phase)
-    check_quota(session, user=user, phase=phase_row)
+    check_quota(session, user=user, phase=phase_row, team_id=algorithm.team_id)
 
     row = AlgorithmVersion(
         algorithm_id=algorithm.id,
@@ -238,6 +250,7 @@ def submit_version(
         phase_id=phase_row.id if phase_row else None,
         wants_gpu=wants_gpu,
         created_by_id=user.id,
+        team_id=quotas.charged_team(user, algorithm),
     )
     if upload_id is not None:
         if checked is None or checked.upload.id != upload_id:

@@ -4,13 +4,19 @@ The rules:
 - admins see everything, when their token has the ``admin`` scope: an admin's token without
   it (and so the user object resolved from it, see ``User.admin_scope``) sees what a
   researcher sees;
-- an algorithm is seen by everyone when public, else by its owner only;
-- an evaluation's results are seen by the algorithm's owner; by others only when the
+- an algorithm's owner and every member of its team act for it (:func:`acts_for`, the one
+  place where that is decided): they see it, its versions and their evaluations, and submit
+  and evaluate versions (charged to the team as well as to themselves, see
+  :mod:`szbench.quotas.service`); editing the algorithm itself (its metadata, visibility,
+  team, withdrawal) stays with its owner (:func:`can_edit_algorithm`);
+- an algorithm is seen by everyone when public, else by those who act for it;
+- an evaluation's results are seen by those who act for its algorithm; by others only when the
   algorithm is public, the evaluation is published (hidden phases stay unpublished until an
   admin publishes them) and it is not a smoke test;
 - held-out datasets' recordings and annotations are never served to non-admins; a public
   sample's are served to anyone signed in (what a viewer learns of an evaluation, the
   detections made on the data included, is :func:`szbench.results.disclosure.decide`'s);
+- a team is seen by its members; its owners (and admins) manage it (:func:`can_manage_team`);
 - admin logs of runs are for admins only.
 """
 
@@ -28,6 +34,8 @@ from szbench.models import (
     Evaluation,
     EvaluationKind,
     Role,
+    Team,
+    TeamRole,
     User,
     Visibility,
 )
@@ -44,23 +52,50 @@ def is_admin(user: User | None) -> bool:
     return user is not None and user.role == Role.ADMIN and user.admin_scope
 
 
+def team_ids(user: User | None) -> frozenset[int]:
+    """The teams ``user`` is a member of (any role)."""
+    if user is None:
+        return frozenset()
+    return frozenset(m.team_id for m in user.memberships)
+
+
+def acts_for(user: User | None, *, owner_id: int | None, team_id: int | None) -> bool:
+    """Does ``user`` act as the owner of the algorithm with this owner and team? Its owner
+    and its team's members do (admins are not owners: they see everything anyway)."""
+    if user is None:
+        return False
+    return user.id == owner_id or (team_id is not None and team_id in team_ids(user))
+
+
 def owns(user: User | None, algorithm: Algorithm) -> bool:
-    return user is not None and algorithm.owner_id == user.id
+    """:func:`acts_for` on an algorithm."""
+    return acts_for(user, owner_id=algorithm.owner_id, team_id=algorithm.team_id)
 
 
 def can_view_algorithm(user: User | None, algorithm: Algorithm) -> bool:
     return may_view_algorithm(
-        user, owner_id=algorithm.owner_id, public=algorithm.visibility == Visibility.PUBLIC
+        user,
+        owner_id=algorithm.owner_id,
+        team_id=algorithm.team_id,
+        public=algorithm.visibility == Visibility.PUBLIC,
     )
 
 
-def may_view_algorithm(user: User | None, *, owner_id: int, public: bool) -> bool:
+def may_view_algorithm(
+    user: User | None, *, owner_id: int, team_id: int | None, public: bool
+) -> bool:
     """:func:`can_view_algorithm` on plain facts (the result caches keep only those)."""
-    return public or is_admin(user) or (user is not None and user.id == owner_id)
+    return public or is_admin(user) or acts_for(user, owner_id=owner_id, team_id=team_id)
 
 
 def can_manage_algorithm(user: User | None, algorithm: Algorithm) -> bool:
+    """Submit and evaluate its versions, re-run, re-score and cancel its evaluations."""
     return owns(user, algorithm) or is_admin(user)
+
+
+def can_edit_algorithm(user: User | None, algorithm: Algorithm) -> bool:
+    """Change the algorithm itself (metadata, visibility, team, withdrawal): its owner's."""
+    return (user is not None and algorithm.owner_id == user.id) or is_admin(user)
 
 
 def can_view_evaluation(user: User | None, evaluation: Evaluation) -> bool:
@@ -68,6 +103,7 @@ def can_view_evaluation(user: User | None, evaluation: Evaluation) -> bool:
     return may_view_results(
         user,
         owner_id=algorithm.owner_id,
+        team_id=algorithm.team_id,
         public=algorithm.visibility == Visibility.PUBLIC,
         published=evaluation.published,
         smoke_test=evaluation.kind == EvaluationKind.SMOKE_TEST,
@@ -75,12 +111,32 @@ def can_view_evaluation(user: User | None, evaluation: Evaluation) -> bool:
 
 
 def may_view_results(
-    user: User | None, *, owner_id: int, public: bool, published: bool, smoke_test: bool
+    user: User | None,
+    *,
+    owner_id: int,
+    team_id: int | None,
+    public: bool,
+    published: bool,
+    smoke_test: bool,
 ) -> bool:
     """:func:`can_view_evaluation` on plain facts (the result caches keep only those)."""
-    if is_admin(user) or (user is not None and user.id == owner_id):
+    if is_admin(user) or acts_for(user, owner_id=owner_id, team_id=team_id):
         return True
     return public and published and not smoke_test
+
+
+def can_view_team(user: User | None, team: Team) -> bool:
+    """A team is seen by its members (its name, members and algorithms) and admins."""
+    return is_admin(user) or team.id in team_ids(user)
+
+
+def can_manage_team(user: User | None, team: Team) -> bool:
+    """Add and remove members, change their roles, delete the team: its owners, admins."""
+    if is_admin(user):
+        return True
+    return user is not None and any(
+        m.user_id == user.id and m.role == TeamRole.OWNER for m in team.members
+    )
 
 
 def can_read_recordings(user: User | None, dataset: Dataset) -> bool:
@@ -95,7 +151,14 @@ def visible_algorithms(user: User | None) -> Any:
     if is_admin(user):
         return true()
     public = Algorithm.visibility == Visibility.PUBLIC
-    return or_(public, Algorithm.owner_id == user.id) if user else public
+    return or_(public, algorithms_acted_for(user)) if user else public
+
+
+def algorithms_acted_for(user: User) -> Any:
+    """SQL filter on :class:`Algorithm` matching :func:`acts_for`."""
+    teams = sorted(team_ids(user))
+    mine = Algorithm.owner_id == user.id
+    return or_(mine, Algorithm.team_id.in_(teams)) if teams else mine
 
 
 def visible_evaluations(user: User | None) -> Any:
@@ -107,5 +170,5 @@ def visible_evaluations(user: User | None) -> Any:
         Evaluation.published.is_(True),
         Evaluation.kind != EvaluationKind.SMOKE_TEST,
     )
-    mine = Algorithm.owner_id == user.id if user else false()
+    mine = algorithms_acted_for(user) if user else false()
     return or_(shared, mine)

@@ -98,7 +98,7 @@ def list_evaluations(
     if where.mine:
         if viewer is None:
             return [], 0
-        clauses.append(Algorithm.owner_id == viewer.id)
+        clauses.append(policy.algorithms_acted_for(viewer))
     query = _joined().where(*clauses)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(

@@ -194,6 +194,7 @@ def create_evaluation(
         recordings_total=total,
         recordings_done=0,
         created_by_id=created_by.id if created_by is not None else None,
+        team_id=quotas.charged_team(created_by, algorithm_version.algorithm),
     )
     session.add(evaluation)
     session.flush()
@@ -288,6 +289,7 @@ def rescore_evaluation(
             session,
             user=created_by,
             held_out=source.dataset_version.dataset.kind == DatasetKind.HELD_OUT,
+            team_id=source.algorithm_version.algorithm.team_id,
         )
     rescore = Evaluation(
         algorithm_version_id=source.algorithm_version_id,
@@ -305,6 +307,7 @@ def rescore_evaluation(
         recordings_total=source.recordings_total,
         recordings_done=0,
         created_by_id=created_by.id if created_by is not None else None,
+        team_id=quotas.charged_team(created_by, source.algorithm_version.algorithm),
     )
     session.add(rescore)
     session.flush()

@@ -100,6 +100,7 @@ class Row:
     algorithm: str
     title: str
     owner_id: int
+    team_id: int | None
     owner: str
     published: bool
     image_digest: str
@@ -145,6 +146,7 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
             Algorithm.name,
             Algorithm.title,
             Algorithm.owner_id,
+            Algorithm.team_id,
             User.name,
             Evaluation.published,
             Evaluation.image_digest,
@@ -183,13 +185,13 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
     failed = failed_counts(session, [record[0] for record in records])
     rows = []
     for record in records:
-        (eid, avid, aver, aid, aname, atitle, owner_id, owner, published, digest, scorer,
+        (eid, avid, aver, aid, aname, atitle, owner_id, team_id, owner, published, digest, scorer,
          params, finished, submitted, started, phase_rule, dataset_rule, kind,
          dataset_level, *rest) = record  # fmt: skip
         phase = tuple(rest[:6])
         subjects, recordings, *values = rest[6:]
         facts = disclosure.facts_from_row(
-            kind, dataset_level, phase, subjects=subjects, owner_id=owner_id
+            kind, dataset_level, phase, subjects=subjects, owner_id=owner_id, team_id=team_id
         )
         rows.append(
             Row(
@@ -200,6 +202,7 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
                 algorithm=aname,
                 title=atitle,
                 owner_id=owner_id,
+                team_id=team_id,
                 owner=owner,
                 published=published,
                 image_digest=digest,
@@ -533,7 +536,7 @@ def _entries(
                 algorithm_version_id=row.algorithm_version_id,
                 algorithm_version=row.algorithm_version,
                 published=row.published,
-                mine=viewer is not None and row.owner_id == viewer.id,
+                mine=policy.acts_for(viewer, owner_id=row.owner_id, team_id=row.team_id),
                 subjects=row.subjects,
                 recordings=row.recordings,
                 release=row.view.release,

@@ -149,6 +149,8 @@ class Facts:
     phase: PhaseRules | None = None
     subjects: int = 0
     owner_id: int | None = None
+    # The algorithm's team: its members learn what its owner learns (policy.acts_for).
+    team_id: int | None = None
 
 
 def _aware(moment: datetime) -> datetime:
@@ -235,6 +237,7 @@ def facts_from_row(
     *,
     subjects: int | None,
     owner_id: int | None,
+    team_id: int | None = None,
     now: datetime | None = None,
 ) -> Facts:
     """:class:`Facts` from a row: the dataset's kind and level, the :data:`PHASE_COLUMNS`
@@ -259,6 +262,7 @@ def facts_from_row(
         phase=rules,
         subjects=subjects or 0,
         owner_id=owner_id,
+        team_id=team_id,
     )
 
 
@@ -281,6 +285,7 @@ def facts_of(evaluation: Evaluation, now: datetime | None = None) -> Facts:
         phase=rules_of(phase, now) if phase is not None else None,
         subjects=result.subjects if result is not None else 0,
         owner_id=evaluation.algorithm_version.algorithm.owner_id,
+        team_id=evaluation.algorithm_version.algorithm.team_id,
     )
 
 
@@ -441,7 +446,7 @@ def decide(viewer: User | None, facts: Facts) -> View:
         )
     return View(
         admin=admin,
-        owner=viewer is not None and facts.owner_id == viewer.id,
+        owner=policy.acts_for(viewer, owner_id=facts.owner_id, team_id=facts.team_id),
         held_out=facts.held_out,
         level=level,
         release=release,

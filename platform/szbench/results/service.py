@@ -33,6 +33,7 @@ class EvaluationFacts(NamedTuple):
     counters of what its answers show (:mod:`szbench.changes`)."""
 
     owner_id: int
+    team_id: int | None
     visibility: Visibility
     published: bool
     kind: EvaluationKind
@@ -49,6 +50,7 @@ class AlgorithmFacts(NamedTuple):
     closing date passes without a write)."""
 
     owner_id: int
+    team_id: int | None
     visibility: Visibility
     name: str
     revision: int
@@ -60,6 +62,7 @@ def _evaluation_facts(session: Session, evaluation_id: int) -> EvaluationFacts |
     query = (
         select(
             Algorithm.owner_id,
+            Algorithm.team_id,
             Algorithm.visibility,
             Evaluation.published,
             Evaluation.kind,
@@ -81,14 +84,20 @@ def _evaluation_facts(session: Session, evaluation_id: int) -> EvaluationFacts |
     row = session.execute(disclosure.join_governing_phase(query)).first()
     if row is None:
         return None
-    owner_id, visibility, published, kind, dataset_kind, level, *rest = row
+    owner_id, team_id, visibility, published, kind, dataset_kind, level, *rest = row
     phase, (subjects, *revisions) = tuple(rest[:6]), rest[6:]
     facts = disclosure.facts_from_row(
-        dataset_kind, level, phase, subjects=subjects, owner_id=owner_id
+        dataset_kind, level, phase, subjects=subjects, owner_id=owner_id, team_id=team_id
     )
     evaluation_rev, algorithm_rev, dataset_rev = revisions
     return EvaluationFacts(
-        owner_id, visibility, published, kind, facts, (evaluation_rev, algorithm_rev, dataset_rev)
+        owner_id,
+        team_id,
+        visibility,
+        published,
+        kind,
+        facts,
+        (evaluation_rev, algorithm_rev, dataset_rev),
     )
 
 
@@ -96,6 +105,7 @@ def _algorithm_facts(session: Session, algorithm_id: int) -> AlgorithmFacts | No
     row = session.execute(
         select(
             Algorithm.owner_id,
+            Algorithm.team_id,
             Algorithm.visibility,
             Algorithm.name,
             Algorithm.revision,
@@ -105,7 +115,13 @@ def _algorithm_facts(session: Session, algorithm_id: int) -> AlgorithmFacts | No
         .outerjoin(Evaluation, Evaluation.algorithm_version_id == AlgorithmVersion.id)
         .outerjoin(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
         .where(Algorithm.id == algorithm_id)
-        .group_by(Algorithm.id, Algorithm.owner_id, Algorithm.visibility, Algorithm.name)
+        .group_by(
+            Algorithm.id,
+            Algorithm.owner_id,
+            Algorithm.team_id,
+            Algorithm.visibility,
+            Algorithm.name,
+        )
     ).first()
     if row is None:
         return None
@@ -144,6 +160,7 @@ def authorize_evaluation(viewer: User | None, evaluation_id: int, facts: Evaluat
     if not policy.may_view_results(
         viewer,
         owner_id=facts.owner_id,
+        team_id=facts.team_id,
         public=facts.visibility == Visibility.PUBLIC,
         published=facts.published,
         smoke_test=facts.kind == EvaluationKind.SMOKE_TEST,
@@ -160,7 +177,10 @@ def authorize_subjects(viewer: User | None, evaluation_id: int, facts: Evaluatio
 def authorize_algorithm(viewer: User | None, algorithm_id: int, facts: AlgorithmFacts) -> None:
     """:func:`policy.can_view_algorithm` on the facts; the same not-found error."""
     if not policy.may_view_algorithm(
-        viewer, owner_id=facts.owner_id, public=facts.visibility == Visibility.PUBLIC
+        viewer,
+        owner_id=facts.owner_id,
+        team_id=facts.team_id,
+        public=facts.visibility == Visibility.PUBLIC,
     ):
         raise NotFound(f"algorithm {algorithm_id} does not exist")
 

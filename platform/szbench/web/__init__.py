@@ -35,6 +35,7 @@ def install(app: FastAPI) -> None:
         pages,
         snapshots,
         submit_help,
+        teams,
     )
 
     app.include_router(pages.router)
@@ -46,5 +47,6 @@ def install(app: FastAPI) -> None:
     app.include_router(admin.router)
     app.include_router(datasets.router)
     app.include_router(submit_help.router)
+    app.include_router(teams.router)
     app.mount("/static", compressed(StaticFiles(directory=HERE / "static")), name="static")
     install_error_pages(app)

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
 from szbench.api.pagination import IdPath
-from szbench.auth import accounts, cookies, mail
+from szbench.auth import accounts, cookies, mail, policy
 from szbench.auth import service as auth
 from szbench.auth.dependencies import Anyone, SignedIn, Submitter
 from szbench.config import get_settings
@@ -481,8 +481,9 @@ def evaluation_page(
         "runs_total": total,
         "runs_hidden": runs_hidden,
         "version": version,
-        "can_manage": caller.user is not None
-        and (caller.is_admin or evaluation.algorithm_version.algorithm.owner_id == caller.user.id),
+        "can_manage": policy.can_manage_algorithm(
+            caller.user, evaluation.algorithm_version.algorithm
+        ),
         "rerun_refused": web_queries.rerun_refusal(session, caller.user, evaluation),
         "failures_rule": failures_rule(evaluation).value,
         "smoke_reason": web_queries.smoke_rejection(evaluation, version),

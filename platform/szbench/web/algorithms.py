@@ -25,7 +25,7 @@ router = APIRouter(include_in_schema=False)
 
 def _managed(session: SessionDep, caller: SignedIn, algorithm_id: int) -> Algorithm:
     assert caller.user is not None
-    return algorithms.get_managed_algorithm(session, algorithm_id, user=caller.user)
+    return algorithms.get_editable_algorithm(session, algorithm_id, user=caller.user)
 
 
 class AlgorithmForm(FormModel):

@@ -1,0 +1,279 @@
+"""Team pages: the caller's teams, one team (members, algorithms, what it may still start)
+and the admins' list of every team (docs/web-ui.md, "Teams")."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+
+from szbench.algorithms import service as algorithms
+from szbench.api.deps import SessionDep
+from szbench.auth import policy
+from szbench.auth.dependencies import AdminOnly, SignedIn, Submitter
+from szbench.errors import BadRequest, SzbenchError
+from szbench.models import TeamRole
+from szbench.quotas import service as quotas
+from szbench.teams import service
+from szbench.web.common import CsrfChecked, redirect, render
+
+router = APIRouter(include_in_schema=False)
+
+# Errors whose detail starts with one of these names are shown next to that field.
+_FIELDS = ("name", "email", "confirm")
+
+
+def _field_errors(exc: SzbenchError) -> dict[str, str]:
+    name, _, rest = exc.detail.partition(": ")
+    if name in _FIELDS and rest:
+        return {name: rest[:1].upper() + rest[1:]}
+    return {"form": exc.detail}
+
+
+def _list_page(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    *,
+    errors: dict[str, str] | None = None,
+    typed: str = "",
+    status_code: int = 200,
+) -> Response:
+    assert caller.user is not None
+    mine = service.teams_of(session, caller.user)
+    rows = [
+        (team, next(m.role for m in team.members if m.user_id == caller.user.id)) for team in mine
+    ]
+    context = {"title": "Teams", "rows": rows, "errors": errors or {}, "typed": typed}
+    return render(request, "teams.html", caller, context, status_code=status_code)
+
+
+@router.get("/teams", response_class=HTMLResponse)
+def teams_page(request: Request, session: SessionDep, caller: SignedIn) -> Response:
+    """The caller's teams and a form to start one."""
+    return _list_page(request, session, caller)
+
+
+@router.post("/teams", response_class=HTMLResponse)
+def create_team(
+    request: Request,
+    session: SessionDep,
+    caller: Submitter,
+    _csrf: CsrfChecked,
+    name: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """Start a team; the caller is its first owner."""
+    assert caller.user is not None
+    try:
+        team = service.create_team(session, owner=caller.user, name=name)
+    except SzbenchError as exc:
+        session.rollback()
+        return _list_page(
+            request, session, caller, errors=_field_errors(exc), typed=name,
+            status_code=exc.status_code,
+        )  # fmt: skip
+    return redirect(f"/teams/{team.id}", f"Team {team.name} created: add its members below.")
+
+
+def _team_page(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    team_id: int,
+    *,
+    errors: dict[str, str] | None = None,
+    typed: dict[str, Any] | None = None,
+    status_code: int = 200,
+) -> Response:
+    user = caller.user
+    assert user is not None
+    team = service.get_team(session, team_id, viewer=user)
+    in_team = service.algorithms_of(session, team)
+    own, _ = algorithms.list_algorithms(session, viewer=user, mine=True, limit=500, offset=0)
+    context = {
+        "title": f"Team {team.name}",
+        "team": team,
+        "manages": policy.can_manage_team(user, team),
+        "me": user.id,
+        "algorithms": in_team,
+        # The caller's own algorithms not in this team: the ones they may put in it.
+        "movable": [a for a in own if policy.can_edit_algorithm(user, a) and a.team_id != team.id]
+        if team.id in policy.team_ids(user)
+        else [],
+        "editable": {a.id for a in in_team if policy.can_edit_algorithm(user, a)},
+        "quota": quotas.team_quotas(session, team),
+        "roles": list(TeamRole),
+        "errors": errors or {},
+        "typed": typed or {},
+    }
+    return render(request, "team.html", caller, context, status_code=status_code)
+
+
+@router.get("/teams/{team_id}", response_class=HTMLResponse)
+def team_page(team_id: int, request: Request, session: SessionDep, caller: SignedIn) -> Response:
+    """One team: members, algorithms and the team's remaining held-out quota."""
+    return _team_page(request, session, caller, team_id)
+
+
+def _refused(
+    request: Request, session: SessionDep, caller: SignedIn, team_id: int, exc: SzbenchError,
+    typed: dict[str, Any] | None = None,
+) -> Response:  # fmt: skip
+    session.rollback()
+    return _team_page(
+        request, session, caller, team_id, errors=_field_errors(exc), typed=typed,
+        status_code=exc.status_code,
+    )  # fmt: skip
+
+
+@router.post("/teams/{team_id}/members", response_class=HTMLResponse)
+def add_member(
+    team_id: int,
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+    email: Annotated[str, Form(max_length=320)] = "",
+    role: Annotated[str, Form(max_length=20)] = TeamRole.MEMBER.value,
+) -> Response:
+    """Add an existing account by its e-mail address (the team's owners)."""
+    assert caller.user is not None
+    typed = {"email": email, "role": role}
+    try:
+        team = service.get_team(session, team_id, viewer=caller.user)
+        member = service.add_member(session, team, by=caller.user, email=email, role=_role(role))
+    except SzbenchError as exc:
+        return _refused(request, session, caller, team_id, exc, typed)
+    who = member.user.name or member.user.email
+    return redirect(f"/teams/{team_id}", f"{who} is now a {member.role.value} of {team.name}.")
+
+
+def _role(text: str) -> TeamRole:
+    try:
+        return TeamRole(text)
+    except ValueError:
+        raise BadRequest(f"role: unknown role {text!r} (owner or member)") from None
+
+
+@router.post("/teams/{team_id}/members/{user_id}/role", response_class=HTMLResponse)
+def set_role(
+    team_id: int,
+    user_id: int,
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+    role: Annotated[str, Form(max_length=20)] = "",
+) -> Response:
+    """Make a member an owner or a plain member (the team's owners)."""
+    assert caller.user is not None
+    try:
+        team = service.get_team(session, team_id, viewer=caller.user)
+        member = service.set_role(session, team, user_id, _role(role), by=caller.user)
+    except SzbenchError as exc:
+        return _refused(request, session, caller, team_id, exc)
+    who = member.user.name or member.user.email
+    return redirect(f"/teams/{team_id}", f"{who} is now a {member.role.value}.")
+
+
+@router.post("/teams/{team_id}/members/{user_id}/remove", response_class=HTMLResponse)
+def remove_member(
+    team_id: int,
+    user_id: int,
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+) -> Response:
+    """Remove a member (owners), or leave (the member themselves)."""
+    assert caller.user is not None
+    try:
+        team = service.get_team(session, team_id, viewer=caller.user)
+        name = team.name
+        service.remove_member(session, team, user_id, by=caller.user)
+    except SzbenchError as exc:
+        return _refused(request, session, caller, team_id, exc)
+    if user_id == caller.user.id:
+        return redirect("/teams", f"You left {name}.")
+    return redirect(f"/teams/{team_id}", "Member removed; their past work stays counted.")
+
+
+@router.post("/teams/{team_id}/algorithms", response_class=HTMLResponse)
+def add_algorithm(
+    team_id: int,
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+    algorithm_id: Annotated[int, Form(ge=1)],
+) -> Response:
+    """Put one of the caller's algorithms in the team."""
+    assert caller.user is not None
+    try:
+        team = service.get_team(session, team_id, viewer=caller.user)
+        algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=caller.user)
+        service.set_algorithm_team(session, algorithm, team, by=caller.user)
+    except SzbenchError as exc:
+        return _refused(request, session, caller, team_id, exc)
+    return redirect(f"/teams/{team_id}", f"{algorithm.name} is now in {team.name}.")
+
+
+@router.post("/teams/{team_id}/algorithms/{algorithm_id}/remove", response_class=HTMLResponse)
+def remove_algorithm(
+    team_id: int,
+    algorithm_id: int,
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+) -> Response:
+    """Take one of the caller's algorithms out of the team."""
+    assert caller.user is not None
+    try:
+        team = service.get_team(session, team_id, viewer=caller.user)
+        algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=caller.user)
+        if algorithm.team_id == team.id:
+            service.set_algorithm_team(session, algorithm, None, by=caller.user)
+    except SzbenchError as exc:
+        return _refused(request, session, caller, team_id, exc)
+    return redirect(f"/teams/{team_id}", f"{algorithm.name} is no longer in {team.name}.")
+
+
+@router.post("/teams/{team_id}/delete", response_class=HTMLResponse)
+def delete_team(
+    team_id: int,
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    _csrf: CsrfChecked,
+    confirm: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """Delete the team (its owners), once its name is typed."""
+    assert caller.user is not None
+    try:
+        team = service.get_team(session, team_id, viewer=caller.user)
+        name = team.name
+        if policy.can_manage_team(caller.user, team) and (
+            " ".join(confirm.split()).lower() != name.lower()
+        ):
+            raise BadRequest(f"confirm: type the team's name, {name}, to delete it")
+        service.delete_team(session, team, by=caller.user)
+    except SzbenchError as exc:
+        return _refused(request, session, caller, team_id, exc, {"confirm": confirm})
+    return redirect("/teams", f"Team {name} deleted; its algorithms stay with their owners.")
+
+
+@router.get("/admin/teams", response_class=HTMLResponse)
+def admin_teams(request: Request, session: SessionDep, caller: AdminOnly) -> Response:
+    """Every team: its owners, members and algorithms."""
+    rows, total = service.list_teams(session, limit=500, offset=0)
+    counts = service.algorithm_counts(session)
+    context = {
+        "title": "Teams",
+        "teams": rows,
+        "total": total,
+        "algorithm_counts": counts,
+        "owner": TeamRole.OWNER,
+    }
+    return render(request, "admin/teams.html", caller, context)
