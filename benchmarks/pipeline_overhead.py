@@ -14,15 +14,26 @@ Scaling: the same evaluation on W worker processes (W recordings in flight), thr
 against one worker; its floor is W bare ``docker run`` in parallel (what the engine itself
 allows on this machine). Pipeline and floor are measured in alternation, medians compared.
 
+Whole benchmark (``--hours N``, issue 24.2): N one-hour 19-channel recordings and an image
+whose own work costs about 10 s per hour of EEG (it sleeps 10 s per hour read from the EDF
+header, writes its TSV and prints how long that took). One evaluation on one worker, from
+the commit to DONE. Baseline: the algorithm's own container time, the sum over runs of
+what the image itself measured. Everything else is overhead: staging, container create,
+start, wait and removal, output checks, scoring, storing, task hand-offs, finalize. Goal:
+overhead at most 5% of the algorithm's own time. The recordings are real one-hour files
+(about 35 MB each); staging must link or bind-mount them, never copy.
+
 Run (needs PostgreSQL, Redis, a Docker engine and the base image: scripts/test-services.sh)::
 
     python benchmarks/pipeline_overhead.py [--recordings 16] [--workers 1,2]
+    python benchmarks/pipeline_overhead.py --hours 100 [--seconds-per-hour 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -38,7 +49,7 @@ for part in ("platform", "worker", "scoring", "."):
     sys.path.insert(0, str(REPO / part))
 
 import redis  # noqa: E402
-from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy import create_engine, select, text  # noqa: E402
 
 from tests.worker._pipeline_factories import Rec, make_prepared_dataset  # noqa: E402
 from tests.worker.conftest import BASE_IMAGE, write_edf  # noqa: E402
@@ -58,26 +69,42 @@ PG_ADMIN = os.environ.get(
 )
 
 
-def build(tmp: Path) -> str:
+# Works 10 s (SECONDS_PER_HOUR) per hour of EEG, then writes a background-only TSV; prints
+# the time its own work took, which is the baseline of the --hours benchmark.
+WORK_PY = """import os, time
+t0 = time.monotonic()
+from pathlib import Path
+h = (Path('/data') / os.environ['INPUT']).read_bytes()[:256]
+d = int(h[236:244]) * float(h[244:252])
+time.sleep(d / 3600 * float(os.environ['SECONDS_PER_HOUR']))
+(Path('/output') / os.environ['OUTPUT']).write_text(
+    'onset\\tduration\\teventType\\tconfidence\\tchannels\\tdateTime\\trecordingDuration\\n'
+    f'0\\t{d}\\tbckg\\tn/a\\tn/a\\t2020-01-01 00:00:00\\t{d}\\n')
+print(f'own_s={time.monotonic() - t0:.6f}')
+"""
+WORK_IMAGE = "szbench-bench/ten-s-per-hour:latest"
+
+
+def build(tmp: Path, *, run_py: str = RUN_PY, tag: str = IMAGE, env: str = "") -> str:
     from szbench_worker.docker_runner import build_image, connect
 
-    ctx = tmp / "image"
+    ctx = tmp / f"image-{tag.replace('/', '_').replace(':', '_')}"
     ctx.mkdir()
-    (ctx / "run.py").write_text(RUN_PY)
+    (ctx / "run.py").write_text(run_py)
     (ctx / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\nENV PYTHONDONTWRITEBYTECODE=1\nCOPY run.py /run.py\n"
+        f"FROM {BASE_IMAGE}\nENV PYTHONDONTWRITEBYTECODE=1{env}\nCOPY run.py /run.py\n"
         'CMD ["python3", "/run.py"]\n'
     )
-    return build_image(ctx, IMAGE, connect()).digest
+    return build_image(ctx, tag, connect()).digest
 
 
-def dataset(tmp: Path, n: int) -> Path:
-    recs = [Rec(f"sub-{i:02d}", "run-00", 30) for i in range(1, n + 1)]
+def dataset(tmp: Path, n: int, duration_s: int = 30) -> Path:
+    recs = [Rec(f"sub-{i:02d}", "run-00", duration_s) for i in range(1, n + 1)]
     root = make_prepared_dataset(tmp / "prepared", recs)
     # Real 19-channel EDFs (the fake-runner factory writes one-channel ones).
     for i, rec in enumerate(recs):
         path = root / f"eeg/{rec.subject}/ses-01/eeg/{rec.edf_name}"
-        write_edf(path, duration_s=30, seed=i)
+        write_edf(path, duration_s=duration_s, seed=i)
     import hashlib
     import json
 
@@ -90,12 +117,16 @@ def dataset(tmp: Path, n: int) -> Path:
     return root
 
 
-def bare_run(edf: Path, out: Path) -> float:
+#: (wall, the image's own time) of each bare run of the --hours image.
+_BARE_OWN: list[tuple[float, float]] = []
+
+
+def bare_run(edf: Path, out: Path, image: str = IMAGE) -> float:
     out.mkdir(parents=True, exist_ok=True)
     os.chmod(out, 0o777)  # the image's user must be able to write its output
     output = edf.name.replace("_eeg.edf", "_events.tsv")
     t0 = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         [
             "docker",
             "run",
@@ -110,12 +141,16 @@ def bare_run(edf: Path, out: Path) -> float:
             f"INPUT={edf.name}",
             "-e",
             f"OUTPUT={output}",
-            IMAGE,
+            image,
         ],
         check=True,
         capture_output=True,
+        text=True,
     )
     elapsed = time.perf_counter() - t0
+    found = re.search(r"own_s=([0-9.]+)", done.stdout)
+    if found is not None:
+        _BARE_OWN.append((elapsed, float(found.group(1))))
     assert (out / output).is_file()
     return elapsed
 
@@ -219,7 +254,7 @@ class Stack:
         redis.Redis.from_url(self.redis_url).flushdb()
 
 
-def seed(prepared: Path, digest: str) -> tuple[int, int]:
+def seed(prepared: Path, digest: str, image: str = IMAGE) -> tuple[int, int]:
     from szbench.datasets.service import create_dataset, register_dataset_version
     from szbench.db import session_scope
     from szbench.models import Algorithm, AlgorithmVersion, User, VersionStatus
@@ -235,7 +270,7 @@ def seed(prepared: Path, digest: str) -> tuple[int, int]:
             algorithm_id=algorithm.id,
             version="1",
             image_digest=digest,
-            image_reference=IMAGE,
+            image_reference=image,
             status=VersionStatus.ACTIVE,
         )
         session.add(version)
@@ -282,13 +317,91 @@ def pipeline_seconds(version_id: int, dv_id: int) -> float:
         time.sleep(0.02)
 
 
+def whole_benchmark(hours: int, seconds_per_hour: float, redis_url: str) -> None:
+    """One evaluation of ``hours`` one-hour recordings on one worker (issue 24.2)."""
+    from szbench.db import session_scope
+    from szbench.models import Evaluation
+
+    with tempfile.TemporaryDirectory(prefix="szbench-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        os.chmod(tmp, 0o755)
+        digest = build(
+            tmp,
+            run_py=WORK_PY,
+            tag=WORK_IMAGE,
+            env=f"\nENV SECONDS_PER_HOUR={seconds_per_hour}",
+        )
+        t0 = time.perf_counter()
+        prepared = dataset(tmp, hours, duration_s=3600)
+        print(f"wrote {hours} one-hour recordings in {time.perf_counter() - t0:.0f} s", flush=True)
+        stack = Stack(tmp, redis_url)
+        try:
+            version_id, dv_id = seed(prepared, digest, WORK_IMAGE)
+            # The engine's own floor, for context: bare `docker run --rm` of the same image.
+            edfs = sorted(prepared.glob("eeg/*/ses-01/eeg/*_eeg.edf"))
+            for edf in edfs[: min(5, hours)]:
+                bare_run(edf, tmp / f"out-{uuid.uuid4().hex}", WORK_IMAGE)
+            stack.start_workers(1)
+            wall = pipeline_seconds(version_id, dv_id)
+            with session_scope() as session:
+                ev = session.scalars(
+                    select(Evaluation).order_by(Evaluation.id.desc()).limit(1)
+                ).one()
+                runs = list(ev.runs)
+                own = []
+                for r in runs:
+                    found = re.search(r"own_s=([0-9.]+)", r.admin_log)
+                    if found is None:
+                        raise RuntimeError(f"run {r.id}: the image's own time is not in its log")
+                    own.append(float(found.group(1)))
+                container = sum(r.wall_time_s or 0.0 for r in runs)
+                busy = sum((r.finished_at - r.started_at).total_seconds() for r in runs)
+        finally:
+            stack.close()
+    algorithm = sum(own)
+    overhead = wall - algorithm
+    print(
+        f"\n{hours} one-hour recordings (19 ch, 256 Hz, about 35 MB each), image working "
+        f"{seconds_per_hour:g} s per hour of EEG, one worker"
+    )
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"algorithm's own time (baseline): {algorithm:.1f} s")
+    print(f"commit to DONE:                  {wall:.1f} s")
+    print(
+        f"  in the container runtime (start to exit: the run's duration_s): "
+        f"{(container - algorithm) / algorithm:.2%} of the baseline"
+    )
+    print(
+        f"  in the task around it (claim, stage, create, remove, check, score, store): "
+        f"{(busy - container) / algorithm:.2%}"
+    )
+    print(f"  between runs (hand-offs, start and finalize tasks): {(wall - busy) / algorithm:.2%}")
+    bare_wall = sum(w for w, _ in _BARE_OWN)
+    bare_own = sum(o for _, o in _BARE_OWN)
+    print(
+        f"  for context, a bare `docker run --rm` of the same image ({len(_BARE_OWN)} runs): "
+        f"{(bare_wall - bare_own) / bare_own:.2%} over the image's own time"
+    )
+    print(
+        f"\ngoal: whole-benchmark overhead at most 5% of the algorithm's own time -> "
+        f"{overhead / algorithm:.2%} ({overhead / len(runs):.2f} s per recording)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recordings", type=int, default=16)
     parser.add_argument("--workers", default="1,2", help="worker process counts to compare")
     parser.add_argument("--repeat", type=int, default=3, help="timed pairs per worker count")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/10")
+    parser.add_argument(
+        "--hours", type=int, default=0, help="whole-benchmark mode: this many 1 h recordings"
+    )
+    parser.add_argument("--seconds-per-hour", type=float, default=10.0)
     args = parser.parse_args()
+    if args.hours:
+        whole_benchmark(args.hours, args.seconds_per_hour, args.redis_url)
+        return
     counts = [int(x) for x in args.workers.split(",")]
     n = args.recordings
     with tempfile.TemporaryDirectory(prefix="szbench-bench-") as tmp_s:

@@ -248,3 +248,28 @@ def test_ids_out_of_range_are_refused_before_the_database(
     assert r.status_code == 422
     nine = "&".join(f"evaluation={i}" for i in range(1, 10))
     assert client.get(f"/api/v1/comparisons?{nine}", headers=h).status_code == 422
+
+
+def test_a_repeated_comparison_reuses_its_paired_test_and_a_new_result_does_not(
+    client: TestClient, db_session: Session, world: dict[str, Any]
+) -> None:
+    """The resampling is kept by the values it ran on: asked again, the same test comes
+    back without resampling; a changed per-subject value is another key, so a new result
+    is never answered with the old test."""
+    from szbench.compare import service
+    from szbench.models import SubjectResult
+
+    service.paired_test.cache_clear()
+    a, b = world["a"], world["b"]
+    url = f"/api/v1/comparisons?evaluation={a.id}&evaluation={b.id}"
+    first = client.get(url).json()["tests"]
+    assert client.get(url).json()["tests"] == first
+    info = service.paired_test.cache_info()
+    assert (info.misses, info.hits) == (1, 1)
+    row = db_session.query(SubjectResult).filter_by(evaluation_id=b.id, subject="01").one()
+    row.event_f1 = 0.95  # subject 01 now better under B
+    db_session.flush()
+    (changed,) = client.get(url).json()["tests"]
+    assert service.paired_test.cache_info().misses == 2
+    assert changed["mean_difference"] == pytest.approx((-0.05 + 0.2 + 0.4 + 0.4) / 4)
+    assert changed["mean_difference"] != first[0]["mean_difference"]

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from szbench.models import RunOutcome
 from szbench_worker.runner import (
-    GpuInfo,
     Limits,
     OutputCheck,
     RunResult,
     check_output,
+    describe_gpus,
     edf_duration_s,
     output_name_for,
 )
@@ -107,7 +107,8 @@ class FakeRunner:
             annotations=check.annotations,
             image_digest=self.image_digest,
             worker_host="fake",
-            gpu=GpuInfo(gpus) if gpus else None,
+            # The real description: nvidia-smi's model and driver when it is on PATH.
+            gpu=describe_gpus(gpus),
             sandbox="fake",
         )
 

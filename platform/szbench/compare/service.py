@@ -11,6 +11,7 @@ viewer (:func:`szbench.auth.policy.can_view_evaluation`).
 
 from __future__ import annotations
 
+import functools
 import math
 from itertools import combinations
 
@@ -24,7 +25,12 @@ from szbench.evaluations import queries as evaluations
 from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, SubjectResult, User
 from szbench.results import disclosure
 from szbench.results.queries import METRICS
-from szbench_scoring.stats import CONFIDENCE_LEVEL, paired_comparison, smallest_p_value
+from szbench_scoring.stats import (
+    CONFIDENCE_LEVEL,
+    PairedComparison,
+    paired_comparison,
+    smallest_p_value,
+)
 
 #: The ranking metric: the paired test defaults to it.
 RANKING_METRIC = "event_f1"
@@ -74,6 +80,28 @@ def _differing(xa: list[float], xb: list[float]) -> int:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def paired_test(
+    xa: tuple[float | None, ...],
+    xb: tuple[float | None, ...],
+    n_resamples: int,
+    n_permutations: int,
+) -> PairedComparison:
+    """:func:`paired_comparison` of two per-subject columns (None: missing), kept by value.
+
+    The resampling costs a few hundred ms per pair, every time a comparison is asked for;
+    its result is a pure function of these arguments (the seed is fixed), so it is kept
+    keyed on them: a new result changes the values, hence the key, and nothing needs
+    invalidating. What a viewer may see is still checked on every request, before this.
+    """
+    return paired_comparison(
+        [math.nan if v is None else v for v in xa],
+        [math.nan if v is None else v for v in xb],
+        n_resamples=n_resamples,
+        n_permutations=n_permutations,
+    )
+
+
 def compare(
     session: Session,
     evaluation_ids: list[int],
@@ -106,11 +134,11 @@ def compare(
     for a, b in combinations(rows, 2):
         xa = [math.nan if (v := per_eval[a.id].get(s)) is None else v for s in subjects]
         xb = [math.nan if (v := per_eval[b.id].get(s)) is None else v for s in subjects]
-        c = paired_comparison(
-            xa,
-            xb,
-            n_resamples=settings.bootstrap_resamples,
-            n_permutations=settings.compare_permutations,
+        c = paired_test(
+            tuple(per_eval[a.id].get(s) for s in subjects),
+            tuple(per_eval[b.id].get(s) for s in subjects),
+            settings.bootstrap_resamples,
+            settings.compare_permutations,
         )
         smallest = (
             smallest_p_value(c.n_subjects, settings.compare_permutations) if c.n_subjects else None

@@ -294,10 +294,10 @@ class DockerRunner:
         """The run in its staging directory, step by step: stage, configure, execute (the
         container removed on every path), judge, record."""
         ids = numeric_uid(run.limits.user if run.limits.user is not None else run.image_user)
-        data = self._stage(run.run_dir, run.recording, output)
+        data, bound = self._stage(run.run_dir, run.recording, output)
         watchdog = Watchdog(self.poll_interval_s)
         ended = self._execute(
-            run, functools.partial(self._configure, run, data, output, ids), watchdog, output
+            run, functools.partial(self._configure, run, data, output, ids, bound), watchdog, output
         )
         if isinstance(ended, RunResult):
             return ended  # the engine refused the image: no process of it ran
@@ -319,6 +319,7 @@ class DockerRunner:
         data: Path,
         output: HostTmpfs | EngineTmpfs,
         ids: tuple[int, int | None] | None,
+        bound: Path | None,
         cpuset: tuple[int, ...],
     ) -> dict[str, Any]:
         """The container's configuration (:func:`container_config`) for this run, pinned to
@@ -328,6 +329,7 @@ class DockerRunner:
             image_id=run.image.id,
             data_dir=data,
             output=output.mount(),
+            recording_mount=bound,
             input_name=run.recording.name,
             output_name=run.output_name,
             limits=run.limits,
@@ -465,21 +467,24 @@ class DockerRunner:
     def _labels(self) -> dict[str, str]:
         return {LABEL_RUNNER: "1", LABEL_HOST: self.host, LABEL_OWNER: self.owner}
 
-    def _stage(self, run_dir: Path, recording: Path, output: HostTmpfs | EngineTmpfs) -> Path:
-        """``data/`` holding the recording; the run's ``/output`` filesystem made."""
+    def _stage(
+        self, run_dir: Path, recording: Path, output: HostTmpfs | EngineTmpfs
+    ) -> tuple[Path, Path | None]:
+        """``data/`` holding the recording (or its placeholder, with the recording to
+        bind-mount over it: :func:`stage_recording`); the run's ``/output`` filesystem made."""
         os.chmod(run_dir, 0o711)  # noqa: S103 (a remapped container uid must traverse or read it)
         data = run_dir / "data"
         data.mkdir()
         os.chmod(data, 0o755)  # noqa: S103 (a remapped container uid must traverse or read it)
         try:
-            stage_recording(recording, data)
+            bound = stage_recording(recording, data)
         except OSError as exc:
             raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
         try:
             output.prepare()
         except OSError as exc:
             raise RunnerError(f"cannot prepare the output directory: {exc}") from exc
-        return data
+        return data, bound
 
     def _wait(self, container: Any, limits: Limits, started: float) -> tuple[int | None, bool]:
         """``(exit code, timed out)``; the container is killed at the wall-clock limit."""

@@ -151,6 +151,7 @@ def container_config(
     output_dir: Path | None = None,
     output: Mount | None = None,
     input_name: str,
+    recording_mount: Path | None = None,
     output_name: str,
     limits: Limits,
     gpus: tuple[str, ...] = (),
@@ -170,6 +171,8 @@ def container_config(
     ``image_env``: the image's ``Config.Env`` (:func:`run_environment`). ``output``: the
     mount of the run's ``/output`` filesystem (:mod:`.outputfs`); ``output_dir``, a folder
     bind-mounted there instead.
+    ``recording_mount``: the recording, bind-mounted read-only at ``/data/<input_name>``
+    over its placeholder when staging could not hard-link it (never a copy).
     """
     if output is None:
         if output_dir is None:
@@ -198,6 +201,18 @@ def container_config(
         "mounts": [
             Mount(target=CONTAINER_DATA_DIR, source=str(data_dir), type="bind", read_only=True),
             output,
+            *(
+                [
+                    Mount(
+                        target=f"{CONTAINER_DATA_DIR}/{input_name}",
+                        source=str(recording_mount),
+                        type="bind",
+                        read_only=True,
+                    )
+                ]
+                if recording_mount is not None
+                else []
+            ),
         ],
         "network_mode": "bridge" if limits.network else "none",
         "read_only": True,

@@ -4,7 +4,7 @@ scorer version), so a finished run's outcome and detections serve again, scored 
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from szbench.models import DatasetVersion, Evaluation, EvaluationKind, RecordingRun, RunOutcome
 from szbench_worker.pipeline.attribution import reusable_for
@@ -34,6 +34,8 @@ def reuse_finished_runs(session: Session, evaluation: Evaluation) -> int:
         select(RecordingRun)
         .where(RecordingRun.evaluation_id == evaluation.id, RecordingRun.finished_at.is_(None))
         .order_by(RecordingRun.id)
+        # Scoring reads each run's recording: one query for all of them, not one per run.
+        .options(selectinload(RecordingRun.recording))
     ).all()
     if not pending:
         return 0
