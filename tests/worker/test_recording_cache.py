@@ -133,7 +133,8 @@ def test_a_run_stages_the_cached_file_as_a_link(tmp_path: Path) -> None:
     )
     run_data = tmp_path / "run" / "data"
     run_data.mkdir(parents=True)
-    staged = stage_recording(cached.path, run_data)
+    assert stage_recording(cached.path, run_data) is None  # a link, nothing to bind-mount
+    staged = run_data / cached.path.name
     assert staged.stat().st_ino == cached.path.stat().st_ino  # no copy
     staged.unlink()  # the run's clean-up leaves the cache whole
     assert cached.path.read_bytes() == data
