@@ -146,12 +146,25 @@ class OwnDockerd:
 
 
 @pytest.fixture
-def own_dockerd(docker_client: Any, slow_image: str) -> Iterator[OwnDockerd]:  # noqa: F811
+def long_image(slow_image: str, docker_client: Any, tmp_path: Path) -> str:  # noqa: F811
+    """The slow image running 20 s a recording: long enough that the engine is always
+    stopped under a running container, however loaded the host (at 2 s the run could end
+    between the test seeing it running and the engine going away)."""
+    from szbench_worker.docker_runner import build_image
+
+    context = tmp_path / "long-image"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {slow_image}\nENV SLOW_S=20\n")
+    return build_image(context, "szbench-test/pipeline-long:latest", docker_client).digest
+
+
+@pytest.fixture
+def own_dockerd(docker_client: Any, long_image: str) -> Iterator[OwnDockerd]:
     engine = OwnDockerd()
     engine.start()
     try:
-        # The slow image (and its base) into the test's engine, by id as the runs use it.
-        saved = docker_client.api.get_image(slow_image)
+        # The long image (and its base) into the test's engine, by id as the runs use it.
+        saved = docker_client.api.get_image(long_image)
         engine.client().api.load_image(b"".join(saved))
         yield engine
     finally:
@@ -172,7 +185,7 @@ def own_dockerd(docker_client: Any, slow_image: str) -> Iterator[OwnDockerd]:  #
 
 def test_an_engine_outage_spends_no_retry_and_leaves_no_exited_container(
     faults: tuple[Workers, str, OwnRedis],  # noqa: F811
-    slow_image: str,  # noqa: F811
+    long_image: str,
     docker_client: Any,
     tmp_path: Path,
     own_dockerd: OwnDockerd,
@@ -180,7 +193,7 @@ def test_an_engine_outage_spends_no_retry_and_leaves_no_exited_container(
     workers, host, _broker = faults
     workers.env["DOCKER_HOST"] = own_dockerd.url
     workers.start("engine", timeout_s=90)
-    evaluation_id = _evaluation(slow_image, docker_client, tmp_path, 2)
+    evaluation_id = _evaluation(long_image, docker_client, tmp_path, 2)
     engine = own_dockerd.client()
 
     def ours() -> list[Any]:
