@@ -1,5 +1,7 @@
-"""Staging never copies a recording: a hard link on the same filesystem, else a read-only
-bind mount of the recording itself (issue 24.2)."""
+"""Staging never copies a recording where the engine can find it: a hard link on the same
+filesystem, else a read-only bind mount of the recording itself (issue 24.2). Only a worker in
+a container, whose recording is off the staging directory's mount, copies: the engine could
+not resolve the path it sees."""
 
 from __future__ import annotations
 
@@ -75,6 +77,28 @@ def test_other_filesystem_is_a_placeholder_and_a_bind_source(
     assert (data / NAME).stat().st_size == 0  # nothing of the recording's bytes
 
 
+def test_a_worker_in_a_container_copies_what_the_engine_could_not_find(
+    tmp_path: Path, other_fs: Path
+) -> None:
+    recording = write_edf(other_fs / NAME)
+    data = tmp_path / "data"
+    data.mkdir()
+    assert stage_recording(recording, data, may_bind=False) is None
+    staged = data / NAME
+    assert staged.read_bytes() == recording.read_bytes()
+    assert staged.stat().st_ino != recording.stat().st_ino
+    assert staged.stat().st_mode & 0o777 == 0o444
+
+
+def test_a_worker_in_a_container_still_links_on_one_mount(tmp_path: Path, no_copies: None) -> None:
+    (tmp_path / "dataset").mkdir()
+    recording = write_edf(tmp_path / "dataset" / NAME)
+    data = tmp_path / "data"
+    data.mkdir()
+    assert stage_recording(recording, data, may_bind=False) is None
+    assert (data / NAME).stat().st_ino == recording.stat().st_ino
+
+
 def test_private_recording_is_made_readable_not_copied(tmp_path: Path, no_copies: None) -> None:
     (tmp_path / "dataset").mkdir()
     recording = write_edf(tmp_path / "dataset" / NAME)
@@ -86,19 +110,28 @@ def test_private_recording_is_made_readable_not_copied(tmp_path: Path, no_copies
     assert (data / NAME).stat().st_ino == recording.stat().st_ino
 
 
-@pytest.mark.parametrize("user", [None, "65534:65534"])
-def test_bind_mounted_recording_is_read_whole_by_the_container(
+@pytest.mark.parametrize(
+    ("user", "bind"), [(None, True), ("65534:65534", True), ("65534:65534", False)]
+)
+def test_a_recording_off_the_work_dir_is_read_whole_by_the_container(
     test_images: dict[str, str],
     docker_client: object,
     tmp_path: Path,
     other_fs: Path,
     user: str | None,
+    bind: bool,
 ) -> None:
     """The runs' work dir and the dataset on different filesystems: the container still
-    reads the real bytes (the good image parses the header's duration) and nothing else."""
+    reads the real bytes (the good image parses the header's duration) and nothing else,
+    bind-mounted or (a worker in a container) copied."""
     recording = write_edf(other_fs / NAME, duration_s=40)
     write_edf(other_fs / NAME.replace("run-00", "run-01"), duration_s=30, seed=3)
-    runner = DockerRunner(docker_client, work_dir=tmp_path / "work", host="test-host")  # type: ignore[arg-type]
+    runner = DockerRunner(
+        docker_client,  # type: ignore[arg-type]
+        work_dir=tmp_path / "work",
+        host="test-host",
+        bind_recordings=bind,
+    )
     limits = Limits(**{**LIMITS.__dict__, "user": user})
     result = runner.run(
         image=test_images["good"], recording=recording, output_dir=tmp_path / "out", limits=limits

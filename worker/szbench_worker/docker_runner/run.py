@@ -79,7 +79,11 @@ from szbench_worker.docker_runner.sandbox import (
     container_config,
     scratch_paths,
 )
-from szbench_worker.docker_runner.staging import numeric_uid, stage_recording
+from szbench_worker.docker_runner.staging import (
+    numeric_uid,
+    paths_shared_with_engine_host,
+    stage_recording,
+)
 from szbench_worker.docker_runner.sweep import cleanup_orphans
 from szbench_worker.docker_runner.watchdog import Watchdog
 from szbench_worker.runner import (
@@ -130,8 +134,14 @@ class DockerRunner:
         helper_image: str | None = None,
         cpu_pool: str = "",
         cpu_lock_dir: Path | None = None,
+        bind_recordings: bool | None = None,
     ) -> None:
         self.client = client or connect()
+        # A recording off the staging directory's filesystem is bind-mounted by its path, so
+        # only where that path is the engine host's too (a worker in a container copies).
+        self.bind_recordings = (
+            paths_shared_with_engine_host() if bind_recordings is None else bind_recordings
+        )
         # By id: a name moved later must not change what runs in the clean-up containers.
         self.helper_image = (
             platform_image_id(helper_image, self.client, setting="SZBENCH_RUNNER_HELPER_IMAGE")
@@ -477,7 +487,7 @@ class DockerRunner:
         data.mkdir()
         os.chmod(data, 0o755)  # noqa: S103 (a remapped container uid must traverse or read it)
         try:
-            bound = stage_recording(recording, data)
+            bound = stage_recording(recording, data, may_bind=self.bind_recordings)
         except OSError as exc:
             raise RunnerError(f"cannot stage recording {recording}: {exc}") from exc
         try:

@@ -3,18 +3,28 @@ container's uid (``/output`` is a filesystem of its own: :mod:`.outputfs`)."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+import shutil
 import stat
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 
-def stage_recording(recording: Path, data_dir: Path) -> Path | None:
-    """Put the one recording into ``data_dir`` without copying its bytes.
+
+def stage_recording(recording: Path, data_dir: Path, *, may_bind: bool = True) -> Path | None:
+    """Put the one recording into ``data_dir``, without copying its bytes where possible.
 
     A hard link when the staging directory is on the recording's filesystem (returns
-    ``None``); otherwise an empty placeholder of the same name, and the recording itself is
-    returned to be bind-mounted read-only over it at ``/data/<name>``. A 1 h recording is
-    about 35 MB: a copy per run would cost more than many algorithms' own time.
+    ``None``). Otherwise, when ``may_bind`` (the recording's path is the same on the
+    engine's host, as for a worker that is not itself in a container), an empty placeholder
+    of the same name, and the recording itself is returned to be bind-mounted read-only over
+    it at ``/data/<name>``. Only when neither is possible (a worker in a container whose
+    recording is not on the staging directory's mount: the engine could not find the path)
+    is the recording copied. A 1 h recording is about 35 MB: a copy per run would cost more
+    than many algorithms' own time, so the deployments docs/deployment.md describes never
+    reach that branch.
 
     A remapped container uid reads the recording through its "other" permission bits, so a
     recording that is not world-readable is made so (its dataset folder still keeps other
@@ -36,8 +46,32 @@ def stage_recording(recording: Path, data_dir: Path) -> Path | None:
         return None
     except OSError:
         pass
-    target.touch(mode=0o444)
-    return recording
+    if may_bind:
+        target.touch(mode=0o444)
+        return recording
+    _copy_warning(recording)
+    shutil.copyfile(recording, target)
+    os.chmod(target, 0o444)
+    return None
+
+
+@functools.cache
+def _copy_warning(recording: Path) -> None:
+    log.warning(
+        "staging copies %s: this worker runs in a container and the recording is not on "
+        "the staging directory's mount (SZBENCH_RUNNER_WORK_DIR); put prepared datasets on "
+        "that mount and each run hard-links its recording instead",
+        recording.parent,
+    )
+
+
+def paths_shared_with_engine_host() -> bool:
+    """Whether a path this process sees is the same path on the Docker engine's host.
+
+    False inside a container (Docker's ``/.dockerenv``, Podman's ``/run/.containerenv``):
+    there only the staging directory is known to be mounted at its host path.
+    """
+    return not any(Path(p).exists() for p in ("/.dockerenv", "/run/.containerenv"))
 
 
 def numeric_uid(user: str | None) -> tuple[int, int | None] | None:
