@@ -24,4 +24,5 @@ else
     [ "$stage" = fast ] && exit 0
     ./scripts/test-services.sh
 fi
-exec .venv/bin/pytest -m "not ($FAST)" "$@"
+# The slowest tests named in the log: where CI time goes is read there.
+exec .venv/bin/pytest -m "not ($FAST)" --durations=25 "$@"

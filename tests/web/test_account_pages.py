@@ -174,3 +174,22 @@ def test_the_admin_page_shows_a_path_and_says_why(client: TestClient, db_session
     assert 'value="/password/reset?token=' in page.text
     assert 'value="http://evil.example' not in page.text
     assert "This server has no <code>SZBENCH_PUBLIC_URL</code>" in page.text
+
+
+def test_upload_a_fixed_version_preselects_only_the_callers_algorithm(
+    client: TestClient, db_session: Session
+) -> None:
+    owner = f.user(db_session, email="fixer@example.org", password=PASSWORD)
+    other = f.user(db_session, email="other@example.org")
+    mine = f.algorithm(db_session, owner, name="fixme")
+    f.algorithm(db_session, owner, name="another")
+    theirs = f.algorithm(db_session, other, name="theirs")
+    db_session.commit()
+    sign_in(client, "fixer@example.org")
+    page = client.get(f"/submit?algorithm_id={mine.id}").text
+    assert re.findall(r'<option value="(\d+)" selected>', page) == [str(mine.id)]
+    # Someone else's algorithm (or none) leaves "New algorithm" chosen, says nothing of it.
+    for query in (f"?algorithm_id={theirs.id}", ""):
+        page = client.get(f"/submit{query}").text
+        assert " selected>" not in page.split('id="algorithm-id"')[1].split("</select>")[0]
+        assert "theirs" not in page

@@ -370,8 +370,14 @@ def forgot(
 
 
 @router.get("/submit", response_class=HTMLResponse)
-def submit_page(request: Request, session: SessionDep, caller: Submitter) -> Response:
-    """Upload an algorithm image (resumable, chunked) or give an image reference."""
+def submit_page(
+    request: Request, session: SessionDep, caller: Submitter, algorithm_id: int | None = None
+) -> Response:
+    """Upload an algorithm image (resumable, chunked) or give an image reference.
+
+    ``algorithm_id`` preselects one of the caller's algorithms ("Upload a fixed version" on
+    an evaluation page); any other id leaves "New algorithm" selected.
+    """
     assert caller.user is not None
     mine, _ = algorithms.list_algorithms(
         session, viewer=caller.user, mine=True, limit=500, offset=0
@@ -383,6 +389,7 @@ def submit_page(request: Request, session: SessionDep, caller: Submitter) -> Res
     context = {
         "title": "Submit an algorithm",
         "algorithms": mine,
+        "selected_algorithm_id": algorithm_id if any(a.id == algorithm_id for a in mine) else None,
         "phases": open_phases,
         "phase_usage": {phase.id: usage for phase, usage in quota.phases},
         "max_upload_bytes": settings.max_upload_bytes,
