@@ -29,6 +29,9 @@ from szbench.models import (
     NotificationEvent,
     NotificationKind,
     RunOutcome,
+    Team,
+    TeamMember,
+    TeamRole,
     User,
     VersionStatus,
 )
@@ -393,6 +396,58 @@ def test_nobody_but_the_owner_hears_of_an_evaluation(
         select(NotificationDelivery.user_id).where(NotificationDelivery.event_id == event_id)
     ).all()
     assert users == [owner.id]
+
+
+def _team_of(db_session: Session, *users: User) -> Team:
+    team = Team(name=f"team-{users[0].id}")
+    db_session.add(team)
+    db_session.flush()
+    for user in users:
+        db_session.add(TeamMember(team_id=team.id, user_id=user.id, role=TeamRole.MEMBER))
+    db_session.flush()
+    return team
+
+
+def test_a_team_algorithm_tells_every_member_what_the_owner_is_told(
+    db_session: Session, receiver: Receiver
+) -> None:
+    owner, member, outsider = (f.user(db_session) for _ in range(3))
+    for user in (owner, member, outsider):
+        service.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
+    ev = _held_out_evaluation(db_session, owner)
+    ev.algorithm_version.algorithm.team_id = _team_of(db_session, owner, member).id
+    event_id = service.record_evaluation_end(db_session, ev)
+    assert event_id is not None
+    service.fan_out(db_session, event_id)
+    rows = db_session.scalars(
+        select(NotificationDelivery)
+        .where(NotificationDelivery.event_id == event_id)
+        .order_by(NotificationDelivery.user_id)
+    ).all()
+    assert [r.user_id for r in rows] == sorted([owner.id, member.id])
+    # Each is told through the disclosure rules as themselves: the same owner's view here.
+    assert rows[0].payload["evaluation"] == rows[1].payload["evaluation"]
+    assert rows[1].payload["evaluation"]["outcomes"] == {"ok": 1, "failed": 1}
+    assert LEAK not in json.dumps(rows[1].payload)
+
+
+def test_phase_news_reaches_the_team_of_a_submitted_algorithm(
+    db_session: Session, receiver: Receiver
+) -> None:
+    owner, member, outsider = (f.user(db_session) for _ in range(3))
+    for user in (owner, member, outsider):
+        service.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
+    phase = f.phase(db_session, title="Final")
+    algo = f.algorithm(db_session, owner, team_id=_team_of(db_session, member).id)
+    f.version(db_session, algo, phase_id=phase.id)
+    event_id = service._record(
+        db_session, NotificationKind.PHASE_OPENED, f"phase:{phase.id}:1", phase_id=phase.id
+    )
+    service.fan_out(db_session, event_id)
+    users = db_session.scalars(
+        select(NotificationDelivery.user_id).where(NotificationDelivery.event_id == event_id)
+    ).all()
+    assert sorted(users) == sorted([owner.id, member.id])
 
 
 def test_switched_off_kinds_make_no_delivery(db_session: Session, receiver: Receiver) -> None:

@@ -53,6 +53,7 @@ from szbench.models import (
     Phase,
     PhaseState,
     RecordingRun,
+    TeamMember,
     User,
 )
 from szbench.notifications import webhook
@@ -395,26 +396,35 @@ def fan_out(session: Session, event_id: int) -> int:
 
 
 def _recipients(session: Session, event: NotificationEvent) -> list[User]:
+    """Who hears of ``event``: for an algorithm's evaluation or smoke test, everyone who
+    acts for the algorithm (its owner and its team's members: :func:`policy.acts_for`); for
+    a phase, those acting for an algorithm submitted to it and whoever asked for every
+    phase. What each is told is decided per person (:func:`compose`)."""
     if event.kind == NotificationKind.TEST:
         ids = [event.user_id]
     elif event.kind in _EVALUATION_KINDS:
         evaluation = session.get(Evaluation, event.evaluation_id)
-        ids = [evaluation.algorithm_version.algorithm.owner_id] if evaluation else []
+        algorithm_id = evaluation.algorithm_version.algorithm_id if evaluation else None
+        ids = list(session.scalars(_acting_for(Algorithm.id == algorithm_id)))
     elif event.kind == NotificationKind.SMOKE_TEST_FAILED:
         version = session.get(AlgorithmVersion, event.algorithm_version_id)
-        ids = [version.algorithm.owner_id] if version else []
+        algorithm_id = version.algorithm_id if version else None
+        ids = list(session.scalars(_acting_for(Algorithm.id == algorithm_id)))
     else:
-        submitted = (
-            select(Algorithm.owner_id)
-            .join(AlgorithmVersion, AlgorithmVersion.algorithm_id == Algorithm.id)
-            .where(AlgorithmVersion.phase_id == event.phase_id)
+        submitted = select(AlgorithmVersion.algorithm_id).where(
+            AlgorithmVersion.phase_id == event.phase_id
         )
         everything = select(NotificationPreferences.user_id).where(
             NotificationPreferences.all_phases.is_(True)
         )
         ids = list(
             session.scalars(
-                select(User.id).where(or_(User.id.in_(submitted), User.id.in_(everything)))
+                select(User.id).where(
+                    or_(
+                        User.id.in_(_acting_for(Algorithm.id.in_(submitted))),
+                        User.id.in_(everything),
+                    )
+                )
             )
         )
     if not ids:
@@ -423,6 +433,17 @@ def _recipients(session: Session, event: NotificationEvent) -> list[User]:
         select(User).where(User.id.in_([i for i in ids if i is not None])).order_by(User.id)
     )
     return [u for u in users if u.is_active]
+
+
+def _acting_for(which: Any) -> Any:
+    """The ids of the owners and team members of the algorithms ``which`` selects."""
+    owners = select(Algorithm.owner_id).where(which)
+    members = (
+        select(TeamMember.user_id)
+        .join(Algorithm, Algorithm.team_id == TeamMember.team_id)
+        .where(which)
+    )
+    return owners.union(members)
 
 
 def _channels(
