@@ -10,9 +10,9 @@ from szbench.algorithms import service as algorithms
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
-from szbench.auth.dependencies import SignedIn, Submitter
+from szbench.auth.dependencies import Principal, SignedIn, Submitter
 from szbench.errors import Forbidden, NotFound
-from szbench.models import Team, User
+from szbench.models import Team, TeamMember, User
 from szbench.quotas import service as quotas
 from szbench.teams import service
 from szbench.teams.schemas import (
@@ -68,20 +68,36 @@ def create_team(body: TeamCreate, session: SessionDep, caller: Submitter) -> Tea
     return team_out(session, service.get_team(session, team.id, viewer=caller.user), caller.user)
 
 
+def _caller_team(session: SessionDep, team_id: int, caller: Principal) -> tuple[Team, User]:
+    """The team as the caller may see it (404 otherwise), and the caller's account."""
+    user = caller.user
+    assert user is not None
+    return service.get_team(session, team_id, viewer=user), user
+
+
+def _member_out(m: TeamMember) -> MemberOut:
+    return MemberOut(
+        user_id=m.user_id, name=m.user.name, email=m.user.email, role=m.role, added_at=m.added_at
+    )
+
+
+def _no_content() -> Response:
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
 @router.get("/{team_id}", response_model=TeamOut)
 def get_team(team_id: IdPath, session: SessionDep, caller: SignedIn) -> TeamOut:
     """One team: its members, its algorithms and what it may still start (members, admins)."""
-    assert caller.user is not None
-    return team_out(session, service.get_team(session, team_id, viewer=caller.user), caller.user)
+    team, user = _caller_team(session, team_id, caller)
+    return team_out(session, team, user)
 
 
 @router.delete("/{team_id}", status_code=status.HTTP_204_NO_CONTENT)
 def delete_team(team_id: IdPath, session: SessionDep, caller: SignedIn) -> Response:
     """Delete a team (its owners, admins); its algorithms stay with their owners."""
-    assert caller.user is not None
-    team = service.get_team(session, team_id, viewer=caller.user)
-    service.delete_team(session, team, by=caller.user)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
+    team, user = _caller_team(session, team_id, caller)
+    service.delete_team(session, team, by=user)
+    return _no_content()
 
 
 @router.post("/{team_id}/members", response_model=MemberOut, status_code=status.HTTP_201_CREATED)
@@ -89,12 +105,8 @@ def add_member(
     team_id: IdPath, body: MemberAdd, session: SessionDep, caller: SignedIn
 ) -> MemberOut:
     """Add an existing account by its e-mail address (the team's owners, admins)."""
-    assert caller.user is not None
-    team = service.get_team(session, team_id, viewer=caller.user)
-    m = service.add_member(session, team, by=caller.user, email=body.email, role=body.role)
-    return MemberOut(
-        user_id=m.user_id, name=m.user.name, email=m.user.email, role=m.role, added_at=m.added_at
-    )
+    team, user = _caller_team(session, team_id, caller)
+    return _member_out(service.add_member(session, team, by=user, email=body.email, role=body.role))
 
 
 @router.patch("/{team_id}/members/{user_id}", response_model=MemberOut)
@@ -102,12 +114,8 @@ def update_member(
     team_id: IdPath, user_id: IdPath, body: MemberUpdate, session: SessionDep, caller: SignedIn
 ) -> MemberOut:
     """Make a member an owner or a plain member (the team's owners, admins)."""
-    assert caller.user is not None
-    team = service.get_team(session, team_id, viewer=caller.user)
-    m = service.set_role(session, team, user_id, body.role, by=caller.user)
-    return MemberOut(
-        user_id=m.user_id, name=m.user.name, email=m.user.email, role=m.role, added_at=m.added_at
-    )
+    team, user = _caller_team(session, team_id, caller)
+    return _member_out(service.set_role(session, team, user_id, body.role, by=user))
 
 
 @router.delete("/{team_id}/members/{user_id}", status_code=status.HTTP_204_NO_CONTENT)
@@ -116,10 +124,9 @@ def remove_member(
 ) -> Response:
     """Remove a member (owners: anyone; a member: themselves). Their past work stays
     charged to the team."""
-    assert caller.user is not None
-    team = service.get_team(session, team_id, viewer=caller.user)
-    service.remove_member(session, team, user_id, by=caller.user)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
+    team, user = _caller_team(session, team_id, caller)
+    service.remove_member(session, team, user_id, by=user)
+    return _no_content()
 
 
 @router.put("/{team_id}/algorithms/{algorithm_id}", status_code=status.HTTP_204_NO_CONTENT)
@@ -127,11 +134,10 @@ def add_algorithm(
     team_id: IdPath, algorithm_id: IdPath, session: SessionDep, caller: SignedIn
 ) -> Response:
     """Put one of the caller's algorithms in the team (its owner, a member of the team)."""
-    assert caller.user is not None
-    team = service.get_team(session, team_id, viewer=caller.user)
-    algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=caller.user)
-    service.set_algorithm_team(session, algorithm, team, by=caller.user)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
+    team, user = _caller_team(session, team_id, caller)
+    algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=user)
+    service.set_algorithm_team(session, algorithm, team, by=user)
+    return _no_content()
 
 
 @router.delete("/{team_id}/algorithms/{algorithm_id}", status_code=status.HTTP_204_NO_CONTENT)
@@ -139,10 +145,9 @@ def remove_algorithm(
     team_id: IdPath, algorithm_id: IdPath, session: SessionDep, caller: SignedIn
 ) -> Response:
     """Take an algorithm out of the team (its owner); work already charged stays charged."""
-    assert caller.user is not None
-    team = service.get_team(session, team_id, viewer=caller.user)
-    algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=caller.user)
+    team, user = _caller_team(session, team_id, caller)
+    algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=user)
     if algorithm.team_id != team.id:
         raise NotFound(f"algorithm {algorithm_id} is not in team {team.name!r}")
-    service.set_algorithm_team(session, algorithm, None, by=caller.user)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
+    service.set_algorithm_team(session, algorithm, None, by=user)
+    return _no_content()

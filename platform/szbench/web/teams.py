@@ -3,6 +3,7 @@ and the admins' list of every team (docs/web-ui.md, "Teams")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
@@ -13,22 +14,16 @@ from szbench.api.deps import SessionDep
 from szbench.auth import policy
 from szbench.auth.dependencies import AdminOnly, SignedIn, Submitter
 from szbench.errors import BadRequest, SzbenchError
-from szbench.models import TeamRole
+from szbench.models import Team, TeamMember, TeamRole, User
 from szbench.quotas import service as quotas
 from szbench.teams import service
+from szbench.web import forms
 from szbench.web.common import CsrfChecked, redirect, render
 
 router = APIRouter(include_in_schema=False)
 
 # Errors whose detail starts with one of these names are shown next to that field.
 _FIELDS = ("name", "email", "confirm")
-
-
-def _field_errors(exc: SzbenchError) -> dict[str, str]:
-    name, _, rest = exc.detail.partition(": ")
-    if name in _FIELDS and rest:
-        return {name: rest[:1].upper() + rest[1:]}
-    return {"form": exc.detail}
 
 
 def _list_page(
@@ -70,7 +65,7 @@ def create_team(
     except SzbenchError as exc:
         session.rollback()
         return _list_page(
-            request, session, caller, errors=_field_errors(exc), typed=name,
+            request, session, caller, errors=forms.service_errors(exc, _FIELDS), typed=name,
             status_code=exc.status_code,
         )  # fmt: skip
     return redirect(f"/teams/{team.id}", f"Team {team.name} created: add its members below.")
@@ -116,15 +111,33 @@ def team_page(team_id: int, request: Request, session: SessionDep, caller: Signe
     return _team_page(request, session, caller, team_id)
 
 
-def _refused(
-    request: Request, session: SessionDep, caller: SignedIn, team_id: int, exc: SzbenchError,
+#: Where a team form sends the browser when it succeeds, and the message shown there.
+_Redirect = tuple[str, str]
+
+
+def _team_form(
+    request: Request,
+    session: SessionDep,
+    caller: SignedIn,
+    team_id: int,
+    act: Callable[[Team, User], _Redirect],
     typed: dict[str, Any] | None = None,
-) -> Response:  # fmt: skip
-    session.rollback()
-    return _team_page(
-        request, session, caller, team_id, errors=_field_errors(exc), typed=typed,
-        status_code=exc.status_code,
-    )  # fmt: skip
+) -> Response:
+    """One form of the team page: ``act`` does the work on the team as the caller may see it
+    (the services decide who may do what). A refusal shows the page again with the error
+    next to its field and ``typed`` kept, so a mistyped address need not be typed again."""
+    user = caller.user
+    assert user is not None
+    try:
+        team = service.get_team(session, team_id, viewer=user)
+        path, message = act(team, user)
+    except SzbenchError as exc:
+        session.rollback()
+        return _team_page(
+            request, session, caller, team_id, errors=forms.service_errors(exc, _FIELDS),
+            typed=typed, status_code=exc.status_code,
+        )  # fmt: skip
+    return redirect(path, message)
 
 
 @router.post("/teams/{team_id}/members", response_class=HTMLResponse)
@@ -138,15 +151,12 @@ def add_member(
     role: Annotated[str, Form(max_length=20)] = TeamRole.MEMBER.value,
 ) -> Response:
     """Add an existing account by its e-mail address (the team's owners)."""
-    assert caller.user is not None
-    typed = {"email": email, "role": role}
-    try:
-        team = service.get_team(session, team_id, viewer=caller.user)
-        member = service.add_member(session, team, by=caller.user, email=email, role=_role(role))
-    except SzbenchError as exc:
-        return _refused(request, session, caller, team_id, exc, typed)
-    who = member.user.name or member.user.email
-    return redirect(f"/teams/{team_id}", f"{who} is now a {member.role.value} of {team.name}.")
+
+    def act(team: Team, user: User) -> _Redirect:
+        member = service.add_member(session, team, by=user, email=email, role=_role(role))
+        return f"/teams/{team_id}", f"{_who(member)} is now a {member.role.value} of {team.name}."
+
+    return _team_form(request, session, caller, team_id, act, {"email": email, "role": role})
 
 
 def _role(text: str) -> TeamRole:
@@ -154,6 +164,10 @@ def _role(text: str) -> TeamRole:
         return TeamRole(text)
     except ValueError:
         raise BadRequest(f"role: unknown role {text!r} (owner or member)") from None
+
+
+def _who(member: TeamMember) -> str:
+    return member.user.name or member.user.email
 
 
 @router.post("/teams/{team_id}/members/{user_id}/role", response_class=HTMLResponse)
@@ -167,14 +181,12 @@ def set_role(
     role: Annotated[str, Form(max_length=20)] = "",
 ) -> Response:
     """Make a member an owner or a plain member (the team's owners)."""
-    assert caller.user is not None
-    try:
-        team = service.get_team(session, team_id, viewer=caller.user)
-        member = service.set_role(session, team, user_id, _role(role), by=caller.user)
-    except SzbenchError as exc:
-        return _refused(request, session, caller, team_id, exc)
-    who = member.user.name or member.user.email
-    return redirect(f"/teams/{team_id}", f"{who} is now a {member.role.value}.")
+
+    def act(team: Team, user: User) -> _Redirect:
+        member = service.set_role(session, team, user_id, _role(role), by=user)
+        return f"/teams/{team_id}", f"{_who(member)} is now a {member.role.value}."
+
+    return _team_form(request, session, caller, team_id, act)
 
 
 @router.post("/teams/{team_id}/members/{user_id}/remove", response_class=HTMLResponse)
@@ -187,16 +199,15 @@ def remove_member(
     _csrf: CsrfChecked,
 ) -> Response:
     """Remove a member (owners), or leave (the member themselves)."""
-    assert caller.user is not None
-    try:
-        team = service.get_team(session, team_id, viewer=caller.user)
+
+    def act(team: Team, user: User) -> _Redirect:
         name = team.name
-        service.remove_member(session, team, user_id, by=caller.user)
-    except SzbenchError as exc:
-        return _refused(request, session, caller, team_id, exc)
-    if user_id == caller.user.id:
-        return redirect("/teams", f"You left {name}.")
-    return redirect(f"/teams/{team_id}", "Member removed; their past work stays counted.")
+        service.remove_member(session, team, user_id, by=user)
+        if user_id == user.id:
+            return "/teams", f"You left {name}."
+        return f"/teams/{team_id}", "Member removed; their past work stays counted."
+
+    return _team_form(request, session, caller, team_id, act)
 
 
 @router.post("/teams/{team_id}/algorithms", response_class=HTMLResponse)
@@ -209,14 +220,13 @@ def add_algorithm(
     algorithm_id: Annotated[int, Form(ge=1)],
 ) -> Response:
     """Put one of the caller's algorithms in the team."""
-    assert caller.user is not None
-    try:
-        team = service.get_team(session, team_id, viewer=caller.user)
-        algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=caller.user)
-        service.set_algorithm_team(session, algorithm, team, by=caller.user)
-    except SzbenchError as exc:
-        return _refused(request, session, caller, team_id, exc)
-    return redirect(f"/teams/{team_id}", f"{algorithm.name} is now in {team.name}.")
+
+    def act(team: Team, user: User) -> _Redirect:
+        algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=user)
+        service.set_algorithm_team(session, algorithm, team, by=user)
+        return f"/teams/{team_id}", f"{algorithm.name} is now in {team.name}."
+
+    return _team_form(request, session, caller, team_id, act)
 
 
 @router.post("/teams/{team_id}/algorithms/{algorithm_id}/remove", response_class=HTMLResponse)
@@ -229,15 +239,14 @@ def remove_algorithm(
     _csrf: CsrfChecked,
 ) -> Response:
     """Take one of the caller's algorithms out of the team."""
-    assert caller.user is not None
-    try:
-        team = service.get_team(session, team_id, viewer=caller.user)
-        algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=caller.user)
+
+    def act(team: Team, user: User) -> _Redirect:
+        algorithm = algorithms.get_editable_algorithm(session, algorithm_id, user=user)
         if algorithm.team_id == team.id:
-            service.set_algorithm_team(session, algorithm, None, by=caller.user)
-    except SzbenchError as exc:
-        return _refused(request, session, caller, team_id, exc)
-    return redirect(f"/teams/{team_id}", f"{algorithm.name} is no longer in {team.name}.")
+            service.set_algorithm_team(session, algorithm, None, by=user)
+        return f"/teams/{team_id}", f"{algorithm.name} is no longer in {team.name}."
+
+    return _team_form(request, session, caller, team_id, act)
 
 
 @router.post("/teams/{team_id}/delete", response_class=HTMLResponse)
@@ -250,18 +259,19 @@ def delete_team(
     confirm: Annotated[str, Form(max_length=200)] = "",
 ) -> Response:
     """Delete the team (its owners), once its name is typed."""
-    assert caller.user is not None
-    try:
-        team = service.get_team(session, team_id, viewer=caller.user)
+
+    def act(team: Team, user: User) -> _Redirect:
         name = team.name
-        if policy.can_manage_team(caller.user, team) and (
+        # Only someone who may delete it is asked for the name; anyone else gets the
+        # service's refusal, not a prompt to type it.
+        if policy.can_manage_team(user, team) and (
             " ".join(confirm.split()).lower() != name.lower()
         ):
             raise BadRequest(f"confirm: type the team's name, {name}, to delete it")
-        service.delete_team(session, team, by=caller.user)
-    except SzbenchError as exc:
-        return _refused(request, session, caller, team_id, exc, {"confirm": confirm})
-    return redirect("/teams", f"Team {name} deleted; its algorithms stay with their owners.")
+        service.delete_team(session, team, by=user)
+        return "/teams", f"Team {name} deleted; its algorithms stay with their owners."
+
+    return _team_form(request, session, caller, team_id, act, {"confirm": confirm})
 
 
 @router.get("/admin/teams", response_class=HTMLResponse)
