@@ -1,5 +1,10 @@
 """What the browser tests share: the app under uvicorn on loopback on a seeded database, a
-browser context that collects console errors, signing in, and the no-sideways-scroll check."""
+browser context that collects console errors, signing in, and the no-sideways-scroll and
+axe-core checks.
+
+Each browser test file seeds its own small site and walks it at a few widths; the set-up
+around that (settings, serving, watching the console, the layout checks) is the same for
+all of them and lives here, so a file holds only its seed and its journeys."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
@@ -17,6 +23,7 @@ from szbench.config import get_settings
 from szbench.db import session_scope
 from tests.worker._pipeline_factories import truncate_all
 
+from .axe import assert_no_axe_violations
 from .conftest import PASSWORD
 
 T = TypeVar("T")
@@ -73,6 +80,31 @@ def seeded_site(
         db.reset_engine()
 
 
+@dataclass
+class Site:
+    """A seeded site as the browser tests see it: its base URL and what the seed returned."""
+
+    url: str
+    ids: dict[str, Any]
+
+
+@contextmanager
+def browser_site(
+    settings_env: pytest.MonkeyPatch, pg_url: str, seed: Callable[[], Any], **settings: str
+) -> Iterator[Site]:
+    """``seeded_site`` on the test database with a cheap password hash (every test signs in
+    at each width; the default scrypt cost would make that the slowest part) and a fixed
+    secret key; ``settings`` add to or override those."""
+    env = {
+        "SZBENCH_DATABASE_URL": pg_url,
+        "SZBENCH_PASSWORD_SCRYPT_N": "1024",
+        "SZBENCH_SECRET_KEY": "browser-test-secret-key",
+        **settings,
+    }
+    with seeded_site(settings_env, env, seed) as (url, ids):
+        yield Site(url, ids)
+
+
 class Watched:
     """A browser context at one width whose pages report console errors."""
 
@@ -103,6 +135,14 @@ def fits(page: Any) -> None:
         "() => { const m = document.querySelector('main'); return m.scrollWidth - m.clientWidth; }"
     )
     assert overflow <= 1, (page.url, overflow)
+
+
+def fits_and_passes_axe(page: Any, where: str = "") -> None:
+    """What a page that a test has just changed must still do at its width: need no
+    sideways scrolling and pass axe-core (``where`` names it in a failure; its URL if
+    empty)."""
+    fits(page)
+    assert_no_axe_violations(page, where)
 
 
 def sign_in(page: Any, base: str, email: str, password: str = PASSWORD) -> None:

@@ -86,6 +86,39 @@ def browser() -> Iterator[Any]:
             instance.close()
 
 
+@pytest.fixture
+def site(
+    request: pytest.FixtureRequest, pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[Any]:
+    """The browser tests' usual site (a ``browsing.Site``): the requesting module's ``seed()``
+    served with live leaderboards. Most browser test files need exactly this, so they only
+    write ``seed``; a file that needs other settings defines its own ``site`` fixture."""
+    from .browsing import browser_site  # browsing imports this module (PASSWORD)
+
+    # The tests change results and read the boards at once (no leaderboard cache), and an
+    # upload lands in the test's own folder.
+    live = {
+        "SZBENCH_LEADERBOARD_CACHE_S": "0",
+        "SZBENCH_LEADERBOARD_FRESH_S": "0",
+        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
+    }
+    with browser_site(settings_env, pg_url, request.module.seed, **live) as running:
+        yield running
+
+
+@pytest.fixture
+def watched(browser: Any, width: int, site: Any) -> Iterator[Any]:
+    """The browser tests' usual context: one at the test's parametrized ``width`` on the
+    module's ``site``, closed after the test with its console errors asserted, so a test
+    body holds only its journey. It asks for ``site`` so that it closes before the server
+    stops: a page still polling a stopped server would log errors of its own."""
+    from .browsing import Watched
+
+    context = Watched(browser, width)
+    yield context
+    context.close()
+
+
 def csrf_of(html: str) -> str:
     match = _CSRF.search(html)
     assert match, "the page has no form with a CSRF token"

@@ -11,19 +11,13 @@ sideways scrolling at either width.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from szbench.db import session_scope
 from szbench.models import DatasetKind, Disclosure, Role
 from tests.platform import factories as f
 
-from .axe import assert_no_axe_violations
-from .browsing import Watched, fits, seeded_site, sign_in
+from .browsing import Site, Watched, fits_and_passes_axe, sign_in
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -40,13 +34,8 @@ ENTRIES = {
 }
 
 
-@dataclass
-class Site:
-    url: str
-    ids: dict[str, int]
-
-
 def seed() -> dict[str, int]:
+    """The site the tests walk (conftest's ``site`` serves it)."""
     with session_scope() as s:
         f.user(s, Role.ADMIN, email="bs-admin@example.org", password=PASSWORD)
         f.user(s, email=NEWCOMER, password=PASSWORD, name="Nina")
@@ -64,28 +53,8 @@ def seed() -> dict[str, int]:
         return ids
 
 
-@pytest.fixture
-def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    env = {
-        "SZBENCH_DATABASE_URL": pg_url,
-        "SZBENCH_PASSWORD_SCRYPT_N": "1024",
-        "SZBENCH_SECRET_KEY": "board-statistics-test-secret-key",
-        "SZBENCH_LEADERBOARD_CACHE_S": "0",
-        "SZBENCH_LEADERBOARD_FRESH_S": "0",
-        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
-    }
-    with seeded_site(settings_env, env, seed) as (url, ids):
-        yield Site(url, ids)
-
-
-def _checked(page: Any) -> None:
-    fits(page)
-    assert_no_axe_violations(page, page.url)
-
-
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_board_says_why_statistics_are_withheld(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_the_board_says_why_statistics_are_withheld(watched: Watched, site: Site) -> None:
     page = watched.page()
     sign_in(page, site.url, NEWCOMER)
     page.goto(f"{site.url}/leaderboards/agg")
@@ -104,13 +73,11 @@ def test_the_board_says_why_statistics_are_withheld(browser: Any, site: Site, wi
     # The twelve-subject entries show their intervals and rank stability, rounded.
     assert alpha.locator("span.ci").first.inner_text().startswith("[")
     assert alpha.locator("td").last.inner_text().startswith("median")
-    _checked(page)
-    watched.close()
+    fits_and_passes_axe(page)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_a_newcomer_compares_at_the_aggregate_level(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_a_newcomer_compares_at_the_aggregate_level(watched: Watched, site: Site) -> None:
     page = watched.page()
     sign_in(page, site.url, NEWCOMER)
     page.goto(f"{site.url}/leaderboards/agg")
@@ -130,7 +97,7 @@ def test_a_newcomer_compares_at_the_aggregate_level(browser: Any, site: Site, wi
     assert cells.nth(5).inner_text() == "12"
     assert " to " in cells.nth(3).inner_text()
     assert page.locator("#subject-table").count() == 0
-    _checked(page)
+    fits_and_passes_axe(page)
     # With the four-subject entry: no test, why, and the smallest p four subjects can give.
     page.goto(f"{site.url}/compare?evaluation={site.ids['alpha']}&evaluation={site.ids['gamma']}")
     withheld = page.locator("#paired-tests .test-withheld")
@@ -138,5 +105,4 @@ def test_a_newcomer_compares_at_the_aggregate_level(browser: Any, site: Site, wi
     reason = withheld.inner_text()
     assert "4 subjects have a value under both" in reason
     assert "smallest p-value this test can give is 0.125" in reason
-    _checked(page)
-    watched.close()
+    fits_and_passes_axe(page)

@@ -10,10 +10,7 @@ scrolling at either width.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +19,7 @@ from szbench.db import session_scope
 from szbench.models import DatasetKind, Disclosure, Role
 from tests.platform import factories as f
 
-from .browsing import Watched, fits, seeded_site, sign_in
+from .browsing import Site, Watched, fits, sign_in
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -34,13 +31,8 @@ BOB = "bob@example.org"
 NEW_PASSWORD = "reset-by-link-81"
 
 
-@dataclass
-class Site:
-    url: str
-    ids: dict[str, int]
-
-
 def seed() -> dict[str, int]:
+    """The site the tests walk (conftest's ``site`` serves it)."""
     with session_scope() as s:
         f.user(s, Role.ADMIN, email=ADMIN, password=PASSWORD, name="Ada Admin")
         alice = f.user(s, email=ALICE, password=PASSWORD, name="Alice")
@@ -64,23 +56,8 @@ def seed() -> dict[str, int]:
         return ids
 
 
-@pytest.fixture
-def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    env = {
-        "SZBENCH_DATABASE_URL": pg_url,
-        "SZBENCH_PASSWORD_SCRYPT_N": "1024",
-        "SZBENCH_SECRET_KEY": "journeys-test-secret-key",
-        "SZBENCH_LEADERBOARD_CACHE_S": "0",
-        "SZBENCH_LEADERBOARD_FRESH_S": "0",
-        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
-    }
-    with seeded_site(settings_env, env, seed) as (url, ids):
-        yield Site(url, ids)
-
-
 @pytest.mark.parametrize("width", WIDTHS)
-def test_compare_two_algorithms(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_compare_two_algorithms(watched: Watched, site: Site) -> None:
     page = watched.page()
     page.goto(f"{site.url}/leaderboards/held-out")
     page.get_by_role("link", name="Compare algorithms").click()
@@ -100,7 +77,6 @@ def test_compare_two_algorithms(browser: Any, site: Site, width: int) -> None:
     assert chart.get_attribute("role") == "img"
     assert chart.locator("rect.bar").count() == 8
     fits(page)
-    watched.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -206,8 +182,7 @@ def test_reset_link_account_page_and_existing_email_sign_up(
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_edit_links_and_withdraw_an_algorithm(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_edit_links_and_withdraw_an_algorithm(watched: Watched, site: Site) -> None:
     page = watched.page()
     sign_in(page, site.url, ALICE)
     page.goto(f"{site.url}/algorithms/{site.ids['alpha']}")
@@ -235,4 +210,3 @@ def test_edit_links_and_withdraw_an_algorithm(browser: Any, site: Site, width: i
     page.goto(f"{site.url}/leaderboards/held-out")
     assert page.locator(f"a[href^='/algorithms/{site.ids['alpha']}?']").count() == 0
     assert page.locator(f"a[href^='/algorithms/{site.ids['beta']}?']").count() == 1
-    watched.close()

@@ -9,9 +9,7 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,7 +18,7 @@ from szbench.db import session_scope
 from szbench.models import DatasetKind, EvaluationKind, RunOutcome
 from tests.platform import factories as f
 
-from .browsing import Watched, fits, seeded_site, sign_in
+from .browsing import Site, Watched, browser_site, fits, sign_in
 from .conftest import PASSWORD
 from .test_dataset_pages import _prepared
 
@@ -29,12 +27,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 WIDTHS = (1280, 390)
 OWNER = "owner@example.org"
 LOG = "loading weights\nbaseline: 2 seizure event(s) in 1800 s\n"
-
-
-@dataclass
-class Site:
-    url: str
-    ids: dict[str, int]
 
 
 def _seed(tmp_path: Path) -> dict[str, int]:
@@ -81,19 +73,15 @@ def _seed(tmp_path: Path) -> dict[str, int]:
 
 @pytest.fixture
 def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    env = {
-        "SZBENCH_DATABASE_URL": pg_url,
-        "SZBENCH_PASSWORD_SCRYPT_N": "1024",
-        "SZBENCH_SECRET_KEY": "dataset-pages-test-secret-key",
-        "SZBENCH_RUNNER_TIMEOUT_S": "777",
-    }
-    with seeded_site(settings_env, env, lambda: _seed(tmp_path)) as (url, ids):
-        yield Site(url, ids)
+    # An unusual time limit, so that How to submit visibly quotes the settings.
+    with browser_site(
+        settings_env, pg_url, lambda: _seed(tmp_path), SZBENCH_RUNNER_TIMEOUT_S="777"
+    ) as running:
+        yield running
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_how_to_submit(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_how_to_submit(watched: Watched, site: Site) -> None:
     page = watched.page()
     page.goto(f"{site.url}/how-to-submit")
     fits(page)
@@ -107,12 +95,10 @@ def test_how_to_submit(browser: Any, site: Site, width: int) -> None:
         assert "szbench-starter/Dockerfile" in archive.getnames()
     page.click("#sample-link")
     page.wait_for_url(f"{site.url}/datasets/public-sample")
-    watched.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_dataset_pages(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_dataset_pages(watched: Watched, site: Site) -> None:
     page = watched.page()
     page.goto(f"{site.url}/datasets")
     fits(page)
@@ -133,14 +119,10 @@ def test_dataset_pages(browser: Any, site: Site, width: int) -> None:
     with page.expect_download() as download:
         page.click("#download-sample")
     assert download.value.suggested_filename == "public-sample-v1.tar.gz"
-    watched.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_owner_reads_the_log_of_a_public_sample_run_only(
-    browser: Any, site: Site, width: int
-) -> None:
-    watched = Watched(browser, width)
+def test_the_owner_reads_the_log_of_a_public_sample_run_only(watched: Watched, site: Site) -> None:
     page = watched.page()
     sign_in(page, site.url, OWNER)
     page.goto(f"{site.url}/evaluations/{site.ids['public-sample']}")
@@ -152,4 +134,3 @@ def test_the_owner_reads_the_log_of_a_public_sample_run_only(
     fits(page)
     assert page.locator("details.run-log").count() == 0
     assert "seizure event" not in page.content()
-    watched.close()

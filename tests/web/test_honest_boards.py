@@ -10,11 +10,7 @@ axe-core and not need sideways scrolling at either width.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,8 +18,7 @@ from szbench.db import session_scope
 from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome
 from tests.platform import factories as f
 
-from .axe import assert_no_axe_violations
-from .browsing import seeded_site, sign_in
+from .browsing import Site, Watched, fits_and_passes_axe, sign_in
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -33,13 +28,8 @@ ADMIN = "hb-admin@example.org"
 OWNER = "hb-owner@example.org"
 
 
-@dataclass
-class Site:
-    url: str
-    ids: dict[str, int]
-
-
 def seed() -> dict[str, int]:
+    """The site the tests walk (conftest's ``site`` serves it)."""
     with session_scope() as s:
         f.user(s, Role.ADMIN, email=ADMIN, password=PASSWORD, name="Ada")
         owner = f.user(s, email=OWNER, password=PASSWORD, name="Olga")
@@ -81,71 +71,20 @@ def seed() -> dict[str, int]:
         return ids
 
 
-@pytest.fixture
-def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    env = {
-        "SZBENCH_DATABASE_URL": pg_url,
-        "SZBENCH_PASSWORD_SCRYPT_N": "1024",
-        "SZBENCH_SECRET_KEY": "honest-boards-test-secret-key",
-        "SZBENCH_LEADERBOARD_CACHE_S": "0",
-        "SZBENCH_LEADERBOARD_FRESH_S": "0",
-        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
-    }
-    with seeded_site(settings_env, env, seed) as (url, ids):
-        yield Site(url, ids)
-
-
-class Tab:
-    """One page at one width that records console errors (a 400 page logs its status as a
-    failed resource load, which is expected where a test asks for one)."""
-
-    def __init__(self, browser: Any, width: int) -> None:
-        self.context = browser.new_context(viewport={"width": width, "height": 900})
-        self.page = self.context.new_page()
-        self.errors: list[str] = []
-        self.expect_status = False
-        self.page.on("console", self._console)
-        self.page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
-
-    def _console(self, msg: Any) -> None:
-        if msg.type != "error":
-            return
-        if self.expect_status and "status of 4" in msg.text:
-            return
-        self.errors.append(msg.text)
-
-    def fits(self) -> None:
-        overflow = self.page.evaluate(
-            "() => { const m = document.querySelector('main');"
-            " return m.scrollWidth - m.clientWidth; }"
-        )
-        assert overflow <= 1, (self.page.url, overflow)
-        # The badges, notes and toggles added here pass axe-core as every page must.
-        assert_no_axe_violations(self.page, self.page.url)
-
-    def sign_in(self, base: str, email: str) -> None:
-        sign_in(self.page, base, email)
-
-    def close(self) -> None:
-        self.context.close()
-        assert self.errors == []
-
-
 @pytest.mark.parametrize("width", WIDTHS)
-def test_failed_and_duplicate_entries_are_set_apart(browser: Any, site: Site, width: int) -> None:
-    tab = Tab(browser, width)
-    page = tab.page
+def test_failed_and_duplicate_entries_are_set_apart(watched: Watched, site: Site) -> None:
+    page = watched.page()
     page.goto(f"{site.url}/")
     counts = page.locator("table.data tbody tr").first.locator("td").last
     assert counts.inner_text() == "1 (+2 unranked)"
-    tab.fits()
+    fits_and_passes_axe(page)
     page.get_by_role("link", name="Held out").click()
     page.wait_for_load_state()
     rows = page.locator("table.leaderboard tbody tr")
     assert rows.count() == 1  # as the home page said
     assert "Steady" in rows.first.inner_text()
     assert "not ranked on this dataset" in page.locator("#failure-rule").inner_text()
-    tab.fits()
+    fits_and_passes_axe(page)
     page.get_by_role("link", name="Show the 2 unranked entries").click()
     page.wait_for_load_state()
     assert rows.count() == 3
@@ -157,7 +96,7 @@ def test_failed_and_duplicate_entries_are_set_apart(browser: Any, site: Site, wi
     assert copy.locator(".duplicate-badge").is_visible()
     assert "same image as Steady" not in copy.inner_text()  # names the algorithm, not title
     assert "same image as steady 1.0, submitted earlier" in copy.inner_text()
-    tab.fits()
+    fits_and_passes_axe(page)
     # The filter form's checkbox does the same without the link (and without JavaScript).
     page.get_by_role("link", name="Hide the 2 unranked entries").click()
     page.wait_for_load_state()
@@ -166,14 +105,12 @@ def test_failed_and_duplicate_entries_are_set_apart(browser: Any, site: Site, wi
     page.get_by_role("button", name="Apply").click()
     page.wait_for_load_state()
     assert rows.count() == 3
-    tab.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_times_estimate_and_scoring_state(browser: Any, site: Site, width: int) -> None:
-    tab = Tab(browser, width)
-    page = tab.page
-    tab.sign_in(site.url, OWNER)
+def test_times_estimate_and_scoring_state(watched: Watched, site: Site) -> None:
+    page = watched.page()
+    sign_in(page, site.url, OWNER)
     page.goto(f"{site.url}/evaluations/{site.ids['waiting']}")
     assert page.locator("#eval-state").inner_text() == "scoring"
     assert page.get_by_role("button", name="Cancel").count() == 0
@@ -192,26 +129,24 @@ def test_times_estimate_and_scoring_state(browser: Any, site: Site, width: int) 
         assert label in times
     assert " UTC" in page.locator("#times dd").nth(2).inner_text()
     assert "3 failed recordings: not a normal result" in page.inner_text("main")
-    tab.fits()
+    fits_and_passes_axe(page)
     page.goto(f"{site.url}/submissions")
     row = page.locator(f"tr[data-evaluation-id='{site.ids['waiting']}']")
     assert row.locator("[data-field='status']").inner_text() == "scoring"
     assert row.get_by_role("button", name=f"Cancel evaluation {site.ids['waiting']}").count() == 0
-    tab.fits()
-    tab.close()
+    fits_and_passes_axe(page)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_admin_overview_and_error_pages(browser: Any, site: Site, width: int) -> None:
-    tab = Tab(browser, width)
-    page = tab.page
-    tab.sign_in(site.url, ADMIN)
+def test_admin_overview_and_error_pages(watched: Watched, site: Site) -> None:
+    page = watched.page()
+    sign_in(page, site.url, ADMIN)
     page.goto(f"{site.url}/admin")
     counts = page.locator("ul.counts").inner_text()
     assert "failed 1" in " ".join(counts.split())
     assert "finished with failed recordings" in page.locator("#incomplete-note").inner_text()
-    tab.fits()
-    tab.expect_status = True
+    fits_and_passes_axe(page)
+    watched.allowed.append("status of 4")  # the error pages answer 4xx, as they should
     page.goto(f"{site.url}/leaderboards/held?order=up")
     main = page.inner_text("main")
     assert "The link gives order as 'up', which this page cannot use" in main
@@ -220,8 +155,7 @@ def test_admin_overview_and_error_pages(browser: Any, site: Site, width: int) ->
     assert page.locator("nav a[href='/admin']").count() == 1
     assert page.locator("nav a[href='/submissions']").count() == 1
     assert page.locator("#account-link").text_content() == "Ada (admin)"
-    tab.fits()
+    fits_and_passes_axe(page)
     page.goto(f"{site.url}/algorithms/abc")
     assert "The address gives algorithm_id as 'abc'" in page.inner_text("main")
     assert page.locator("nav a[href='/submissions']").count() == 1
-    tab.close()

@@ -11,11 +11,8 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import expect
@@ -36,8 +33,7 @@ from szbench.models import (
 )
 from tests.platform import factories as f
 
-from .axe import assert_no_axe_violations
-from .browsing import Watched, fits, seeded_site, sign_in
+from .browsing import Site, Watched, fits_and_passes_axe, sign_in
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -47,16 +43,11 @@ ADMIN = "journey-admin@example.org"
 ALICE = "journey-alice@example.org"
 
 
-@dataclass
-class Site:
-    url: str
-    ids: dict[str, int]
-
-
 LONG_AGO = datetime.now(UTC) - timedelta(days=1)
 
 
 def seed() -> dict[str, int]:
+    """The site the tests walk (conftest's ``site`` serves it)."""
     with session_scope() as s:
         f.user(s, Role.ADMIN, email=ADMIN, password=PASSWORD, name="Ada")
         alice = f.user(s, email=ALICE, password=PASSWORD, name="Alice")
@@ -110,23 +101,8 @@ def _finish(evaluation_id: int) -> None:
         ev.status, ev.finished_at = EvaluationStatus.DONE, datetime.now(UTC)
 
 
-@pytest.fixture
-def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    env = {
-        "SZBENCH_DATABASE_URL": pg_url,
-        "SZBENCH_PASSWORD_SCRYPT_N": "1024",
-        "SZBENCH_SECRET_KEY": "journey-test-secret-key",
-        "SZBENCH_LEADERBOARD_CACHE_S": "0",
-        "SZBENCH_LEADERBOARD_FRESH_S": "0",
-        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
-    }
-    with seeded_site(settings_env, env, seed) as (url, ids):
-        yield Site(url, ids)
-
-
 @pytest.mark.parametrize("width", WIDTHS)
-def test_form_errors_sit_by_their_field(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_form_errors_sit_by_their_field(watched: Watched, site: Site, width: int) -> None:
     watched.allowed.append("status of 400 (Bad Request)")
     page = watched.page()
     # Sign-up with a password the server refuses: the message is under the password field
@@ -142,8 +118,7 @@ def test_form_errors_sit_by_their_field(browser: Any, site: Site, width: int) ->
     assert page.get_by_label("Name").input_value() == "Typed Name"
     assert page.get_by_label("Email").input_value() == f"new{width}@example.org"
     assert "Bad request" not in page.inner_text("main")
-    fits(page)
-    assert_no_axe_violations(page, f"/signup with an error at {width} px")
+    fits_and_passes_axe(page, f"/signup with an error at {width} px")
 
     sign_in(page, site.url, ALICE)
     page.goto(f"{site.url}/tokens")
@@ -153,14 +128,13 @@ def test_form_errors_sit_by_their_field(browser: Any, site: Site, width: int) ->
     page.wait_for_load_state()
     assert page.locator("#expires-in-days-error").inner_text().endswith("Give a whole number.")
     assert page.get_by_label("Name").input_value() == "laptop"
-    fits(page)
-    assert_no_axe_violations(page, f"/tokens with an error at {width} px")
-    watched.close()
+    fits_and_passes_axe(page, f"/tokens with an error at {width} px")
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_evaluation_page_follows_progress_live(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_the_evaluation_page_follows_progress_live(
+    watched: Watched, site: Site, width: int
+) -> None:
     page = watched.page()
     sign_in(page, site.url, ALICE)
     evaluation_id = site.ids[f"running-{width}"]
@@ -171,8 +145,7 @@ def test_the_evaluation_page_follows_progress_live(browser: Any, site: Site, wid
     assert "in quarters" in page.locator("#coarse-note").inner_text()
     assert page.locator("#eta").is_visible()
     expect(page.locator("#live-note")).to_have_text("Updating live.")
-    fits(page)
-    assert_no_axe_violations(page, f"/evaluations/{evaluation_id} running at {width} px")
+    fits_and_passes_axe(page, f"/evaluations/{evaluation_id} running at {width} px")
     # No reload: the page polls the progress answer and updates in place.
     page.evaluate("window.notReloaded = true")
     _finish_runs(evaluation_id)
@@ -186,12 +159,10 @@ def test_the_evaluation_page_follows_progress_live(browser: Any, site: Site, wid
     page.wait_for_load_state()
     assert page.evaluate("window.notReloaded") is None
     assert page.locator("#live-note").count() == 0
-    watched.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_a_rejected_smoke_test_is_one_clear_page(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_a_rejected_smoke_test_is_one_clear_page(watched: Watched, site: Site, width: int) -> None:
     page = watched.page()
     sign_in(page, site.url, ALICE)
     page.goto(f"{site.url}/evaluations/{site.ids['smoke']}")
@@ -204,9 +175,7 @@ def test_a_rejected_smoke_test_is_one_clear_page(browser: Any, site: Site, width
     page.wait_for_load_state()
     assert page.url.startswith(f"{site.url}/submit")
     page.go_back()
-    fits(page)
-    assert_no_axe_violations(page, f"smoke rejection at {width} px")
-    watched.close()
+    fits_and_passes_axe(page, f"smoke rejection at {width} px")
 
 
 def _image_tar(path: Path) -> Path:
@@ -222,9 +191,8 @@ def _image_tar(path: Path) -> Path:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_submit_page_checks_before_sending_a_byte(
-    browser: Any, site: Site, width: int, tmp_path: Path, settings_env: pytest.MonkeyPatch
+    watched: Watched, site: Site, width: int, tmp_path: Path, settings_env: pytest.MonkeyPatch
 ) -> None:
-    watched = Watched(browser, width)
     page = watched.page()
     sign_in(page, site.url, ALICE)
     sent: list[str] = []
@@ -261,14 +229,11 @@ def test_the_submit_page_checks_before_sending_a_byte(
     assert sent == []  # no upload session opened, no byte sent
     with session_scope() as s:
         assert s.scalar(select(Algorithm.id).where(Algorithm.name == f"new-{width}")) is None
-    fits(page)
-    assert_no_axe_violations(page, f"/submit refused at {width} px")
-    watched.close()
+    fits_and_passes_axe(page, f"/submit refused at {width} px")
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_bidi_text_404_and_the_phone_comparison(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_bidi_text_404_and_the_phone_comparison(watched: Watched, site: Site, width: int) -> None:
     page = watched.page()
     sign_in(page, site.url, ALICE)
     # The override in the title stays inside it: what follows it is not reordered.
@@ -298,6 +263,4 @@ def test_bidi_text_404_and_the_phone_comparison(browser: Any, site: Site, width:
         assert box is not None
         assert box["x"] + box["width"] <= viewport["width"], (label, box)
     assert row.locator("td[data-label='Mean difference']").inner_text().strip() == "0.367"
-    fits(page)
-    assert_no_axe_violations(page, f"/compare at {width} px")
-    watched.close()
+    fits_and_passes_axe(page, f"/compare at {width} px")

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +16,7 @@ from szbench.db import session_scope
 from szbench.models import Role
 from tests.platform import factories as f
 
-from .axe import assert_no_axe_violations
-from .browsing import Watched, fits, seeded_site, sign_in
+from .browsing import Site, Watched, browser_site, fits, fits_and_passes_axe, sign_in
 from .conftest import PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -29,12 +26,6 @@ ADMIN = "admin@example.org"
 PUBLIC_URL = "https://bench.example.org"
 EXACT = 0.5123457
 TITLE = "Deep {seizure} net: 100% \\recall"
-
-
-@dataclass
-class Site:
-    url: str
-    ids: dict[str, Any]
 
 
 def _seed() -> dict[str, Any]:
@@ -56,22 +47,15 @@ def _seed() -> dict[str, Any]:
 
 
 @pytest.fixture
-def site(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Site]:
-    env = {
-        "SZBENCH_DATABASE_URL": pg_url,
-        "SZBENCH_PASSWORD_SCRYPT_N": "1024",
-        "SZBENCH_SECRET_KEY": "snapshot-pages-test-secret-key",
-        "SZBENCH_PUBLIC_URL": PUBLIC_URL,
-    }
-    with seeded_site(settings_env, env, _seed) as (url, ids):
-        yield Site(url, ids)
+def site(pg_url: str, settings_env: pytest.MonkeyPatch) -> Iterator[Site]:
+    with browser_site(settings_env, pg_url, _seed, SZBENCH_PUBLIC_URL=PUBLIC_URL) as running:
+        yield running
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_an_admin_takes_a_snapshot_and_anyone_cites_it(
-    browser: Any, site: Site, width: int
+    watched: Watched, site: Site, width: int
 ) -> None:
-    watched = Watched(browser, width)
     page = watched.page()
     page.goto(f"{site.url}/leaderboards/held")
     fits(page)
@@ -107,8 +91,7 @@ def test_an_admin_takes_a_snapshot_and_anyone_cites_it(
     other.goto(f"{site.url}/leaderboards/held")
     other.get_by_role("link", name=f"Snapshot {snapshot_id}").click()
     other.wait_for_url(f"{site.url}/leaderboards/held/snapshots/{snapshot_id}")
-    fits(other)
-    assert_no_axe_violations(other, f"the snapshot page at {width} px")
+    fits_and_passes_axe(other, f"the snapshot page at {width} px")
     bib_link = other.get_by_role("link", name=re.compile(r"^BibTeX for Deep"))
     bib = other.request.get(site.url + bib_link.get_attribute("href")).text()
     assert bib.startswith(f"@misc{{szbench-held-snapshot-{snapshot_id}-evaluation-")
@@ -129,17 +112,14 @@ def test_an_admin_takes_a_snapshot_and_anyone_cites_it(
     other.goto(f"{stable.replace(PUBLIC_URL, site.url)}?entry={site.ids['evaluation']}")
     assert other.get_attribute(f"#entry-{site.ids['evaluation']}", "aria-current") == "true"
     visitor.close()
-    watched.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_a_dataset_version_offers_cite_this(browser: Any, site: Site, width: int) -> None:
-    watched = Watched(browser, width)
+def test_a_dataset_version_offers_cite_this(watched: Watched, site: Site, width: int) -> None:
     page = watched.page()
     page.goto(f"{site.url}/datasets/held")
-    fits(page)
     assert page.locator("#cite-this").is_visible()
-    assert_no_axe_violations(page, f"the dataset page at {width} px")
+    fits_and_passes_axe(page, f"the dataset page at {width} px")
     bib = page.request.get(
         site.url + page.get_by_role("link", name="BibTeX for version v1").get_attribute("href")
     ).text()
@@ -163,4 +143,3 @@ def test_a_dataset_version_offers_cite_this(browser: Any, site: Site, width: int
     assert bib.startswith(f"@misc{{szbench-evaluation-{site.ids['evaluation']},")
     assert site.ids["digest"] in bib
     assert "0.51" not in bib
-    watched.close()
