@@ -41,6 +41,7 @@ from szbench_worker.docker_runner import run as docker_run
 from szbench_worker.runner import Limits, RunnerError
 
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world
+from .conftest import LIMITS
 from .test_pipeline_celery import LIMITS as PIPELINE_LIMITS
 from .test_pipeline_celery import (  # noqa: F401 (celery_env, direct_docker: fixtures)
     Workers,
@@ -49,17 +50,6 @@ from .test_pipeline_celery import (  # noqa: F401 (celery_env, direct_docker: fi
     celery_env,
     direct_docker,
     wait_until,
-)
-
-MiB = 1024**2
-LIMITS = Limits(
-    memory_bytes=96 * MiB,
-    cpus=1.0,
-    pids=64,
-    timeout_s=120.0,
-    tmpfs_bytes=16 * MiB,
-    output_bytes=1 * MiB,
-    log_bytes=64 * 1024,
 )
 
 CANNOT_START = {
@@ -234,7 +224,7 @@ def test_a_bind_source_gone_is_an_infrastructure_fault(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def vanish(recording: Path, data_dir: Path) -> Path:
+    def vanish(recording: Path, data_dir: Path, *, may_bind: bool = True) -> Path:
         shutil.rmtree(data_dir)
         return data_dir / recording.name
 

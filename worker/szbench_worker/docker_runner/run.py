@@ -395,6 +395,8 @@ class DockerRunner:
             container.reload()
             state = container.attrs.get("State") or {}
             logs = self._logs(container, run.limits)
+            if exit_code == 137 and not timed_out and not state.get("OOMKilled"):
+                self._engine_answers_afresh()
         except (APIError, requests.RequestException) as exc:
             raise RunnerError(f"Docker engine error during the run: {exc}") from exc
         finally:
@@ -413,6 +415,18 @@ class DockerRunner:
             output_over_limit=output.over_limit(),
             image_id=str(container.attrs.get("Image") or ""),
         )
+
+    def _engine_answers_afresh(self) -> None:
+        """Raise unless the engine answers on a new connection.
+
+        A SIGKILL from outside the run (ours would be a timeout, the kernel's an OOM kill)
+        is also how a stopping engine ends its containers, after it has closed its API: the
+        pooled connections that carried the wait, the inspect and the logs can still answer
+        then, so the run would be blamed on the algorithm. A fresh connection tells the two
+        apart: a platform fault is handed back, never counted as the algorithm's crash.
+        """
+        self.client.api.close()  # drops the pooled connections; the next call opens one
+        self.client.ping()
 
     def _create(self, run: _Run, configure: Callable[[tuple[int, ...]], dict[str, Any]]) -> Any:
         """Create the run's container, pinned to cores claimed from the host's pool: the
