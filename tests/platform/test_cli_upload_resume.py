@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from szbench.cli.main import app
 from szbench.config import get_settings
 from szbench.models import AlgorithmVersion
 from tests.platform.images import docker_save
+from tests.worker._live_services import child_env, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -35,20 +35,8 @@ ARCHIVE_BYTES = 3 * 1024**2
 RATE = 1024**2  # bytes per second: about 3 s for the archive
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} within {timeout_s} s")
+# Polled often: each fault must land while the paced upload is still early on.
+POLL_S = 0.05
 
 
 @dataclass
@@ -81,7 +69,7 @@ class World:
             except httpx.TransportError:
                 return False
 
-        _wait_for(up, 60, "the API did not start")
+        wait_for(up, 60, "the API", poll_s=POLL_S)
 
     def kill_server(self) -> None:
         assert self.server is not None
@@ -122,13 +110,9 @@ def world(settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[World]:
         archive = tmp_path / "algo.tar"
         blob = tarfile.TarInfo("app/weights.bin")
         image_id = docker_save(archive, layers=[[(blob, os.urandom(ARCHIVE_BYTES))]])
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("platform", "worker", "scoring")),
-        }
         w = World(
-            env=env,
-            port=_free_port(),
+            env=child_env(),
+            port=free_port(),
             token=token,
             archive=archive,
             image_id=image_id,
@@ -161,7 +145,9 @@ def test_submit_survives_an_api_restart_mid_upload(world: World) -> None:
     w.start_server()
     cli = w.submit("--retries", "30", "--retry-wait-max", "1")
     try:
-        _wait_for(lambda: w.received() > ARCHIVE_BYTES // 4, 60, "no bytes arrived")
+        wait_for(
+            lambda: w.received() > ARCHIVE_BYTES // 4, 60, "a quarter of the archive", poll_s=POLL_S
+        )
         w.kill_server()
         at_kill = w.received()
         assert 0 < at_kill < w.archive.stat().st_size
@@ -182,7 +168,9 @@ def test_a_later_submit_resumes_an_interrupted_upload(world: World) -> None:
     w.start_server()
     first = w.submit()
     try:
-        _wait_for(lambda: w.received() > ARCHIVE_BYTES // 3, 60, "no bytes arrived")
+        wait_for(
+            lambda: w.received() > ARCHIVE_BYTES // 3, 60, "a third of the archive", poll_s=POLL_S
+        )
     finally:
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=30)

@@ -18,7 +18,6 @@ pages go to ``artifacts/screenshots/`` (kept by CI).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -30,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
-from szbench import db, queue
+from szbench import db
 from szbench.auth import service as auth
 from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import Role
+from tests.worker import _live_services as live
 from tests.worker._pipeline_factories import truncate_all
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
@@ -49,12 +48,6 @@ ADMIN = ("admin@example.org", "admin-password-1")
 RESEARCHER = ("rita@example.org", "rita-password-1")
 # Long enough for image load + smoke test + two held-out runs on a slow CI machine.
 EVALUATION_TIMEOUT_MS = 240_000
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -129,18 +122,12 @@ def server(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Ite
         "SZBENCH_ALLOW_SIGNUP": "true",
         "SZBENCH_LEADERBOARD_CACHE_S": "0",
     }
-    for key, value in values.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    queue.reset_celery()
-    broker = redis.Redis.from_url(REDIS_URL)
-    broker.flushdb()
+    live.use_settings(settings_env, values)
+    broker = live.empty_broker(REDIS_URL)
     with session_scope() as session:
         truncate_all(session)
         auth.create_user(session, email=ADMIN[0], password=ADMIN[1], name="Ada", role=Role.ADMIN)
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(["platform", "worker", "scoring"])}
     worker_log = tmp_path / "worker.log"
     cmd = [sys.executable, "-m", "celery", "-A", "szbench_worker.celery_app", "worker"]
     cmd += ["--pool", "solo", "--concurrency", "1", "-Q", "cpu", "-n", f"{host}@%h"]
@@ -148,14 +135,14 @@ def server(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Ite
     worker = subprocess.Popen(
         cmd,
         cwd=REPO,
-        env=env,
+        env=live.child_env(),
         stdout=open(worker_log, "wb"),  # noqa: SIM115 (closed with the process)
         stderr=subprocess.STDOUT,
     )
 
     from szbench.app import create_app
 
-    port = free_port()
+    port = live.free_port()
     uv = uvicorn.Server(
         uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning")
     )
@@ -176,22 +163,13 @@ def server(pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path) -> Ite
     finally:
         uv.should_exit = True
         thread.join(15)
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        queue.reset_celery()
-        broker.flushdb()
-        broker.close()
-        from szbench_worker.docker_runner import cleanup_orphans, connect
+        live.stop_processes([worker])
+        live.release_broker(broker)
+        from szbench_worker.docker_runner import connect
 
         client = connect()
-        cleanup_orphans(client, host=host, everything=True)
+        live.remove_leftovers(client, host)
         client.close()
-        with session_scope() as session:
-            truncate_all(session)
         db.reset_engine()
 
 

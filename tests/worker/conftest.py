@@ -14,10 +14,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from szbench_worker.runner import Limits
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGES_DIR = Path(__file__).resolve().parent / "images"
 BASE_IMAGE = "szbench/python-numpy:bookworm"
 TEST_IMAGE_PREFIX = "szbench-test/"
+
+MiB = 1024**2
+# What the tests against the real engine run an image under: small, so that a hostile image
+# meets its limit within seconds, with a timeout generous enough for an image that ends by
+# itself on a busy machine.
+LIMITS = Limits(
+    memory_bytes=96 * MiB,
+    cpus=1.0,
+    pids=64,
+    timeout_s=120.0,
+    tmpfs_bytes=16 * MiB,
+    output_bytes=1 * MiB,
+    log_bytes=64 * 1024,
+)
 
 CHANNELS = ["Fp1", "F3", "C3", "P3", "O1", "F7", "T3", "T5", "Fz", "Cz"]
 CHANNELS += ["Pz", "Fp2", "F4", "C4", "P4", "O2", "F8", "T4", "T6"]

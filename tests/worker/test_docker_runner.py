@@ -40,22 +40,11 @@ from szbench_worker.docker_runner import (
     pull_image,
 )
 from szbench_worker.runner import ImageError, Limits, RunResult
-from tests.worker.conftest import BASE_IMAGE, IMAGES_DIR, REPO, write_edf
+from tests.worker.conftest import BASE_IMAGE, IMAGES_DIR, LIMITS, REPO, MiB, write_edf
 
 pytestmark = pytest.mark.docker
 
-MiB = 1024**2
-# Images that end by themselves get a generous timeout (the machine may be busy); those
-# that never end get a short one.
-LIMITS = Limits(
-    memory_bytes=96 * MiB,
-    cpus=1.0,
-    pids=64,
-    timeout_s=120.0,
-    tmpfs_bytes=16 * MiB,
-    output_bytes=1 * MiB,
-    log_bytes=64 * 1024,
-)
+# Images that never end get a short timeout, so that they cost this file seconds.
 SHORT = Limits(**{**LIMITS.__dict__, "timeout_s": 4.0})
 NEVER_END = {"sleeper", "forkbomb", "chatty"}
 

@@ -7,23 +7,21 @@ up); the second one must remove that container and continue the same evaluation.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from szbench import db, queue
-from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import Evaluation, EvaluationStatus, RunOutcome
 
+from ._live_services import child_env, use_settings, wait_for
 from ._pipeline_factories import Rec, make_prepared_dataset
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -45,31 +43,14 @@ def embedded_env(
         "SZBENCH_RUNNER_WORK_DIR": str(tmp_path / "runs"),
         "SZBENCH_RUNNER_TIMEOUT_S": str(TIMEOUT_S),
     }
-    for key, value in values.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    queue.reset_celery()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("platform", "worker", "scoring")),
-    }
+    use_settings(settings_env, values)
+    env = child_env()
     try:
         yield env, host
     finally:
         cleanup_orphans(docker_client, host=host, everything=True)
         db.reset_engine()
         queue.reset_celery()
-
-
-def _wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout_s} s")
 
 
 def test_killed_evaluate_is_cleaned_and_continued_by_the_next(
@@ -100,8 +81,8 @@ def test_killed_evaluate_is_cleaned_and_continued_by_the_next(
         command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        (orphan,) = _wait_for(
-            lambda: docker_client.containers.list(filters=label), 60, "no run container started"
+        (orphan,) = wait_for(
+            lambda: docker_client.containers.list(filters=label), 60, "a run container"
         )
     finally:
         first.send_signal(signal.SIGKILL)

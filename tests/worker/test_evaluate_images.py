@@ -13,23 +13,21 @@ at once swapped recordings or died on a SQLite error.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from szbench import db, queue
-from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import Evaluation, EvaluationStatus, RunOutcome
 
+from ._live_services import child_env, use_settings, wait_for
 from ._pipeline_factories import Rec, make_prepared_dataset
 from .conftest import BASE_IMAGE
 
@@ -80,15 +78,8 @@ def shared_data_dir(
         "SZBENCH_RUNNER_WORK_DIR": str(tmp_path / "runs"),
         "SZBENCH_RUNNER_TIMEOUT_S": "120",
     }
-    for key, value in values.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    queue.reset_celery()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("platform", "worker", "scoring")),
-    }
+    use_settings(settings_env, values)
+    env = child_env()
     try:
         yield env
     finally:
@@ -112,16 +103,6 @@ def evaluate_command(image: str, prepared: Path, name: str, json_out: Path) -> l
         "--json",
         str(json_out),
     ]
-
-
-def _wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout_s} s")
 
 
 def stored_onsets(evaluation: Evaluation) -> list[float | None]:
@@ -157,7 +138,7 @@ def test_killed_evaluate_continued_by_another_image_keeps_its_own_image(
     )
     try:
         label = {"label": f"{LABEL_HOST}={env['SZBENCH_WORKER_HOST']}"}
-        _wait_for(lambda: docker_client.containers.list(filters=label), 90, "no container ran")
+        wait_for(lambda: docker_client.containers.list(filters=label), 90, "a run container")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(30)

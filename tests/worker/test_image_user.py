@@ -16,21 +16,10 @@ from szbench.algorithms.image_check import check_image_archive
 from szbench.errors import InvalidSubmission
 from szbench.models import RunOutcome
 from szbench_worker.docker_runner import DockerRunner, build_image
-from szbench_worker.runner import Limits
-from tests.worker.conftest import BASE_IMAGE, TEST_IMAGE_PREFIX
+from tests.worker.conftest import BASE_IMAGE, LIMITS, TEST_IMAGE_PREFIX
 
 pytestmark = pytest.mark.docker
 
-MiB = 1024**2
-LIMITS = Limits(
-    memory_bytes=96 * MiB,
-    cpus=1.0,
-    pids=64,
-    timeout_s=120.0,
-    tmpfs_bytes=16 * MiB,
-    output_bytes=1 * MiB,
-    log_bytes=64 * 1024,
-)
 
 PASSWD = (
     "root:x:0:0:root:/root:/bin/sh\n"

@@ -309,9 +309,7 @@ def test_the_embedded_worker_tells_the_owner_without_a_broker(
     settings_env.setenv("SZBENCH_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
     settings_env.setenv("SZBENCH_WEBHOOK_ALLOW_HTTP", "true")
     get_settings.cache_clear()
-    runner = FakeRunner(
-        script=lambda rec: FakeRun(outcome=RunOutcome.TIMEOUT), image_digest=DIGEST
-    )
+    runner = FakeRunner(script=lambda rec: FakeRun(outcome=RunOutcome.TIMEOUT), image_digest=DIGEST)
     pipeline.set_dependencies(
         pipeline.Dependencies(runner=runner, resolve_image=lambda v: v.image_digest)
     )

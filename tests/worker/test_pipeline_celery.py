@@ -24,11 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from sqlalchemy import func, select
 
-from szbench import db, queue
-from szbench.config import get_settings
+from szbench import queue
 from szbench.db import session_scope
 from szbench.evaluations import service as evaluations
 from szbench.models import (
@@ -46,6 +44,7 @@ from szbench.models import (
     WorkerHeartbeat,
 )
 
+from . import _live_services as live
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world, truncate_all
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
@@ -127,15 +126,7 @@ class Workers:
         )
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        live.stop_processes(self.procs)
 
 
 @pytest.fixture
@@ -155,30 +146,15 @@ def celery_env(
         "SZBENCH_QUEUE_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
         "SZBENCH_TASK_RETRY_BACKOFF_MAX_S": "2",
     }
-    for key, value in values.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    queue.reset_celery()
-    broker = redis.Redis.from_url(REDIS_URL)
-    broker.flushdb()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(["platform", "worker", "scoring"])}
-    # Worker logs: kept under SZBENCH_TEST_LOG_DIR when set (for CI artefacts).
-    log_dir = Path(os.environ.get("SZBENCH_TEST_LOG_DIR") or tmp_path) / host
-    log_dir.mkdir(parents=True, exist_ok=True)
-    workers = Workers(env, log_dir)
+    live.use_settings(settings_env, values)
+    broker = live.empty_broker(REDIS_URL)
+    workers = Workers(live.child_env(), live.log_dir_for(tmp_path, host))
     try:
         yield workers, host
     finally:
         workers.stop_all()
-        queue.reset_celery()
-        broker.flushdb()
-        broker.close()
-        from szbench_worker.docker_runner import cleanup_orphans
-
-        cleanup_orphans(docker_client, host=host, everything=True)
-        with session_scope() as session:
-            truncate_all(session)
+        live.release_broker(broker)
+        live.remove_leftovers(docker_client, host)
 
 
 def add_version(session: Any, tag: str, docker_client: Any) -> AlgorithmVersion:
@@ -203,12 +179,7 @@ def add_version(session: Any, tag: str, docker_client: Any) -> AlgorithmVersion:
 def wait_until(
     predicate: Callable[[], bool], timeout_s: float, what: str, workers: Workers
 ) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}\n{workers.logs()}")
+    live.wait_for(predicate, timeout_s, what, logs=workers.logs)
 
 
 def all_finished(ids: list[int]) -> Callable[[], bool]:
@@ -494,16 +465,14 @@ def direct_docker(
     from szbench_worker import pipeline
 
     host = f"pipeline-test-{uuid.uuid4().hex[:8]}"
-    for key, value in {
+    values = {
         "SZBENCH_DATABASE_URL": pg_url,
         "SZBENCH_RUNNER_BACKEND": "docker",
         "SZBENCH_RUNNER_WORK_DIR": str(tmp_path / "runs"),
         "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
         "SZBENCH_WORKER_HOST": host,
-    }.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
+    }
+    live.use_settings(settings_env, values)
     pipeline.set_dependencies(None)
     sent: list[tuple[str, str, dict[str, Any]]] = []
     queue.set_sender(lambda name, q, kwargs: sent.append((name, q, kwargs)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -24,18 +23,23 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from szbench import db, queue
-from szbench.config import get_settings
+from szbench import queue
 from szbench.db import session_scope
 from szbench.evaluations import service as evaluations
 from szbench.models import DatasetResult, Evaluation, EvaluationStatus, RecordingRun, RunOutcome
 
-from ._pipeline_factories import Rec, make_prepared_dataset, seed_world, truncate_all
-from .test_pipeline_celery import LIMITS, SLOW_GOOD, Workers, add_version, our_containers
+from ._live_services import child_env, free_port, log_dir_for, remove_leftovers, use_settings
+from ._pipeline_factories import Rec, make_prepared_dataset, seed_world
+from .test_pipeline_celery import (
+    LIMITS,
+    SLOW_GOOD,
+    Workers,
+    add_version,
+    our_containers,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class OwnRedis:
@@ -43,9 +47,7 @@ class OwnRedis:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -73,15 +75,6 @@ class OwnRedis:
             self.proc.wait()
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, w: Workers) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}\n{w.logs()}")
-
-
 @pytest.fixture
 def faults(
     pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path, docker_client: Any
@@ -106,31 +99,20 @@ def faults(
         "SZBENCH_RECONCILE_STALE_S": "3",
         "SZBENCH_RECONCILE_CLAIM_GRACE_S": "10",
     }
-    for key, value in values.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    queue.reset_celery()
-    # reset_celery() renews the app's connection pool but not its producer pool, which
-    # stays bound to the previous test's broker (gone): drop it too.
+    use_settings(settings_env, values)
+    # Resetting the Celery app (use_settings) renews its connection pool but not its
+    # producer pool, which stays bound to the previous test's broker (gone): drop it too.
     amqp = queue.get_celery().__dict__.get("amqp")
     if amqp is not None:
         amqp._producer_pool = None
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(["platform", "worker", "scoring"])}
-    log_dir = Path(os.environ.get("SZBENCH_TEST_LOG_DIR") or tmp_path) / host
-    log_dir.mkdir(parents=True, exist_ok=True)
-    workers = Workers(env, log_dir)
+    workers = Workers(child_env(), log_dir_for(tmp_path, host))
     try:
         yield workers, host, broker
     finally:
         workers.stop_all()
         queue.reset_celery()
         broker.kill()
-        from szbench_worker.docker_runner import cleanup_orphans
-
-        cleanup_orphans(docker_client, host=host, everything=True)
-        with session_scope() as session:
-            truncate_all(session)
+        remove_leftovers(docker_client, host)
 
 
 @pytest.fixture

@@ -20,25 +20,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
 from sqlalchemy import select
 
-from szbench import db, queue
 from szbench.auth import service as auth
-from szbench.config import get_settings
 from szbench.datasets.service import create_dataset, register_dataset_version
 from szbench.db import session_scope
 from szbench.evaluations import service as evaluations
@@ -54,7 +48,8 @@ from szbench.models import (
     VersionStatus,
 )
 
-from ._pipeline_factories import Rec, make_prepared_dataset, truncate_all
+from . import _live_services as live
+from ._pipeline_factories import Rec, make_prepared_dataset
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
@@ -80,21 +75,6 @@ RECS = [
     Rec("sub-01", "run-01", 600, ((300, 30),)),
     Rec("sub-02", "run-00", 600, ()),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @dataclass
@@ -138,7 +118,7 @@ class Hosts:
         return proc
 
     def start_api(self) -> None:
-        port = _free_port()
+        port = live.free_port()
         self.api_url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "uvicorn", "szbench.app:create_production_app"]
         cmd += ["--factory", "--host", "127.0.0.1", "--port", str(port)]
@@ -149,29 +129,27 @@ class Hosts:
                 return httpx.get(f"{self.api_url}/healthz", timeout=1).status_code == 200
             return False
 
-        _wait(up, 60, "the API")
+        live.wait_for(up, 60, "the API", logs=self.logs)
 
     def start_worker(self, name: str, env: dict[str, str], prefix: list[str] = ()) -> None:
         cmd = [*prefix, sys.executable, "-m", "celery", "-A", "szbench_worker.celery_app"]
         cmd += ["worker", "--pool", "solo", "--concurrency", "1", "-Q", "cpu,maintenance"]
         cmd += ["-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO"]
         proc = self._spawn(name, cmd, env)
-        _wait(lambda: "ready." in self.log(name) or proc.poll() is not None, 90, f"worker {name}")
+        live.wait_for(
+            lambda: "ready." in self.log(name) or proc.poll() is not None,
+            90,
+            f"worker {name}",
+            logs=self.logs,
+        )
         assert proc.poll() is None, f"worker {name} exited:\n{self.logs()}"
 
     def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        live.stop_processes([self.procs.pop(name)])
 
     def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
+        live.stop_processes(self.procs.values())
+        self.procs.clear()
 
     def fetches(self) -> int:
         """Recording fetches the platform served (its log, one line each)."""
@@ -204,30 +182,20 @@ def hosts(
         "SZBENCH_PASSWORD_SCRYPT_N": "1024",
         "SZBENCH_LOG_LEVEL": "INFO",
     }
-    for key, value in values.items():
-        settings_env.setenv(key, value)
-    get_settings.cache_clear()
-    db.reset_engine()
-    queue.reset_celery()
-    broker = redis.Redis.from_url(REDIS_URL)
-    broker.flushdb()
-    env = {**os.environ, **values}
-    env["PYTHONPATH"] = os.pathsep.join(["platform", "worker", "scoring"])
-    log_dir = Path(os.environ.get("SZBENCH_TEST_LOG_DIR") or tmp_path) / host
-    log_dir.mkdir(parents=True, exist_ok=True)
-    hosts = Hosts(tmp=tmp_path, main_env=env, registry=registry, log_dir=log_dir)
+    live.use_settings(settings_env, values)
+    broker = live.empty_broker(REDIS_URL)
+    hosts = Hosts(
+        tmp=tmp_path,
+        main_env=live.child_env(),
+        registry=registry,
+        log_dir=live.log_dir_for(tmp_path, host),
+    )
     try:
         yield hosts
     finally:
         hosts.stop_all()
-        queue.reset_celery()
-        broker.flushdb()
-        broker.close()
-        from szbench_worker.docker_runner import cleanup_orphans
-
-        cleanup_orphans(docker_client, host=host, everything=True)
-        with session_scope() as session:
-            truncate_all(session)
+        live.release_broker(broker)
+        live.remove_leftovers(docker_client, host)
 
 
 def _build_archive(tmp_path: Path, docker_client: Any) -> tuple[Path, str]:
@@ -264,10 +232,7 @@ def _evaluate(hosts: Hosts, version_id: int, dv_id: int) -> dict[str, tuple[Any,
         with session_scope() as session:
             return session.get_one(Evaluation, evaluation_id).status.finished
 
-    try:
-        _wait(finished, 240, f"evaluation {evaluation_id}")
-    except AssertionError:
-        raise AssertionError(f"evaluation {evaluation_id} did not finish\n{hosts.logs()}") from None
+    live.wait_for(finished, 240, f"evaluation {evaluation_id}", logs=hosts.logs)
     with session_scope() as session:
         evaluation = session.get_one(Evaluation, evaluation_id)
         assert evaluation.status == EvaluationStatus.DONE, (evaluation.message, hosts.logs())
@@ -330,7 +295,7 @@ def test_a_second_host_evaluates_an_uploaded_archive_on_held_out_data(
             version = session.scalars(select(AlgorithmVersion)).one()
             return version.status == VersionStatus.ACTIVE
 
-    _wait(active, 120, "the version's activation")
+    live.wait_for(active, 120, "the version's activation", logs=hosts.logs)
     with session_scope() as session:
         version = session.scalars(select(AlgorithmVersion)).one()
         assert version.image_digest == image_id

@@ -17,20 +17,10 @@ from szbench.models import RunOutcome
 from szbench_worker.docker_runner import DockerRunner
 from szbench_worker.docker_runner.staging import stage_recording
 from szbench_worker.runner import Limits
-from tests.worker.conftest import write_edf
+from tests.worker.conftest import LIMITS, write_edf
 
 pytestmark = pytest.mark.docker
 
-MiB = 1024**2
-LIMITS = Limits(
-    memory_bytes=96 * MiB,
-    cpus=1.0,
-    pids=64,
-    timeout_s=120.0,
-    tmpfs_bytes=16 * MiB,
-    output_bytes=1 * MiB,
-    log_bytes=64 * 1024,
-)
 NAME = "sub-01_ses-01_task-szMonitoring_run-00_eeg.edf"
 
 

@@ -1,0 +1,125 @@
+"""Set-up for tests that run the real parts beside this process.
+
+Those tests start workers, the API or the CLI as child processes that share this process's
+settings, PostgreSQL, Redis and the Docker engine; these helpers point both sides at the
+same services, wait for the children, stop them and remove what they leave behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from szbench import db, queue
+from szbench.config import get_settings
+from szbench.db import session_scope
+
+from ._pipeline_factories import truncate_all
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A loopback port free at the time of asking."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    *,
+    poll_s: float = 0.2,
+    logs: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy, and return that.
+
+    On timeout the assertion names ``what`` and ends with ``logs()``: a child process's log
+    is the only account of why it never got there.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    message = f"timed out after {timeout_s} s waiting for {what}"
+    raise AssertionError(f"{message}\n{logs()}" if logs is not None else message)
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[bytes]], timeout_s: float = 30) -> None:
+    """SIGTERM every process still running, then wait for each; kill one that does not end.
+
+    All are signalled before any is waited for, so that their warm shutdowns overlap.
+    """
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def use_settings(settings_env: pytest.MonkeyPatch, values: Mapping[str, str]) -> None:
+    """Set ``values`` for this process (and so for children started after) and drop the
+    settings, engine and Celery app built from the previous ones."""
+    for key, value in values.items():
+        settings_env.setenv(key, value)
+    get_settings.cache_clear()
+    db.reset_engine()
+    queue.reset_celery()
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment for a child that imports the repository's packages from
+    the working tree (not from an installed copy)."""
+    packages = os.pathsep.join(str(REPO / p) for p in ("platform", "worker", "scoring"))
+    return {**os.environ, "PYTHONPATH": packages}
+
+
+def log_dir_for(tmp_path: Path, host: str) -> Path:
+    """A folder for the child processes' logs, under SZBENCH_TEST_LOG_DIR when set (CI keeps
+    that folder as an artefact) and else under ``tmp_path``."""
+    log_dir = Path(os.environ.get("SZBENCH_TEST_LOG_DIR") or tmp_path) / host
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return log_dir
+
+
+def empty_broker(url: str) -> redis.Redis:
+    """The Redis database at ``url``, emptied: an earlier run's messages must not reach this
+    test's workers."""
+    broker = redis.Redis.from_url(url)
+    broker.flushdb()
+    return broker
+
+
+def release_broker(broker: redis.Redis) -> None:
+    """Drop the Celery app bound to ``broker``, empty it for the next test and close it."""
+    queue.reset_celery()
+    broker.flushdb()
+    broker.close()
+
+
+def remove_leftovers(docker_client: Any, host: str) -> None:
+    """Remove every container labelled with ``host`` and every row in PostgreSQL: the child
+    processes committed them, so no transaction of this process can roll them back."""
+    from szbench_worker.docker_runner import cleanup_orphans
+
+    cleanup_orphans(docker_client, host=host, everything=True)
+    with session_scope() as session:
+        truncate_all(session)
