@@ -5,6 +5,7 @@ not resolve the path it sees."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from szbench.models import RunOutcome
-from szbench_worker.docker_runner import DockerRunner
+from szbench_worker.docker_runner import DockerRunner, staging
 from szbench_worker.docker_runner.staging import stage_recording
 from szbench_worker.runner import Limits
 from tests.worker.conftest import LIMITS, write_edf
@@ -68,16 +69,23 @@ def test_other_filesystem_is_a_placeholder_and_a_bind_source(
 
 
 def test_a_worker_in_a_container_copies_what_the_engine_could_not_find(
-    tmp_path: Path, other_fs: Path
+    tmp_path: Path, other_fs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     recording = write_edf(other_fs / NAME)
+    second = write_edf(other_fs / NAME.replace("run-00", "run-01"), seed=3)
     data = tmp_path / "data"
     data.mkdir()
-    assert stage_recording(recording, data, may_bind=False) is None
+    staging._copy_warning.cache_clear()
+    with caplog.at_level(logging.WARNING, logger=staging.__name__):
+        assert stage_recording(recording, data, may_bind=False) is None
+        assert stage_recording(second, data, may_bind=False) is None
     staged = data / NAME
     assert staged.read_bytes() == recording.read_bytes()
     assert staged.stat().st_ino != recording.stat().st_ino
     assert staged.stat().st_mode & 0o777 == 0o444
+    # One warning for the folder, not one per run: the operator is told where to move it.
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert f"staging copies {other_fs}:" in warning
 
 
 def test_a_worker_in_a_container_still_links_on_one_mount(tmp_path: Path, no_copies: None) -> None:

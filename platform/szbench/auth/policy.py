@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, false, or_, true
+from sqlalchemy import and_, false, or_, select, true
 
 from szbench.auth import mail
 from szbench.models import (
@@ -35,6 +35,7 @@ from szbench.models import (
     EvaluationKind,
     Role,
     Team,
+    TeamMember,
     TeamRole,
     User,
     Visibility,
@@ -159,6 +160,19 @@ def algorithms_acted_for(user: User) -> Any:
     teams = sorted(team_ids(user))
     mine = Algorithm.owner_id == user.id
     return or_(mine, Algorithm.team_id.in_(teams)) if teams else mine
+
+
+def users_acting_for(algorithms: Any) -> Any:
+    """The ids of the users who act for the algorithms the SQL filter ``algorithms`` selects
+    (:func:`acts_for` the other way round: their owners and their teams' members), e.g. to
+    tell them of an evaluation."""
+    owners = select(Algorithm.owner_id).where(algorithms)
+    members = (
+        select(TeamMember.user_id)
+        .join(Algorithm, Algorithm.team_id == TeamMember.team_id)
+        .where(algorithms)
+    )
+    return owners.union(members)
 
 
 def visible_evaluations(user: User | None) -> Any:

@@ -53,7 +53,6 @@ from szbench.models import (
     Phase,
     PhaseState,
     RecordingRun,
-    TeamMember,
     User,
 )
 from szbench.notifications import webhook
@@ -397,19 +396,19 @@ def fan_out(session: Session, event_id: int) -> int:
 
 def _recipients(session: Session, event: NotificationEvent) -> list[User]:
     """Who hears of ``event``: for an algorithm's evaluation or smoke test, everyone who
-    acts for the algorithm (its owner and its team's members: :func:`policy.acts_for`); for
-    a phase, those acting for an algorithm submitted to it and whoever asked for every
-    phase. What each is told is decided per person (:func:`compose`)."""
+    acts for the algorithm (:func:`policy.users_acting_for`: its owner and its team's
+    members); for a phase, those acting for an algorithm submitted to it and whoever asked
+    for every phase. What each is told is decided per person (:func:`compose`)."""
     if event.kind == NotificationKind.TEST:
         ids = [event.user_id]
     elif event.kind in _EVALUATION_KINDS:
         evaluation = session.get(Evaluation, event.evaluation_id)
         algorithm_id = evaluation.algorithm_version.algorithm_id if evaluation else None
-        ids = list(session.scalars(_acting_for(Algorithm.id == algorithm_id)))
+        ids = list(session.scalars(policy.users_acting_for(Algorithm.id == algorithm_id)))
     elif event.kind == NotificationKind.SMOKE_TEST_FAILED:
         version = session.get(AlgorithmVersion, event.algorithm_version_id)
         algorithm_id = version.algorithm_id if version else None
-        ids = list(session.scalars(_acting_for(Algorithm.id == algorithm_id)))
+        ids = list(session.scalars(policy.users_acting_for(Algorithm.id == algorithm_id)))
     else:
         submitted = select(AlgorithmVersion.algorithm_id).where(
             AlgorithmVersion.phase_id == event.phase_id
@@ -421,7 +420,7 @@ def _recipients(session: Session, event: NotificationEvent) -> list[User]:
             session.scalars(
                 select(User.id).where(
                     or_(
-                        User.id.in_(_acting_for(Algorithm.id.in_(submitted))),
+                        User.id.in_(policy.users_acting_for(Algorithm.id.in_(submitted))),
                         User.id.in_(everything),
                     )
                 )
@@ -433,17 +432,6 @@ def _recipients(session: Session, event: NotificationEvent) -> list[User]:
         select(User).where(User.id.in_([i for i in ids if i is not None])).order_by(User.id)
     )
     return [u for u in users if u.is_active]
-
-
-def _acting_for(which: Any) -> Any:
-    """The ids of the owners and team members of the algorithms ``which`` selects."""
-    owners = select(Algorithm.owner_id).where(which)
-    members = (
-        select(TeamMember.user_id)
-        .join(Algorithm, Algorithm.team_id == TeamMember.team_id)
-        .where(which)
-    )
-    return owners.union(members)
 
 
 def _channels(

@@ -49,19 +49,20 @@ def stage_recording(recording: Path, data_dir: Path, *, may_bind: bool = True) -
     if may_bind:
         target.touch(mode=0o444)
         return recording
-    _copy_warning(recording)
+    _copy_warning(recording.parent)
     shutil.copyfile(recording, target)
     os.chmod(target, 0o444)
     return None
 
 
 @functools.cache
-def _copy_warning(recording: Path) -> None:
+def _copy_warning(folder: Path) -> None:
+    """Once per folder: a dataset's every run copies alike."""
     log.warning(
         "staging copies %s: this worker runs in a container and the recording is not on "
         "the staging directory's mount (SZBENCH_RUNNER_WORK_DIR); put prepared datasets on "
         "that mount and each run hard-links its recording instead",
-        recording.parent,
+        folder,
     )
 
 
