@@ -13,6 +13,7 @@ from szbench.config import get_settings
 from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome
 from tests.platform import factories as f
 from tests.platform.helpers import single_connection_pool
+from tests.redis_urls import redis_url
 
 
 def _client(monkeypatch: pytest.MonkeyPatch, **env: str) -> TestClient:
@@ -28,9 +29,7 @@ def test_healthz(client: TestClient) -> None:
 
 
 def test_readyz_postgres_and_redis(settings_env: pytest.MonkeyPatch, pg_url: str) -> None:
-    client = _client(
-        settings_env, SZBENCH_DATABASE_URL=pg_url, SZBENCH_BROKER_URL="redis://127.0.0.1:6379/15"
-    )
+    client = _client(settings_env, SZBENCH_DATABASE_URL=pg_url, SZBENCH_BROKER_URL=redis_url(15))
     r = client.get("/readyz")
     assert r.status_code == 200, r.text
     assert r.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}

@@ -27,6 +27,7 @@ from szbench.models import (
     Phase,
     VersionStatus,
 )
+from tests.redis_urls import redis_url
 from tests.worker._pipeline_factories import Rec, make_prepared_dataset, seed_world
 
 RECS = [Rec("sub-01", "run-00"), Rec("sub-02", "run-00", seizures=((10, 5),))]
@@ -253,7 +254,7 @@ def test_smoke_test_request_and_cancel(
 
 
 def test_celery_config_reliability_settings(tmp_path: Path) -> None:
-    conf = queue.celery_config(Settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:6379/9"))
+    conf = queue.celery_config(Settings(data_dir=tmp_path, broker_url=redis_url(9)))
     assert conf["task_acks_late"] is True
     assert conf["task_reject_on_worker_lost"] is True
     assert conf["worker_prefetch_multiplier"] == 1
@@ -279,7 +280,7 @@ def test_celery_config_reliability_settings(tmp_path: Path) -> None:
 
 
 def test_send_task_reaches_redis(settings_env: pytest.MonkeyPatch) -> None:
-    url = "redis://127.0.0.1:6379/9"
+    url = redis_url(9)
     settings_env.setenv("SZBENCH_BROKER_URL", url)
     get_settings.cache_clear()
     queue.reset_celery()

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from szbench.config import get_settings
 from szbench.models import EvaluationStatus, Role, WorkerHeartbeat
 from tests.platform import factories as f
+from tests.redis_urls import redis_url
 
 
 def _closed_port() -> int:
@@ -55,7 +56,7 @@ def test_the_evaluation_says_what_platform_fault_holds_it(
         "The task queue is unreachable; the evaluation goes on when it is back."
     )
     assert held(done.id) is None
-    settings_env.setenv("SZBENCH_BROKER_URL", "redis://127.0.0.1:6379/15")  # only pinged
+    settings_env.setenv("SZBENCH_BROKER_URL", redis_url(15))  # only pinged
     get_settings.cache_clear()
     assert held(running.id) == "No worker serves the cpu queue now; the evaluation waits for one."
     _beat(db_session, "h:1.1", "the container engine of this host does not answer")

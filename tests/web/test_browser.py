@@ -17,7 +17,6 @@ pages go to ``artifacts/screenshots/`` (kept by CI).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from szbench.auth import service as auth
 from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import Role
+from tests.redis_urls import redis_url
 from tests.worker import _live_services as live
 from tests.worker._pipeline_factories import truncate_all
 
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytes
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
-REDIS_URL = os.environ.get("SZBENCH_TEST_REDIS_URL_WEB", "redis://127.0.0.1:6379/14")
+REDIS_URL = redis_url(14)
 BASELINE_TAG = "szbench-test/baseline:web"
 ADMIN = ("admin@example.org", "admin-password-1")
 RESEARCHER = ("rita@example.org", "rita-password-1")

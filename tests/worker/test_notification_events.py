@@ -38,6 +38,7 @@ from szbench_worker import pipeline
 from szbench_worker.embedded import start_embedded_worker
 from tests.platform.smtp_sink import Sink, smtp_sink
 from tests.platform.webhook_receiver import Receiver, webhook_receiver
+from tests.redis_urls import redis_url
 
 from ._pipeline_factories import make_prepared_dataset, seed_world
 from .fakes import FakeRun, FakeRunner
@@ -121,7 +122,7 @@ def test_with_a_broker_the_event_sends_one_deliver_task_after_commit(
     env: Env, channels: Channels, settings_env: pytest.MonkeyPatch
 ) -> None:
     # Sends are captured (env.sent), so no broker is reached; a URL makes it the Celery mode.
-    settings_env.setenv("SZBENCH_BROKER_URL", "redis://127.0.0.1:6379/15")
+    settings_env.setenv("SZBENCH_BROKER_URL", redis_url(15))
     get_settings.cache_clear()
     evaluation_id = new_evaluation(env)
     subscribe(channels)

@@ -13,7 +13,6 @@ uploaded tarball the engine has never seen (or rejects a broken one).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from szbench.models import (
     VersionStatus,
     WorkerHeartbeat,
 )
+from tests.redis_urls import redis_url
 
 from . import _live_services as live
 from ._pipeline_factories import Rec, make_prepared_dataset, seed_world, truncate_all
@@ -50,7 +50,7 @@ from ._pipeline_factories import Rec, make_prepared_dataset, seed_world, truncat
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("SZBENCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+REDIS_URL = redis_url(9)
 MiB = 1024**2
 VISIBILITY_S = 8
 LIMITS = {

@@ -47,6 +47,7 @@ from szbench.models import (
     RunOutcome,
     VersionStatus,
 )
+from tests.redis_urls import redis_url
 
 from . import _live_services as live
 from ._pipeline_factories import Rec, make_prepared_dataset
@@ -54,7 +55,7 @@ from ._pipeline_factories import Rec, make_prepared_dataset
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("SZBENCH_TEST_REMOTE_REDIS_URL", "redis://127.0.0.1:6379/12")
+REDIS_URL = redis_url(12)
 
 # Detections that depend on every byte of the recording: a wrong or corrupt file scores
 # differently, so equal scores mean the same bytes reached the container.
