@@ -5,6 +5,7 @@ SMTP sink on loopback."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 from collections.abc import Iterator
@@ -120,6 +121,51 @@ def test_webhook_urls_that_are_refused(
         webhook.check_addresses(webhook.check_url(url))
     assert refused.value.detail.startswith("webhook_url: ")
     assert reason in refused.value.detail
+
+
+# Issue 28.6: IPv6 forms that carry an IPv4 address lead to that address.
+EMBEDDED_PRIVATE = [
+    "64:ff9b::7f00:1",  # NAT64 well-known prefix: 127.0.0.1
+    "64:ff9b::a9fe:a9fe",  # NAT64: 169.254.169.254, the cloud's metadata service
+    "64:ff9b:1::a00:1",  # local-use NAT64 (refused whatever it holds)
+    "2002:7f00:1::1",  # 6to4: 127.0.0.1
+    "2002:a00:1::1",  # 6to4: 10.0.0.1
+    "::7f00:1",  # IPv4-compatible: 127.0.0.1
+    "::a9fe:a9fe",  # IPv4-compatible: 169.254.169.254
+    "::ffff:0:7f00:1",  # SIIT (IPv4-translated): 127.0.0.1
+    "::ffff:0:c0a8:1",  # SIIT: 192.168.0.1
+    "2001:0:7f00:1::1",  # Teredo (refused whatever it holds)
+    "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo with a public server
+]
+
+
+@pytest.mark.parametrize("address", EMBEDDED_PRIVATE)
+def test_ipv6_forms_that_embed_an_ipv4_address_are_checked_as_it(
+    settings_env: pytest.MonkeyPatch, address: str
+) -> None:
+    with pytest.raises(webhook.Refused) as refused:
+        webhook.check_addresses(webhook.check_url(f"https://[{address}]/hook"))
+    assert refused.value.detail.startswith("webhook_url: ")
+    assert "webhooks may not reach it" in refused.value.detail
+    # The same address where a name resolves to it (the check on connecting).
+    assert webhook.address_refusal(ipaddress.ip_address(address), get_settings())
+
+
+@pytest.mark.parametrize(
+    "address", ["64:ff9b::5db8:d822", "2002:5db8:d822::1", "::ffff:0:5db8:d822", "2606:4700::1"]
+)
+def test_ipv6_forms_of_a_public_address_pass(
+    settings_env: pytest.MonkeyPatch, address: str
+) -> None:
+    # 93.184.216.34 through NAT64, 6to4 and SIIT, and a plain public IPv6 address.
+    assert webhook.address_refusal(ipaddress.ip_address(address), get_settings()) is None
+
+
+def test_an_allowed_network_covers_its_embedded_forms(settings_env: pytest.MonkeyPatch) -> None:
+    _env(settings_env, SZBENCH_WEBHOOK_ALLOWED_NETWORKS="10.20.0.0/16")
+    settings = get_settings()
+    assert webhook.address_refusal(ipaddress.ip_address("64:ff9b::a14:105"), settings) is None
+    assert webhook.address_refusal(ipaddress.ip_address("64:ff9b::a15:105"), settings)
 
 
 def test_public_addresses_pass_and_the_operator_may_allow_a_network(

@@ -19,6 +19,8 @@ from email.message import EmailMessage
 from typing import Any, Protocol
 
 from szbench.config import get_settings
+from szbench.outbound.deadline import Deadline
+from szbench.outbound.smtp import DeadlineSMTP
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +49,12 @@ def send(to: str, subject: str, body: str) -> bool:
     email["To"] = to
     email["Subject"] = subject
     email.set_content(body)
+    # The whole conversation ends within smtp_timeout_s, however slowly the server answers.
     try:
-        with smtplib.SMTP(
-            settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout_s
-        ) as smtp:
+        with (
+            Deadline(settings.smtp_timeout_s) as deadline,
+            DeadlineSMTP(settings.smtp_host, settings.smtp_port, deadline=deadline) as smtp,
+        ):
             if settings.smtp_starttls:
                 smtp.starttls()
             if settings.smtp_username:
