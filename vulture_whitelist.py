@@ -66,6 +66,7 @@ _._producer_pool
 _.reconcile_pipeline
 _.deliver_notification
 _.notifications_tick
+_.phases_tick
 
 # Public API of the scorer library (szbench_scoring.Metrics), for its users.
 _.as_dict

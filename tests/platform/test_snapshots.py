@@ -25,7 +25,7 @@ from szbench.models import (
     ReleaseRule,
     Role,
 )
-from szbench.notifications import service as notifications
+from szbench.phases import lifecycle
 from tests.platform import factories as f
 
 EXACT = 0.5123457  # as computed; every non-admin gets it rounded to 0.51
@@ -198,11 +198,11 @@ def test_a_closing_phase_snapshots_the_boards_it_names(
     phase.dataset_versions = [dv]
     evaluation.algorithm_version.phase_id = phase.id
     s.flush()
-    notifications.check_phases(s)  # first look: open, nothing to tell
+    lifecycle.check(s)  # first look: open, nothing to tell
     assert snapshots.list_snapshots(s, "held") == []
     phase.is_open = False
     s.flush()
-    assert len(notifications.check_phases(s)) == 1
+    assert len(lifecycle.check(s)) == 1
     (taken,) = snapshots.list_snapshots(s, "held")
     assert (taken.reason, taken.phase, taken.created_by_id) == ("phase_closed", "final", None)
     # The board as anyone sees it once the phase closed.
@@ -375,7 +375,7 @@ def test_a_board_that_cannot_be_frozen_does_not_hold_up_the_phase_news(
     phase = f.phase(s, slug="final")
     phase.dataset_versions = [dv]
     s.flush()
-    notifications.check_phases(s)
+    lifecycle.check(s)
 
     def broken(session: Session, phase: Any) -> list[LeaderboardSnapshot]:
         raise RuntimeError("statistics unavailable")
@@ -383,7 +383,7 @@ def test_a_board_that_cannot_be_frozen_does_not_hold_up_the_phase_news(
     monkeypatch.setattr(snapshots, "take_for_phase", broken)
     phase.is_open = False
     s.flush()
-    assert len(notifications.check_phases(s)) == 1
+    assert len(lifecycle.check(s)) == 1
     assert "could not snapshot the boards of phase final" in caplog.text
     assert snapshots.list_snapshots(s, "held") == []
 

@@ -184,6 +184,14 @@ def check_url(url: str, settings: Settings | None = None) -> Target:
     )
 
 
+def host_of(url: str) -> str:
+    """The host a webhook URL names, in lower case ("" when it names none)."""
+    try:
+        return (urlsplit(url.strip()).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
 def resolve(host: str, port: int) -> list[IPAddress]:
     """Every address ``host`` resolves to; :class:`Refused` when it resolves to none."""
     try:
@@ -226,6 +234,8 @@ class Outcome:
     snippet: str = ""
     # False for a refusal: calling again cannot change it.
     retry: bool = True
+    # The call ran out its deadline: the receiver is slow (its other calls can wait).
+    ran_out: bool = False
 
 
 def post(url: str, secret: str, body: bytes, headers: dict[str, str]) -> Outcome:
@@ -264,7 +274,7 @@ def post(url: str, secret: str, body: bytes, headers: dict[str, str]) -> Outcome
     except Refused as exc:
         return Outcome(False, error=exc.detail, retry=False)
     except DeadlineExceeded as exc:
-        return Outcome(False, error=str(exc))
+        return Outcome(False, error=str(exc), ran_out=True)
     except http.CallFailed as exc:
         return Outcome(False, error=f"could not connect or send: {exc}")
     text = answer.body.decode("utf-8", errors="replace")
