@@ -164,7 +164,8 @@ class Settings(BaseSettings):
     smtp_starttls: bool = True
     """STARTTLS after connecting (port 587); false: plain SMTP (a local relay)."""
     smtp_timeout_s: float = 10.0
-    """Connecting to and talking with the mail server, per message."""
+    """Whole time one message may take with the mail server (connecting, the greeting,
+    STARTTLS, login, sending), however slowly it answers (szbench.outbound)."""
     mail_from: str = "szbench <noreply@localhost>"
     """Sender of every message."""
 
@@ -289,9 +290,10 @@ class Settings(BaseSettings):
     # --- Notifications (docs/api.md "Notifications", docs/security.md) ------------------------
     notify_interval_s: float = 30.0
     """How often celery beat sends the notifications tick (and the embedded worker runs it):
-    it notices phases opening or closing by date and sends deliveries that are due."""
+    it tells of phases that opened or closed and sends deliveries that are due."""
     webhook_timeout_s: float = 10.0
-    """Whole time one webhook call may take (connect, send, first bytes of the answer)."""
+    """Whole time one webhook call may take: resolving, connecting, sending, the answer's
+    headers and body, however slowly the receiver answers (szbench.outbound)."""
     webhook_allowed_networks: str = ""
     """Networks (CIDR, comma-separated) a webhook may reach although they are not public
     internet addresses, e.g. `10.20.0.0/16` for an intranet chat server. Empty: public

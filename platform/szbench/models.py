@@ -804,8 +804,9 @@ class NotificationDelivery(Base):
 
 
 class PhaseState(Base):
-    """Whether a phase took submissions when the notifications tick last looked, so that a
-    phase opening or closing by its dates (no write marks that moment) is told once."""
+    """Whether a phase took submissions when the phase lifecycle last looked
+    (:mod:`szbench.phases.lifecycle`), so that a phase opening or closing by its dates (no
+    write marks that moment) is noticed once."""
 
     __tablename__ = "phase_states"
 
@@ -815,9 +816,23 @@ class PhaseState(Base):
     # None: not looked at yet (phases that existed before notifications): the first look
     # records the state without an event.
     is_open: Mapped[bool | None] = mapped_column(Boolean)
-    # Changes seen so far (each one's event key is "phase:<id>:<count>"), and the last one's time.
+    # Changes seen so far (each one a PhaseTransition, its seq the count), and the last one's time.
     changes: Mapped[int] = mapped_column(Integer, default=0)
     changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PhaseTransition(Base):
+    """A phase opening or closing for submissions, as the phase lifecycle noticed it: the
+    event other domains consume (notifications tell of it as ``phase:<id>:<seq>``)."""
+
+    __tablename__ = "phase_transitions"
+    __table_args__ = (UniqueConstraint("phase_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    phase_id: Mapped[int] = mapped_column(ForeignKey("phases.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    opened: Mapped[bool] = mapped_column(Boolean)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 # --- leaderboard snapshots (szbench.leaderboards.snapshots) ----------------------------------

@@ -47,6 +47,10 @@ TASK_RESCORE = "szbench.evaluation.rescore"  # kwargs: evaluation_id
 TASK_RECONCILE = "szbench.maintenance.reconcile"  # no kwargs
 TASK_NOTIFY = "szbench.notifications.deliver"  # kwargs: event_id
 TASK_NOTIFY_TICK = "szbench.notifications.tick"  # no kwargs
+TASK_PHASES_TICK = "szbench.phases.tick"  # no kwargs
+#: Seconds between two looks of the phase lifecycle (szbench.phases.lifecycle): a phase's
+#: opening or closing by its dates is noticed, and its boards frozen, at most this late.
+PHASES_TICK_S = 30.0
 
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
@@ -102,8 +106,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "visibility_timeout": settings.queue_visibility_timeout_s,
         }
     exchange = Exchange("szbench", type="direct")  # type: ignore[no-untyped-call]
-    # Beat sends the reconciler (szbench_worker.reconcile) and the notifications tick
-    # (szbench.notifications.outbox) to their queue; a message older than one interval is
+    # Beat sends the reconciler (szbench_worker.reconcile), the phase lifecycle
+    # (szbench.phases.lifecycle) and the notifications tick (szbench.notifications.outbox)
+    # to their queue; a message older than one interval is
     # dropped, so a scheduler that was away does not send a burst.
     beat_schedule = (
         {}
@@ -120,6 +125,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             }
             for name, task, interval in (
                 ("reconcile", TASK_RECONCILE, settings.reconcile_interval_s),
+                ("phases", TASK_PHASES_TICK, PHASES_TICK_S),
                 ("notifications", TASK_NOTIFY_TICK, settings.notify_interval_s),
             )
         }

@@ -5,6 +5,7 @@ SMTP sink on loopback."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 from collections.abc import Iterator
@@ -12,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -35,7 +35,7 @@ from szbench.models import (
     User,
     VersionStatus,
 )
-from szbench.notifications import service, webhook
+from szbench.notifications import delivery, events, fanout, preferences, webhook
 from tests.platform import factories as f
 from tests.platform.smtp_sink import Sink, smtp_sink
 from tests.platform.webhook_receiver import Receiver, webhook_receiver
@@ -88,9 +88,9 @@ def test_signature_is_the_hmac_of_timestamp_and_body() -> None:
 
 
 def test_backoff_doubles_up_to_its_cap(settings_env: pytest.MonkeyPatch) -> None:
-    settings_env.setattr(service, "BACKOFF_BASE_S", 30.0)
-    settings_env.setattr(service, "BACKOFF_MAX_S", 200.0)
-    assert [service.backoff_s(n) for n in range(1, 6)] == [30.0, 60.0, 120.0, 200.0, 200.0]
+    settings_env.setattr(delivery, "BACKOFF_BASE_S", 30.0)
+    settings_env.setattr(delivery, "BACKOFF_MAX_S", 200.0)
+    assert [delivery.backoff_s(n) for n in range(1, 6)] == [30.0, 60.0, 120.0, 200.0, 200.0]
 
 
 # --- which URLs and addresses -------------------------------------------------------------------
@@ -122,6 +122,51 @@ def test_webhook_urls_that_are_refused(
     assert reason in refused.value.detail
 
 
+# Issue 28.6: IPv6 forms that carry an IPv4 address lead to that address.
+EMBEDDED_PRIVATE = [
+    "64:ff9b::7f00:1",  # NAT64 well-known prefix: 127.0.0.1
+    "64:ff9b::a9fe:a9fe",  # NAT64: 169.254.169.254, the cloud's metadata service
+    "64:ff9b:1::a00:1",  # local-use NAT64 (refused whatever it holds)
+    "2002:7f00:1::1",  # 6to4: 127.0.0.1
+    "2002:a00:1::1",  # 6to4: 10.0.0.1
+    "::7f00:1",  # IPv4-compatible: 127.0.0.1
+    "::a9fe:a9fe",  # IPv4-compatible: 169.254.169.254
+    "::ffff:0:7f00:1",  # SIIT (IPv4-translated): 127.0.0.1
+    "::ffff:0:c0a8:1",  # SIIT: 192.168.0.1
+    "2001:0:7f00:1::1",  # Teredo (refused whatever it holds)
+    "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo with a public server
+]
+
+
+@pytest.mark.parametrize("address", EMBEDDED_PRIVATE)
+def test_ipv6_forms_that_embed_an_ipv4_address_are_checked_as_it(
+    settings_env: pytest.MonkeyPatch, address: str
+) -> None:
+    with pytest.raises(webhook.Refused) as refused:
+        webhook.check_addresses(webhook.check_url(f"https://[{address}]/hook"))
+    assert refused.value.detail.startswith("webhook_url: ")
+    assert "webhooks may not reach it" in refused.value.detail
+    # The same address where a name resolves to it (the check on connecting).
+    assert webhook.address_refusal(ipaddress.ip_address(address), get_settings())
+
+
+@pytest.mark.parametrize(
+    "address", ["64:ff9b::5db8:d822", "2002:5db8:d822::1", "::ffff:0:5db8:d822", "2606:4700::1"]
+)
+def test_ipv6_forms_of_a_public_address_pass(
+    settings_env: pytest.MonkeyPatch, address: str
+) -> None:
+    # 93.184.216.34 through NAT64, 6to4 and SIIT, and a plain public IPv6 address.
+    assert webhook.address_refusal(ipaddress.ip_address(address), get_settings()) is None
+
+
+def test_an_allowed_network_covers_its_embedded_forms(settings_env: pytest.MonkeyPatch) -> None:
+    _env(settings_env, SZBENCH_WEBHOOK_ALLOWED_NETWORKS="10.20.0.0/16")
+    settings = get_settings()
+    assert webhook.address_refusal(ipaddress.ip_address("64:ff9b::a14:105"), settings) is None
+    assert webhook.address_refusal(ipaddress.ip_address("64:ff9b::a15:105"), settings)
+
+
 def test_public_addresses_pass_and_the_operator_may_allow_a_network(
     settings_env: pytest.MonkeyPatch,
 ) -> None:
@@ -147,7 +192,7 @@ def test_centre_mode_pushes_nothing_off_the_host(
     _env(settings_env, SZBENCH_CENTRE_MODE="true")
     with pytest.raises(webhook.Refused, match="centre mode"):
         webhook.check_addresses(webhook.check_url("https://93.184.216.34/hook"))
-    assert not service.mail_enabled()  # SMTP is set, but no notification e-mail
+    assert not preferences.mail_enabled()  # SMTP is set, but no notification e-mail
     _env(settings_env, SZBENCH_WEBHOOK_ALLOWED_NETWORKS="10.20.0.0/16")
     assert webhook.check_addresses(webhook.check_url("https://10.20.1.5/hook"))
 
@@ -235,11 +280,11 @@ def test_preferences_default_on_and_each_switch_turns_off(
     db_session: Session, receiver: Receiver
 ) -> None:
     user = f.user(db_session)
-    prefs = service.preferences_of(db_session, user)
-    assert all(all(c.values()) for c in service.switches(prefs).values())
+    prefs = preferences.preferences_of(db_session, user)
+    assert all(all(c.values()) for c in preferences.switches(prefs).values())
     assert prefs.webhook_url == ""
     assert not prefs.all_phases
-    secret = service.update_preferences(
+    secret = preferences.update_preferences(
         db_session,
         user,
         events={NotificationKind.EVALUATION_FINISHED: {NotificationChannel.MAIL: False}},
@@ -249,9 +294,9 @@ def test_preferences_default_on_and_each_switch_turns_off(
     # A first URL gets a secret (shown once); a later change keeps it.
     assert secret is not None
     assert len(secret) >= 32
-    assert service.update_preferences(db_session, user, webhook_url=receiver.url("/b")) is None
-    prefs = service.preferences_of(db_session, user)
-    switches = service.switches(prefs)
+    assert preferences.update_preferences(db_session, user, webhook_url=receiver.url("/b")) is None
+    prefs = preferences.preferences_of(db_session, user)
+    switches = preferences.switches(prefs)
     assert switches[NotificationKind.EVALUATION_FINISHED] == {
         NotificationChannel.MAIL: False,
         NotificationChannel.WEBHOOK: True,
@@ -263,27 +308,27 @@ def test_preferences_default_on_and_each_switch_turns_off(
 
 def test_a_refused_url_changes_nothing(db_session: Session, receiver: Receiver) -> None:
     user = f.user(db_session)
-    service.update_preferences(db_session, user, webhook_url=receiver.url())
+    preferences.update_preferences(db_session, user, webhook_url=receiver.url())
     with pytest.raises(webhook.Refused):
-        service.update_preferences(
+        preferences.update_preferences(
             db_session,
             user,
             events={NotificationKind.PHASE_OPENED: {NotificationChannel.WEBHOOK: False}},
             webhook_url="https://10.9.9.9/hook",
         )
-    prefs = service.preferences_of(db_session, user)
+    prefs = preferences.preferences_of(db_session, user)
     assert prefs.webhook_url == receiver.url()
-    assert service.is_on(prefs, NotificationKind.PHASE_OPENED, NotificationChannel.WEBHOOK)
+    assert preferences.is_on(prefs, NotificationKind.PHASE_OPENED, NotificationChannel.WEBHOOK)
 
 
 def test_secrets_made_or_given(db_session: Session) -> None:
     user = f.user(db_session)
-    made = service.set_secret(db_session, user)
-    assert made != service.set_secret(db_session, user)
-    assert service.set_secret(db_session, user, "my-own-secret-1234") == "my-own-secret-1234"
+    made = preferences.set_secret(db_session, user)
+    assert made != preferences.set_secret(db_session, user)
+    assert preferences.set_secret(db_session, user, "my-own-secret-1234") == "my-own-secret-1234"
     for bad in ("short", " padded-secret-123 ", "x" * 201, "tab\there-secret-12"):
         with pytest.raises(BadRequest, match=r"^secret: "):
-            service.set_secret(db_session, user, bad)
+            preferences.set_secret(db_session, user, bad)
 
 
 # --- events, fan-out, attempts -------------------------------------------------------------------
@@ -308,12 +353,12 @@ def test_an_evaluation_end_is_one_event_and_one_delivery_per_channel(
     db_session: Session, receiver: Receiver, sink: Sink
 ) -> None:
     owner = f.user(db_session)
-    service.update_preferences(db_session, owner, webhook_url=receiver.url())
+    preferences.update_preferences(db_session, owner, webhook_url=receiver.url())
     ev = _held_out_evaluation(db_session, owner)
-    first = service.record_evaluation_end(db_session, ev)
-    assert service.record_evaluation_end(db_session, ev) == first  # recorded twice: one event
-    assert service.fan_out(db_session, first) == 2
-    assert service.fan_out(db_session, first) == 0
+    first = events.record_evaluation_end(db_session, ev)
+    assert events.record_evaluation_end(db_session, ev) == first  # recorded twice: one event
+    assert len(fanout.fan_out(db_session, first)) == 2
+    assert fanout.fan_out(db_session, first) == []
     rows = db_session.scalars(
         select(NotificationDelivery).where(NotificationDelivery.event_id == first)
     ).all()
@@ -326,15 +371,15 @@ def test_a_held_out_evaluation_says_what_its_page_shows_its_owner(
     db_session: Session, receiver: Receiver
 ) -> None:
     owner = f.user(db_session)
-    service.update_preferences(db_session, owner, webhook_url=receiver.url())
+    preferences.update_preferences(db_session, owner, webhook_url=receiver.url())
     ev = _held_out_evaluation(db_session, owner)
-    event_id = service.record_evaluation_end(db_session, ev)
+    event_id = events.record_evaluation_end(db_session, ev)
     assert event_id is not None
-    service.fan_out(db_session, event_id)
-    delivery = db_session.scalars(
+    fanout.fan_out(db_session, event_id)
+    row = db_session.scalars(
         select(NotificationDelivery).where(NotificationDelivery.event_id == event_id)
     ).one()
-    payload = delivery.payload
+    payload = row.payload
     assert payload["event"] == "evaluation.finished"
     e = payload["evaluation"]
     assert e["status"] == "done"
@@ -347,7 +392,7 @@ def test_a_held_out_evaluation_says_what_its_page_shows_its_owner(
     assert e["message"] == "1 of 2 recordings failed."
     assert LEAK not in json.dumps(payload)
     assert (
-        service.summary(payload)
+        delivery.summary(payload)
         == f"Evaluation {ev.id} finished: detector 2.0 on {e['dataset']} {e['dataset_version']}"
     )
 
@@ -356,7 +401,7 @@ def test_smoke_failure_message_follows_the_disclosure_of_its_dataset(
     db_session: Session, receiver: Receiver
 ) -> None:
     owner = f.user(db_session)
-    service.update_preferences(db_session, owner, webhook_url=receiver.url())
+    preferences.update_preferences(db_session, owner, webhook_url=receiver.url())
     for kind, shown in ((DatasetKind.PUBLIC_SAMPLE, True), (DatasetKind.HELD_OUT, False)):
         av = f.version(
             db_session,
@@ -373,8 +418,8 @@ def test_smoke_failure_message_follows_the_disclosure_of_its_dataset(
             RunOutcome.CRASHED,
             submitter_message=LEAK,
         )
-        event_id = service.record_smoke_failure(db_session, av)
-        service.fan_out(db_session, event_id)
+        event_id = events.record_smoke_failure(db_session, av)
+        fanout.fan_out(db_session, event_id)
         payload = db_session.scalars(
             select(NotificationDelivery.payload).where(NotificationDelivery.event_id == event_id)
         ).one()
@@ -387,11 +432,11 @@ def test_nobody_but_the_owner_hears_of_an_evaluation(
 ) -> None:
     owner, other = f.user(db_session), f.user(db_session)
     for user in (owner, other):
-        service.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
+        preferences.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
     ev = _held_out_evaluation(db_session, owner, EvaluationStatus.FAILED)
-    event_id = service.record_evaluation_end(db_session, ev)
+    event_id = events.record_evaluation_end(db_session, ev)
     assert event_id is not None
-    service.fan_out(db_session, event_id)
+    fanout.fan_out(db_session, event_id)
     users = db_session.scalars(
         select(NotificationDelivery.user_id).where(NotificationDelivery.event_id == event_id)
     ).all()
@@ -413,12 +458,12 @@ def test_a_team_algorithm_tells_every_member_what_the_owner_is_told(
 ) -> None:
     owner, member, outsider = (f.user(db_session) for _ in range(3))
     for user in (owner, member, outsider):
-        service.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
+        preferences.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
     ev = _held_out_evaluation(db_session, owner)
     ev.algorithm_version.algorithm.team_id = _team_of(db_session, owner, member).id
-    event_id = service.record_evaluation_end(db_session, ev)
+    event_id = events.record_evaluation_end(db_session, ev)
     assert event_id is not None
-    service.fan_out(db_session, event_id)
+    fanout.fan_out(db_session, event_id)
     rows = db_session.scalars(
         select(NotificationDelivery)
         .where(NotificationDelivery.event_id == event_id)
@@ -436,14 +481,14 @@ def test_phase_news_reaches_the_team_of_a_submitted_algorithm(
 ) -> None:
     owner, member, outsider = (f.user(db_session) for _ in range(3))
     for user in (owner, member, outsider):
-        service.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
+        preferences.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
     phase = f.phase(db_session, title="Final")
     algo = f.algorithm(db_session, owner, team_id=_team_of(db_session, member).id)
     f.version(db_session, algo, phase_id=phase.id)
-    event_id = service._record(
+    event_id = events._record(
         db_session, NotificationKind.PHASE_OPENED, f"phase:{phase.id}:1", phase_id=phase.id
     )
-    service.fan_out(db_session, event_id)
+    fanout.fan_out(db_session, event_id)
     users = db_session.scalars(
         select(NotificationDelivery.user_id).where(NotificationDelivery.event_id == event_id)
     ).all()
@@ -452,24 +497,24 @@ def test_phase_news_reaches_the_team_of_a_submitted_algorithm(
 
 def test_switched_off_kinds_make_no_delivery(db_session: Session, receiver: Receiver) -> None:
     owner = f.user(db_session)
-    service.update_preferences(
+    preferences.update_preferences(
         db_session,
         owner,
         webhook_url=receiver.url(),
         events={NotificationKind.EVALUATION_FAILED: {NotificationChannel.WEBHOOK: False}},
     )
     failed = _held_out_evaluation(db_session, owner, EvaluationStatus.FAILED)
-    event_id = service.record_evaluation_end(db_session, failed)
+    event_id = events.record_evaluation_end(db_session, failed)
     assert event_id is not None
-    assert service.fan_out(db_session, event_id) == 0  # mail is off here, webhook switched off
+    assert fanout.fan_out(db_session, event_id) == []  # mail is off here, webhook switched off
 
 
 def test_cancelled_and_smoke_evaluations_are_no_evaluation_events(db_session: Session) -> None:
     owner = f.user(db_session)
     ev = _held_out_evaluation(db_session, owner, EvaluationStatus.CANCELLED)
-    assert service.record_evaluation_end(db_session, ev) is None
+    assert events.record_evaluation_end(db_session, ev) is None
     ev.status, ev.kind = EvaluationStatus.DONE, EvaluationKind.SMOKE_TEST
-    assert service.record_evaluation_end(db_session, ev) is None
+    assert events.record_evaluation_end(db_session, ev) is None
 
 
 def test_phase_news_goes_to_its_submitters_and_those_who_asked(
@@ -477,53 +522,53 @@ def test_phase_news_goes_to_its_submitters_and_those_who_asked(
 ) -> None:
     submitter, curious, bystander = (f.user(db_session) for _ in range(3))
     for user in (submitter, curious, bystander):
-        service.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
-    service.update_preferences(db_session, curious, all_phases=True)
+        preferences.update_preferences(db_session, user, webhook_url=receiver.url(f"/{user.id}"))
+    preferences.update_preferences(db_session, curious, all_phases=True)
     phase = f.phase(db_session, title="Final")
     f.version(db_session, f.algorithm(db_session, submitter), phase_id=phase.id)
-    event_id = service._record(
+    event_id = events._record(
         db_session, NotificationKind.PHASE_CLOSED, f"phase:{phase.id}:9", phase_id=phase.id
     )
-    service.fan_out(db_session, event_id)
+    fanout.fan_out(db_session, event_id)
     rows = db_session.scalars(
         select(NotificationDelivery).where(NotificationDelivery.event_id == event_id)
     ).all()
     assert sorted(r.user_id for r in rows) == sorted([submitter.id, curious.id])
-    assert service.summary(rows[0].payload) == "Phase Final closed"
+    assert delivery.summary(rows[0].payload) == "Phase Final closed"
 
 
 def test_attempts_retry_with_backoff_then_give_up(
     db_session: Session, receiver: Receiver, settings_env: pytest.MonkeyPatch
 ) -> None:
-    settings_env.setattr(service, "MAX_ATTEMPTS", 3)
+    settings_env.setattr(delivery, "MAX_ATTEMPTS", 3)
     owner = f.user(db_session)
-    service.update_preferences(db_session, owner, webhook_url=receiver.url())
-    event_id = service.record_evaluation_end(db_session, _held_out_evaluation(db_session, owner))
+    preferences.update_preferences(db_session, owner, webhook_url=receiver.url())
+    event_id = events.record_evaluation_end(db_session, _held_out_evaluation(db_session, owner))
     assert event_id is not None
-    service.fan_out(db_session, event_id)
+    fanout.fan_out(db_session, event_id)
     receiver.answers = [503, 503, 503]
-    receiver.secret = service.preferences_of(db_session, owner).webhook_secret
-    (delivery_id,) = service.due(db_session, event_id=event_id)
+    receiver.secret = preferences.preferences_of(db_session, owner).webhook_secret
+    ((delivery_id, _lane),) = delivery.due(db_session, event_id=event_id)
     waits = []
     for attempt in (1, 2, 3):
-        job = service.claim(db_session, delivery_id)
+        job = delivery.claim(db_session, delivery_id)
         assert job is not None
         # Claimed: a second worker finds nothing due.
-        assert service.claim(db_session, delivery_id) is None
+        assert delivery.claim(db_session, delivery_id) is None
         before = datetime.now(UTC)
-        delivery = service.finish(db_session, delivery_id, service.send(job))
-        assert delivery.attempts == attempt
-        assert delivery.last_status_code == 503
+        row = delivery.finish(db_session, delivery_id, delivery.send(job))
+        assert row.attempts == attempt
+        assert row.last_status_code == 503
         if attempt < 3:
-            assert delivery.status == DeliveryStatus.PENDING
-            waits.append((delivery.next_attempt_at - before).total_seconds())
-            assert service.due(db_session, event_id=event_id) == []  # not due before its time
-            delivery.next_attempt_at = before - timedelta(seconds=1)
+            assert row.status == DeliveryStatus.PENDING
+            waits.append((row.next_attempt_at - before).total_seconds())
+            assert delivery.due(db_session, event_id=event_id) == []  # not due before its time
+            row.next_attempt_at = before - timedelta(seconds=1)
             db_session.flush()
     assert waits[0] == pytest.approx(60, abs=5)
     assert waits[1] == pytest.approx(120, abs=5)
-    assert delivery.status == DeliveryStatus.FAILED
-    assert delivery.next_attempt_at is None
+    assert row.status == DeliveryStatus.FAILED
+    assert row.next_attempt_at is None
     # Every attempt sent the same body, signed with the owner's secret.
     assert len(receiver.calls) == 3
     assert all(c.signed for c in receiver.calls)
@@ -537,79 +582,22 @@ def test_a_refused_address_is_not_retried(
     db_session: Session, receiver: Receiver, settings_env: pytest.MonkeyPatch
 ) -> None:
     owner = f.user(db_session)
-    service.update_preferences(db_session, owner, webhook_url=receiver.url())
-    event_id = service.record_evaluation_end(db_session, _held_out_evaluation(db_session, owner))
+    preferences.update_preferences(db_session, owner, webhook_url=receiver.url())
+    event_id = events.record_evaluation_end(db_session, _held_out_evaluation(db_session, owner))
     assert event_id is not None
-    service.fan_out(db_session, event_id)
+    fanout.fan_out(db_session, event_id)
     _env(settings_env, SZBENCH_WEBHOOK_ALLOWED_NETWORKS="")  # the operator narrowed it since
-    (delivery_id,) = service.due(db_session, event_id=event_id)
-    job = service.claim(db_session, delivery_id)
+    ((delivery_id, _lane),) = delivery.due(db_session, event_id=event_id)
+    job = delivery.claim(db_session, delivery_id)
     assert job is not None
-    delivery = service.finish(db_session, delivery_id, service.send(job))
-    assert delivery.status == DeliveryStatus.FAILED
-    assert delivery.attempts == 1
-    assert "not a public internet address" in delivery.last_error
+    row = delivery.finish(db_session, delivery_id, delivery.send(job))
+    assert row.status == DeliveryStatus.FAILED
+    assert row.attempts == 1
+    assert "not a public internet address" in row.last_error
     assert receiver.calls == []
 
 
 # --- the API ----------------------------------------------------------------------------------
 
 
-def test_api_settings_test_send_and_delivery_log(
-    client: TestClient, db_session: Session, receiver: Receiver, sink: Sink
-) -> None:
-    user = f.user(db_session, email="hooked@example.org")
-    headers = f.headers(db_session, user)
-    base = "/api/v1/users/me/notifications"
-    r = client.get(base, headers=headers)
-    assert r.status_code == 200, r.text
-    assert r.json()["mail_enabled"]
-    assert r.json()["mail_to"] == "hooked@example.org"
-    assert r.json()["events"]["evaluation_finished"] == {"mail": True, "webhook": True}
-    r = client.patch(base, headers=headers, json={"webhook_url": "https://169.254.169.254/x"})
-    assert r.status_code == 400
-    assert r.json()["error"] == "Refused"
-    assert r.json()["detail"].startswith("webhook_url: ")
-    r = client.patch(
-        base,
-        headers=headers,
-        json={"webhook_url": receiver.url(), "events": {"phase_opened": {"mail": False}}},
-    )
-    assert r.status_code == 200, r.text
-    secret = r.json()["webhook_secret"]
-    assert secret
-    assert r.json()["webhook_secret_set"]
-    assert r.json()["events"]["phase_opened"] == {"mail": False, "webhook": True}
-    assert "webhook_secret" not in client.get(base, headers=headers).json()
-    receiver.secret = secret
-    r = client.post(f"{base}/test", headers=headers)
-    assert r.status_code == 200, r.text
-    outcomes = {d["channel"]: d for d in r.json()}
-    assert outcomes["webhook"]["status"] == "delivered"
-    assert outcomes["webhook"]["last_status_code"] == 204
-    assert outcomes["mail"]["status"] == "delivered"
-    (call,) = receiver.calls
-    assert call.signed
-    assert call.json["event"] == "test"
-    (message,) = sink.messages
-    assert message["To"] == "hooked@example.org"
-    assert message["Subject"] == "szbench test notification"
-    r = client.post(
-        f"{base}/webhook-secret", headers=headers, json={"secret": "mine-and-long-enough"}
-    )
-    assert r.json() == {"webhook_secret": "mine-and-long-enough"}
-    r = client.post(f"{base}/webhook-secret", headers=headers, json={"secret": "short"})
-    assert r.status_code == 422
-    page = client.get(f"{base}/deliveries", headers=headers).json()
-    assert page["total"] == 2
-    assert {d["summary"] for d in page["items"]} == {"szbench test notification"}
-    assert client.get(f"{base}/deliveries").status_code == 401
-
-
-def test_api_test_send_without_a_channel_says_what_to_do(
-    client: TestClient, db_session: Session
-) -> None:
-    user = f.user(db_session)
-    r = client.post("/api/v1/users/me/notifications/test", headers=f.headers(db_session, user))
-    assert r.status_code == 409
-    assert r.json()["detail"].startswith("webhook_url: nothing to send a test to")
+# The API routes of test sends: tests/platform/test_notification_sends.py (they commit).

@@ -260,14 +260,16 @@ def test_celery_config_reliability_settings(tmp_path: Path) -> None:
     assert conf["worker_prefetch_multiplier"] == 1
     assert {q.name for q in conf["task_queues"]} == {"cpu", "gpu", "maintenance"}
     assert conf["broker_transport_options"]["visibility_timeout"] == 7200
-    # The reconciler runs every minute and the notifications tick every 30 s, on their own
-    # queue (never behind a backlog of runs).
+    # The reconciler runs every minute, the phase lifecycle and the notifications tick every
+    # 30 s, each its own task, on their own queue (never behind a backlog of runs).
     schedule = conf["beat_schedule"]
     assert {name: e["task"] for name, e in schedule.items()} == {
         "reconcile": queue.TASK_RECONCILE,
+        "phases": queue.TASK_PHASES_TICK,
         "notifications": queue.TASK_NOTIFY_TICK,
     }
     assert schedule["reconcile"]["schedule"] == 60
+    assert schedule["phases"]["schedule"] == 30
     assert schedule["notifications"]["schedule"] == 30
     for entry in schedule.values():
         assert entry["options"]["queue"] == queue.QUEUE_MAINTENANCE

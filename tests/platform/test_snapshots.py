@@ -15,8 +15,10 @@ from sqlalchemy import create_engine, delete, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from szbench import changes, citations, migrate
+from szbench import changes, migrate
 from szbench.config import get_settings
+from szbench.formats import bibtex
+from szbench.formats.text import plain
 from szbench.leaderboards import snapshots
 from szbench.models import (
     Dataset,
@@ -25,8 +27,9 @@ from szbench.models import (
     ReleaseRule,
     Role,
 )
-from szbench.notifications import service as notifications
+from szbench.phases import lifecycle
 from tests.platform import factories as f
+from tests.platform.citation_parsers import strict_entries
 
 EXACT = 0.5123457  # as computed; every non-admin gets it rounded to 0.51
 HOSTILE = (
@@ -198,11 +201,11 @@ def test_a_closing_phase_snapshots_the_boards_it_names(
     phase.dataset_versions = [dv]
     evaluation.algorithm_version.phase_id = phase.id
     s.flush()
-    notifications.check_phases(s)  # first look: open, nothing to tell
+    lifecycle.check(s)  # first look: open, nothing to tell
     assert snapshots.list_snapshots(s, "held") == []
     phase.is_open = False
     s.flush()
-    assert len(notifications.check_phases(s)) == 1
+    assert len(lifecycle.check(s)) == 1
     (taken,) = snapshots.list_snapshots(s, "held")
     assert (taken.reason, taken.phase, taken.created_by_id) == ("phase_closed", "final", None)
     # The board as anyone sees it once the phase closed.
@@ -213,24 +216,26 @@ def test_a_closing_phase_snapshots_the_boards_it_names(
 
 # --- citations ---------------------------------------------------------------------------------
 
-_UNESCAPE = re.compile(r"\\textbackslash\{\}|\\textasciitilde\{\}|\\textasciicircum\{\}|\\(.)")
+_ESCAPED = {
+    r"\textbackslash{}": "\\",
+    r"\textasciitilde{}": "~",
+    r"\textasciicircum{}": "^",
+    r"\textbraceleft{}": "{",
+    r"\textbraceright{}": "}",
+    r"{\char64}": "@",
+}
+_UNESCAPE = re.compile("|".join(re.escape(e) for e in _ESCAPED) + r"|\\(.)")
 
 
 def _unescape(value: str) -> str:
-    def one(m: re.Match[str]) -> str:
-        whole = m.group(0)
-        return {
-            r"\textbackslash{}": "\\",
-            r"\textasciitilde{}": "~",
-            r"\textasciicircum{}": "^",
-        }.get(whole) or m.group(1)
-
-    return _UNESCAPE.sub(one, value)
+    """What a TeX reader prints for an escaped field (the inverse of formats.bibtex)."""
+    return _UNESCAPE.sub(lambda m: _ESCAPED.get(m.group(0)) or m.group(1), value)
 
 
 def parse_bibtex(text_: str) -> tuple[str, dict[str, str]]:
-    """One entry as BibTeX reads it: braces nest, a backslash escapes the next character.
-    Fails on anything after the entry's closing brace (a second, injected entry)."""
+    """One entry as BibTeX reads it: pybtex in strict mode finds exactly one entry, and its
+    fields are split as BibTeX does (braces nest, a backslash escapes nothing)."""
+    assert len(strict_entries(text_)) == 1
     head = re.match(r"@misc\{([^,{}\s]+),\n", text_)
     assert head, text_[:80]
     fields: dict[str, str] = {}
@@ -243,11 +248,7 @@ def parse_bibtex(text_: str) -> tuple[str, dict[str, str]]:
             return head.group(1), fields
         depth, j = 1, m.end()
         while depth:
-            c = text_[j]
-            if c == "\\":
-                j += 2
-                continue
-            depth += {"{": 1, "}": -1}.get(c, 0)
+            depth += {"{": 1, "}": -1}.get(text_[j], 0)
             j += 1
         fields[m.group(1)] = text_[m.end() : j - 1]
         assert text_[j] == ",", text_[j : j + 40]
@@ -255,12 +256,12 @@ def parse_bibtex(text_: str) -> tuple[str, dict[str, str]]:
 
 
 def test_bibtex_keeps_a_hostile_title_inside_its_field() -> None:
-    escaped = citations.bibtex_escape(HOSTILE)
+    escaped = bibtex.escape(HOSTILE)
     assert "\n" not in escaped
     assert "\u202e" not in escaped
     assert re.search(r"(?<!\\)%", escaped) is None  # no comment starts
     assert "\\input" not in escaped
-    assert _unescape(escaped) == citations.plain(HOSTILE)
+    assert _unescape(escaped) == plain(HOSTILE)
     assert "\u00e9t\u00e9 \u65e5\u672c" in escaped  # other characters kept as written
 
 
@@ -282,8 +283,10 @@ def test_cite_an_entry_with_a_hostile_title(
     key, fields = parse_bibtex(r.text)
     assert key == f"szbench-held-snapshot-{snapshot_id}-evaluation-{evaluation.id}"
     assert set(fields) >= {"title", "author", "year", "url", "note", "version"}
-    assert _unescape(fields["title"][1:-1]) == citations.plain(HOSTILE)
-    assert fields["author"] == r"{Mallory \{Evil\}} and {Eve} and {Bob}"
+    assert _unescape(fields["title"][1:-1]) == plain(HOSTILE)
+    assert fields["author"] == (
+        r"{Mallory \textbraceleft{}Evil\textbraceright{}} and {Eve} and {Bob}"
+    )
     page = f"https://bench.example.org/leaderboards/held/snapshots/{snapshot_id}"
     assert fields["url"] == f"{page}?entry={evaluation.id}"
     assert evaluation.image_digest in fields["note"]
@@ -295,7 +298,7 @@ def test_cite_an_entry_with_a_hostile_title(
     cff = yaml.safe_load(r.text)
     assert cff["cff-version"] == "1.2.0"
     assert cff["type"] == "software"
-    assert cff["title"] == citations.plain(HOSTILE)
+    assert cff["title"] == plain(HOSTILE)
     assert cff["authors"] == [{"name": "Mallory {Evil}"}, {"name": "Eve"}, {"name": "Bob"}]
     assert cff["url"] == f"{page}?entry={evaluation.id}"
     assert isinstance(cff["message"], str)
@@ -305,7 +308,10 @@ def test_cite_an_entry_with_a_hostile_title(
     # The snapshot itself.
     key, fields = parse_bibtex(client.get(f"{base}/citation").text)
     assert fields["url"] == page
-    assert fields["title"] == f"{{Leaderboard of Held \\{{out\\}} set 1 (snapshot {snapshot_id})}}"
+    assert fields["title"] == (
+        f"{{Leaderboard of Held \\textbraceleft{{}}out\\textbraceright{{}} set 1 "
+        f"(snapshot {snapshot_id})}}"
+    )
     digest = client.get(base).json()["content_sha256"]
     assert digest in fields["note"]
     cff = yaml.safe_load(client.get(f"{base}/citation?format=cff").text)
@@ -327,7 +333,7 @@ def test_cite_a_dataset_version(
     key, fields = parse_bibtex(client.get(base).text)
     assert key == "szbench-dataset-held-1"
     assert fields["url"] == "https://bench.example.org/datasets/held?version=1"
-    assert fields["publisher"] == r"Bench \& Co \{EEG\}"
+    assert fields["publisher"] == r"Bench \& Co \textbraceleft{}EEG\textbraceright{}"
     assert "sha256:abc" in fields["note"]
     assert "Smith et al. 2025" in fields["note"]
     cff = yaml.safe_load(client.get(f"{base}?format=cff").text)
@@ -375,7 +381,7 @@ def test_a_board_that_cannot_be_frozen_does_not_hold_up_the_phase_news(
     phase = f.phase(s, slug="final")
     phase.dataset_versions = [dv]
     s.flush()
-    notifications.check_phases(s)
+    lifecycle.check(s)
 
     def broken(session: Session, phase: Any) -> list[LeaderboardSnapshot]:
         raise RuntimeError("statistics unavailable")
@@ -383,7 +389,7 @@ def test_a_board_that_cannot_be_frozen_does_not_hold_up_the_phase_news(
     monkeypatch.setattr(snapshots, "take_for_phase", broken)
     phase.is_open = False
     s.flush()
-    assert len(notifications.check_phases(s)) == 1
+    assert len(lifecycle.check(s)) == 1
     assert "could not snapshot the boards of phase final" in caplog.text
     assert snapshots.list_snapshots(s, "held") == []
 
@@ -400,7 +406,7 @@ def test_cite_an_entry_of_the_live_board(
     url = f"/api/v1/evaluations/{evaluation.id}/citation"
     key, fields = parse_bibtex(client.get(url).text)
     assert key == f"szbench-evaluation-{evaluation.id}"
-    assert _unescape(fields["title"][1:-1]) == citations.plain(HOSTILE)
+    assert _unescape(fields["title"][1:-1]) == plain(HOSTILE)
     algorithm_id = evaluation.algorithm_version.algorithm_id
     assert (
         fields["url"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from szbench import queue
 from szbench.config import get_settings
@@ -29,13 +30,17 @@ from szbench.models import (
     NotificationKind,
     Phase,
     PhaseState,
+    PhaseTransition,
     RunOutcome,
     User,
     VersionStatus,
 )
-from szbench.notifications import outbox, service
+from szbench.notifications import events, outbox, preferences
+from szbench.phases import lifecycle
 from szbench_worker import pipeline
 from szbench_worker.embedded import start_embedded_worker
+from tests.platform import factories as f
+from tests.platform.dripping_receiver import dripping_receiver
 from tests.platform.smtp_sink import Sink, smtp_sink
 from tests.platform.webhook_receiver import Receiver, webhook_receiver
 from tests.redis_urls import redis_url
@@ -85,8 +90,8 @@ def subscribe(channels: Channels, email: str = ALICE) -> None:
     with session_scope() as session:
         user = session.scalars(select(User).where(User.email == email)).one()
         user.email_verified_at = datetime.now(UTC)
-        service.update_preferences(session, user, webhook_url=channels.receiver.url())
-        channels.receiver.secret = service.preferences_of(session, user).webhook_secret
+        preferences.update_preferences(session, user, webhook_url=channels.receiver.url())
+        channels.receiver.secret = preferences.preferences_of(session, user).webhook_secret
 
 
 def deliveries() -> list[NotificationDelivery]:
@@ -189,7 +194,7 @@ def test_a_user_who_turned_a_kind_off_gets_nothing_of_it(env: Env, channels: Cha
     subscribe(channels)
     with session_scope() as session:
         alice = session.scalars(select(User).where(User.email == ALICE)).one()
-        service.update_preferences(
+        preferences.update_preferences(
             session,
             alice,
             events={
@@ -208,6 +213,61 @@ def test_a_user_who_turned_a_kind_off_gets_nothing_of_it(env: Env, channels: Cha
     assert deliveries() == []
     assert channels.receiver.calls == []
     assert channels.sink.messages == []
+
+
+def test_a_slow_receiver_does_not_hold_up_other_users_deliveries(
+    env: Env, settings_env: pytest.MonkeyPatch
+) -> None:
+    # Issue 28.5: one user's receiver drips its answer; three of their deliveries are due
+    # before another user's one. The round calls the slow receiver once (its other
+    # deliveries wait for the next round, unclaimed) and delivers the other user's at once.
+    for key, value in {
+        "SZBENCH_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.1/32",
+        "SZBENCH_WEBHOOK_ALLOW_HTTP": "true",
+        "SZBENCH_WEBHOOK_TIMEOUT_S": "1",  # shortened from 10 s for the test
+    }.items():
+        settings_env.setenv(key, value)
+    get_settings.cache_clear()
+    now = datetime.now(UTC)
+    with dripping_receiver(interval_s=0.05) as drip, webhook_receiver() as good:
+        with session_scope() as session:
+            slow_user, fast_user = f.user(session), f.user(session)
+            # Two host names for loopback: two receivers, two lanes.
+            slow_url = f"http://localhost:{drip.port}/hook"
+            preferences.update_preferences(session, slow_user, webhook_url=slow_url)
+            preferences.update_preferences(session, fast_user, webhook_url=good.url())
+            slow_ids = [
+                _due_delivery(session, slow_user.id, f"slow:{i}", now - timedelta(hours=1))
+                for i in range(3)
+            ]
+            fast_id = _due_delivery(session, fast_user.id, "fast", now)
+        attempted = outbox.send_due()
+        ((sent, hung_up),) = drip.wait_ended(1)
+    assert sorted(attempted) == sorted([slow_ids[0], fast_id])
+    assert hung_up
+    assert sent < 100
+    assert len(good.calls) == 1
+    with session_scope() as session:
+        rows = {d.id: d for d in session.scalars(select(NotificationDelivery))}
+        assert rows[fast_id].status == DeliveryStatus.DELIVERED
+        assert rows[slow_ids[0]].last_error == "no answer within 1 s"
+        assert rows[slow_ids[0]].status == DeliveryStatus.PENDING  # retried later
+        assert [rows[i].attempts for i in slow_ids[1:]] == [0, 0]  # next round
+
+
+def _due_delivery(session: Session, user_id: int, key: str, due_at: datetime) -> int:
+    event_id = events._record(session, NotificationKind.EVALUATION_FINISHED, key, enqueue=False)
+    row = NotificationDelivery(
+        event_id=event_id,
+        user_id=user_id,
+        channel=NotificationChannel.WEBHOOK,
+        status=DeliveryStatus.PENDING,
+        payload={"event": "evaluation.finished", "event_id": event_id},
+        next_attempt_at=due_at,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
 
 
 # --- phases --------------------------------------------------------------------------------
@@ -235,23 +295,21 @@ def test_a_phase_opening_and_closing_by_date_is_told_once_each(
     phase_id = _phase_with_submitter(now + timedelta(hours=1), now + timedelta(hours=2))
     subscribe(channels)
 
-    def look(at: datetime) -> list[int]:
+    def look(at: datetime) -> list[bool]:
         with session_scope() as session:
-            return service.check_phases(session, at)
+            return [t.opened for t in lifecycle.check(session, at)]
 
     assert look(now) == []  # a new phase, not open yet: nothing to tell
-    opened = look(now + timedelta(hours=1))  # its opening date passed; nothing was written
-    assert len(opened) == 1
+    assert look(now + timedelta(hours=1)) == [True]  # its opening date passed; nothing written
     assert look(now + timedelta(hours=1, minutes=1)) == []
-    closed = look(now + timedelta(hours=2))
-    assert len(closed) == 1
+    assert look(now + timedelta(hours=2)) == [False]
     assert look(now + timedelta(hours=3)) == []
-    # The tick looks at the real time (the phase is not open yet) and sends both events.
+    # The notifications tick tells of both transitions, once.
     report = outbox.tick()
-    assert report.phase_events == []
-    outbox.tick()
-    events = [c.json["event"] for c in channels.receiver.calls]
-    assert events == ["phase.opened", "phase.closed"]
+    assert len(report.phase_events) == 2
+    assert outbox.tick().phase_events == []
+    told = [c.json["event"] for c in channels.receiver.calls]
+    assert told == ["phase.opened", "phase.closed"]
     assert all(c.signed for c in channels.receiver.calls)
     assert [m["Subject"] for m in channels.sink.messages] == [
         "Phase Final is open for submissions",
@@ -261,6 +319,30 @@ def test_a_phase_opening_and_closing_by_date_is_told_once_each(
         state = session.get_one(PhaseState, phase_id)
         assert state.changes == 2
         assert state.is_open is False
+
+
+def test_the_notifications_tick_only_consumes_phase_transitions(
+    env: Env, channels: Channels
+) -> None:
+    # Issue 32.1: a phase whose closing date passed is the phase lifecycle's to notice. The
+    # notifications tick neither notices it, nor freezes boards, nor tells of it until the
+    # lifecycle has recorded the transition; then it tells of it once.
+    now = datetime.now(UTC)
+    phase_id = _phase_with_submitter(now - timedelta(hours=2), now - timedelta(hours=1))
+    with session_scope() as session:
+        session.add(PhaseState(phase_id=phase_id, is_open=True))  # seen open before
+    subscribe(channels)
+    assert outbox.tick().phase_events == []
+    with session_scope() as session:
+        assert session.get_one(PhaseState, phase_id).is_open is True
+        assert session.scalar(select(func.count(PhaseTransition.id))) == 0
+    assert channels.receiver.calls == []
+    with session_scope() as session:
+        (transition,) = lifecycle.check(session)
+        assert (transition.phase_id, transition.seq, transition.opened) == (phase_id, 1, False)
+    assert len(outbox.tick().phase_events) == 1
+    assert outbox.tick().phase_events == []
+    assert [c.json["event"] for c in channels.receiver.calls] == ["phase.closed"]
 
 
 def test_two_ticks_at_once_record_a_phase_change_once(env: Env) -> None:
@@ -275,7 +357,7 @@ def test_two_ticks_at_once_record_a_phase_change_once(env: Env) -> None:
     def tick_now() -> None:
         with session_scope() as session:
             barrier.wait()
-            made.append(service.check_phases(session, now))
+            made.append([t.seq for t in lifecycle.check(session, now)])
 
     threads = [threading.Thread(target=tick_now) for _ in range(2)]
     for t in threads:
@@ -283,6 +365,10 @@ def test_two_ticks_at_once_record_a_phase_change_once(env: Env) -> None:
     for t in threads:
         t.join(30)
     assert sorted(len(m) for m in made) == [0, 1]
+    with session_scope() as session:
+        assert session.scalar(select(func.count(PhaseTransition.id))) == 1
+    outbox.tick()
+    outbox.tick()
     with session_scope() as session:
         assert session.scalar(select(func.count(NotificationEvent.id))) == 1
 
@@ -294,7 +380,7 @@ def test_phases_older_than_notifications_are_looked_at_without_an_event(env: Env
         # What migration 0011 writes for phases that existed before it.
         session.add(PhaseState(phase_id=session.scalars(select(Phase.id)).one(), is_open=None))
     with session_scope() as session:
-        assert service.check_phases(session, now) == []
+        assert lifecycle.check(session, now) == []
         assert session.scalars(select(PhaseState.is_open)).one() is True
 
 
@@ -318,8 +404,8 @@ def test_the_embedded_worker_tells_the_owner_without_a_broker(
     with webhook_receiver() as receiver:
         with session_scope() as session:
             world = seed_world(session, prepared, RECS[:1], digest=DIGEST)
-            service.update_preferences(session, world.user, webhook_url=receiver.url())
-            receiver.secret = service.preferences_of(session, world.user).webhook_secret
+            preferences.update_preferences(session, world.user, webhook_url=receiver.url())
+            receiver.secret = preferences.preferences_of(session, world.user).webhook_secret
             evaluation_id = evaluations.create_evaluation(
                 session, algorithm_version=world.version, dataset_version=world.dataset_version
             ).id

@@ -68,8 +68,9 @@ class _Controller(WorkController):  # type: ignore[misc]
 
 
 class _Notifier(threading.Thread):
-    """The notifications tick of the embedded mode, which has no celery beat: at start, then
-    every ``notify_interval_s`` (phases opening or closing, new events, due retries)."""
+    """The periodic work of the embedded mode, which has no celery beat: at start, then
+    every ``notify_interval_s``, the phase lifecycle (phases opening or closing, closing
+    boards frozen), then the notifications tick (news, new events, due retries)."""
 
     def __init__(self, interval_s: float) -> None:
         super().__init__(name="szbench-notifier", daemon=True)
@@ -77,13 +78,20 @@ class _Notifier(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        from szbench.db import session_scope
         from szbench.notifications import outbox
+        from szbench.phases import lifecycle
 
         while not self.stopped.is_set():
+            # A database that is busy or away now may be back at the next round.
+            try:
+                with session_scope() as session:
+                    lifecycle.check(session)
+            except Exception:
+                log.exception("phase lifecycle tick failed")
             try:
                 outbox.tick()
             except Exception:
-                # A database that is busy or away now may be back at the next round.
                 log.exception("notifications tick failed")
             self.stopped.wait(self.interval_s)
 

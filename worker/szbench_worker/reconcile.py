@@ -46,7 +46,7 @@ from szbench.models import (
     RunOutcome,
     WorkerHeartbeat,
 )
-from szbench.notifications import service as notify
+from szbench.notifications import events as notify
 from szbench.queue import (
     TASK_FINALIZE,
     TASK_RUN_RECORDING,

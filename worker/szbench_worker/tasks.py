@@ -10,7 +10,9 @@ import logging
 import time
 from typing import Any
 
+from szbench.db import session_scope
 from szbench.notifications import outbox
+from szbench.phases import lifecycle
 from szbench.queue import (
     QUEUE_CPU,
     QUEUE_MAINTENANCE,
@@ -18,6 +20,7 @@ from szbench.queue import (
     TASK_FINALIZE,
     TASK_NOTIFY,
     TASK_NOTIFY_TICK,
+    TASK_PHASES_TICK,
     TASK_RECONCILE,
     TASK_RESCORE,
     TASK_RUN_RECORDING,
@@ -106,6 +109,14 @@ def deliver_notification(*, event_id: int) -> None:
 
 @project_task(TASK_NOTIFY_TICK, queue=QUEUE_MAINTENANCE)
 def notifications_tick() -> None:
-    """Phases opening or closing, lost events, due retries (celery beat)."""
+    """News of phase transitions, lost events, due retries (celery beat)."""
     report = outbox.tick()
     log.info("notifications tick: %s", report)
+
+
+@project_task(TASK_PHASES_TICK, queue=QUEUE_MAINTENANCE)
+def phases_tick() -> None:
+    """Phases opening or closing by their flag or dates; closing boards frozen (celery beat)."""
+    with session_scope() as session:
+        made = lifecycle.check(session)
+    log.info("phase lifecycle: %d transition(s)", len(made))

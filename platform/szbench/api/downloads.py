@@ -1,44 +1,17 @@
-"""CSV and JSON downloads of tables (leaderboards, per-subject, per-recording results)."""
+"""CSV and JSON downloads of tables (leaderboards, per-subject, per-recording results), and
+"Cite this" downloads; each format written by its serializer (:mod:`szbench.formats`)."""
 
 from __future__ import annotations
 
-import csv
-import enum
-import io
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from fastapi import Response
 
 from szbench import citations
 from szbench.citations import Citation, Format
-
-#: What a spreadsheet reads as the start of a formula.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _csv_text(value: Any) -> Any:
-    """A CSV cell: text that a spreadsheet would run as a formula is quoted as text.
-
-    Cells may hold what a container wrote (an admin's download of run messages) or what a
-    submitter typed (names): ``=HYPERLINK(...)`` must stay text when an admin opens the file.
-    """
-    value = _cell(value)
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True)
-    return "" if value is None else value
+from szbench.formats import tables
 
 
 def table_response(
@@ -48,14 +21,15 @@ def table_response(
     rows = list(rows)
     disposition = {"Content-Disposition": f'attachment; filename="{filename}.{fmt}"'}
     if fmt == "json":
-        body = json.dumps([{c: r.get(c) for c in columns} for r in rows], default=_cell, indent=1)
+        body = json.dumps(
+            [{c: r.get(c) for c in columns} for r in rows], default=tables.json_cell, indent=1
+        )
         return Response(body, media_type="application/json", headers=disposition)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_csv_text(row.get(c)) for c in columns])
-    return Response(buffer.getvalue(), media_type="text/csv; charset=utf-8", headers=disposition)
+    return Response(
+        tables.csv_text(rows, columns),
+        media_type="text/csv; charset=utf-8",
+        headers=disposition,
+    )
 
 
 def citation_response(citation: Citation, fmt: Format) -> Response:

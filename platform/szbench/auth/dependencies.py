@@ -241,9 +241,22 @@ def submitter_outside_request_session(
     return principal
 
 
+def signed_in_outside_request_session(
+    request: Request,
+    session: Annotated[Session, Depends(get_side_session)],
+    _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """:func:`signed_in`, checked in a side session whose connection is released at once,
+    for routes that wait on something outside the platform (a test notification's calls)."""
+    principal = _require_signed_in(request, _resolve(request, session, _credential(request)))
+    session.commit()
+    return principal
+
+
 Anyone = Annotated[Principal, Depends(anyone)]
 SignedIn = Annotated[Principal, Depends(signed_in)]
 Submitter = Annotated[Principal, Depends(submitter)]
 AdminOnly = Annotated[Principal, Depends(admin_only)]
 WorkerOnly = Annotated[Principal, Depends(worker_only)]
 StreamingSubmitter = Annotated[Principal, Depends(submitter_outside_request_session)]
+SignedInOutsideSession = Annotated[Principal, Depends(signed_in_outside_request_session)]

@@ -15,10 +15,12 @@ import logging
 import smtplib
 from collections.abc import Callable
 from dataclasses import dataclass
-from email.message import EmailMessage
 from typing import Any, Protocol
 
 from szbench.config import get_settings
+from szbench.formats import mail as formats_mail
+from szbench.outbound.deadline import Deadline
+from szbench.outbound.smtp import DeadlineSMTP
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +44,14 @@ def send(to: str, subject: str, body: str) -> bool:
     settings = get_settings()
     if not settings.smtp_host:
         return False
-    email = EmailMessage()
-    email["From"] = settings.mail_from
-    email["To"] = to
-    email["Subject"] = subject
-    email.set_content(body)
+    # Headers of one line each, whatever the subject names (szbench.formats.mail).
+    email = formats_mail.message(sender=settings.mail_from, to=to, subject=subject, body=body)
+    # The whole conversation ends within smtp_timeout_s, however slowly the server answers.
     try:
-        with smtplib.SMTP(
-            settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout_s
-        ) as smtp:
+        with (
+            Deadline(settings.smtp_timeout_s) as deadline,
+            DeadlineSMTP(settings.smtp_host, settings.smtp_port, deadline=deadline) as smtp,
+        ):
             if settings.smtp_starttls:
                 smtp.starttls()
             if settings.smtp_username:

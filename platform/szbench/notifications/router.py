@@ -3,19 +3,21 @@ test sends and delivery log (docs/api.md, "Notifications")."""
 
 from __future__ import annotations
 
+import anyio
 from fastapi import APIRouter
 
 from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import Page, PageDep
-from szbench.auth.dependencies import SignedIn
+from szbench.auth.dependencies import SignedIn, SignedInOutsideSession
+from szbench.db import session_scope
 from szbench.models import (
     NotificationChannel,
     NotificationDelivery,
     NotificationPreferences,
     User,
 )
-from szbench.notifications import outbox, service
+from szbench.notifications import delivery, ping, preferences
 from szbench.notifications.schemas import (
     DeliveryOut,
     PreferencesChanged,
@@ -32,33 +34,33 @@ router = APIRouter(
 
 def preferences_out(prefs: NotificationPreferences, user: User) -> PreferencesOut:
     return PreferencesOut(
-        events=service.switches(prefs),
+        events=preferences.switches(prefs),
         all_phases=prefs.all_phases,
         webhook_url=prefs.webhook_url,
         webhook_secret_set=bool(prefs.webhook_secret),
-        mail_enabled=service.mail_enabled(),
-        mail_to=service.mail_address(user),
+        mail_enabled=preferences.mail_enabled(),
+        mail_to=preferences.mail_address(user),
     )
 
 
-def delivery_out(delivery: NotificationDelivery) -> DeliveryOut:
-    payload = delivery.payload or {}
+def delivery_out(row: NotificationDelivery) -> DeliveryOut:
+    payload = row.payload or {}
     return DeliveryOut(
-        id=delivery.id,
-        event_id=delivery.event_id,
+        id=row.id,
+        event_id=row.event_id,
         event=str(payload.get("event", "")),
-        channel=delivery.channel,
-        status=delivery.status,
-        attempts=delivery.attempts,
-        target=delivery.target,
-        last_status_code=delivery.last_status_code,
-        last_error=delivery.last_error,
-        response_snippet=delivery.response_snippet,
-        created_at=delivery.created_at,
-        last_attempt_at=delivery.last_attempt_at,
-        next_attempt_at=delivery.next_attempt_at,
-        delivered_at=delivery.delivered_at,
-        summary=service.summary(payload),
+        channel=row.channel,
+        status=row.status,
+        attempts=row.attempts,
+        target=row.target,
+        last_status_code=row.last_status_code,
+        last_error=row.last_error,
+        response_snippet=row.response_snippet,
+        created_at=row.created_at,
+        last_attempt_at=row.last_attempt_at,
+        next_attempt_at=row.next_attempt_at,
+        delivered_at=row.delivered_at,
+        summary=delivery.summary(payload),
     )
 
 
@@ -66,7 +68,7 @@ def delivery_out(delivery: NotificationDelivery) -> DeliveryOut:
 def get_preferences(session: SessionDep, caller: SignedIn) -> PreferencesOut:
     """The caller's notification switches (per event, per channel) and webhook."""
     assert caller.user is not None
-    return preferences_out(service.preferences_of(session, caller.user), caller.user)
+    return preferences_out(preferences.preferences_of(session, caller.user), caller.user)
 
 
 @router.patch("", response_model=PreferencesChanged)
@@ -83,14 +85,14 @@ def update_preferences(
         if body.events is not None
         else None
     )
-    secret = service.update_preferences(
+    secret = preferences.update_preferences(
         session,
         caller.user,
         events=events,
         all_phases=body.all_phases,
         webhook_url=body.webhook_url,
     )
-    out = preferences_out(service.preferences_of(session, caller.user), caller.user)
+    out = preferences_out(preferences.preferences_of(session, caller.user), caller.user)
     return PreferencesChanged(**out.model_dump(), webhook_secret=secret)
 
 
@@ -98,26 +100,31 @@ def update_preferences(
 def replace_secret(body: SecretIn, session: SessionDep, caller: SignedIn) -> SecretOut:
     """Replace the webhook's signing secret (yours, or a random one); shown this once."""
     assert caller.user is not None
-    return SecretOut(webhook_secret=service.set_secret(session, caller.user, body.secret))
+    return SecretOut(webhook_secret=preferences.set_secret(session, caller.user, body.secret))
 
 
 @router.post("/test", response_model=list[DeliveryOut])
-def send_test(session: SessionDep, caller: SignedIn) -> list[DeliveryOut]:
-    """Send a test notification on each of the caller's channels now; the outcomes."""
+async def send_test(caller: SignedInOutsideSession) -> list[DeliveryOut]:
+    """Send a test notification on each of your channels; each outcome, or pending while a
+    receiver still answers (at most 5 tests a minute, one at a time)."""
     assert caller.user is not None
-    event_id = service.record_test(session, caller.user)
-    # Committed before any call: no transaction stays open while a receiver answers.
-    session.commit()
-    outbox.send_due(session, event_id=event_id)
-    rows, _ = service.deliveries(session, caller.user, limit=10, event_id=event_id)
-    return [delivery_out(d) for d in rows]
+    user_id = caller.user.id
+    # Neither a request thread nor a database connection is held while receivers answer.
+    ids = await anyio.to_thread.run_sync(ping.start, user_id)
+    await ping.wait(ping.send_soon(ids))
+    return await anyio.to_thread.run_sync(_test_outcomes, user_id, ids)
+
+
+def _test_outcomes(user_id: int, delivery_ids: list[int]) -> list[DeliveryOut]:
+    with session_scope() as session:
+        return [delivery_out(d) for d in ping.outcomes(session, user_id, delivery_ids)]
 
 
 @router.get("/deliveries", response_model=Page[DeliveryOut])
 def list_deliveries(session: SessionDep, caller: SignedIn, page: PageDep) -> Page[DeliveryOut]:
     """The caller's notification deliveries, newest first, with each one's attempts."""
     assert caller.user is not None
-    rows, total = service.deliveries(session, caller.user, limit=page.limit, offset=page.offset)
+    rows, total = delivery.deliveries(session, caller.user, limit=page.limit, offset=page.offset)
     return Page(
         items=[delivery_out(d) for d in rows], total=total, limit=page.limit, offset=page.offset
     )

@@ -7,11 +7,15 @@ it can reach (its database, the cloud's metadata service, the centre's intranet)
   operator's ``webhook_allowed_networks``), no user name or password in the URL;
 - every address the host name resolves to must be a public internet address, or inside
   ``webhook_allowed_networks``; in centre mode only the latter (nothing leaves the host
-  otherwise). The check runs when the URL is saved and again at each call, on the very
-  address connected to (:class:`_GuardedBackend`), so a name that resolves to another
-  address by then (DNS rebinding) is refused as well;
-- no redirect is followed, no proxy from the environment is used, the whole call is bounded
-  by ``webhook_timeout_s`` and at most :data:`SNIPPET_BYTES` of the answer are read.
+  otherwise). An IPv6 address that embeds an IPv4 address (mapped, SIIT, IPv4-compatible,
+  NAT64, 6to4) is checked as that IPv4 address; Teredo and local-use NAT64 addresses are
+  refused (:func:`plain`). The check runs when the URL is saved and again at each call, on
+  the very address connected to (the guard :func:`post` gives the outbound client), so a
+  name that resolves to another address by then (DNS rebinding) is refused as well;
+- no redirect is followed, no proxy from the environment is used, the whole call (connect,
+  send, the answer's headers and body) ends within ``webhook_timeout_s`` however slowly the
+  receiver answers (:mod:`szbench.outbound`), and at most :data:`SNIPPET_BYTES` of the
+  answer are read.
 
 The signature lets a receiver check that a call comes from this platform and is fresh:
 ``X-Szbench-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>" keyed by the
@@ -24,17 +28,14 @@ import hashlib
 import hmac
 import ipaddress
 import socket
-import ssl
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
-
-import httpcore
 
 from szbench.config import Settings, get_settings
 from szbench.errors import BadRequest
+from szbench.outbound import http
+from szbench.outbound.deadline import Deadline, DeadlineExceeded
 
 #: At most this much of a receiver's answer is read and kept (the delivery log shows it).
 SNIPPET_BYTES = 500
@@ -67,29 +68,84 @@ def _networks(settings: Settings) -> list[ipaddress.IPv4Network | ipaddress.IPv6
     return nets
 
 
-def _plain(address: IPAddress) -> IPAddress:
-    # An IPv4 address written as IPv6 (::ffff:10.0.0.1) is that IPv4 address.
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+# IPv6 forms that carry an IPv4 address, and where (RFC 6052, 7915, 3056, 4291). A call to
+# one of them reaches that IPv4 address (through a translator, a relay or the host's own
+# stack), so the IPv4 address is what is checked. Teredo (2001::/32, RFC 4380) and the
+# local-use NAT64 prefix (64:ff9b:1::/48, RFC 8215, where the operator chooses the prefix
+# length and so where the address sits) are refused outright: no webhook receiver needs them.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")
+_COMPATIBLE = ipaddress.ip_network("::/96")
+_TEREDO = ipaddress.ip_network("2001::/32")
+
+
+class _Tunnel(ValueError):
+    """An address form that hides where it leads (Teredo, local-use NAT64)."""
+
+
+def plain(address: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 form embeds (mapped, SIIT, IPv4-compatible, NAT64 /96,
+    6to4), or ``address`` itself.
+
+    >>> str(plain(ipaddress.ip_address("64:ff9b::7f00:1")))
+    '127.0.0.1'
+    >>> str(plain(ipaddress.ip_address("2002:a00:1::1")))
+    '10.0.0.1'
+    """
+    if not isinstance(address, ipaddress.IPv6Address):
+        return address
+    if address.ipv4_mapped is not None:
         return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _TEREDO or address in _NAT64_LOCAL:
+        raise _Tunnel(str(address))
+    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in _NAT64 or address in _SIIT:
+        return low32
+    # ::/96 holds :: and ::1 as well, which are themselves (unspecified, loopback).
+    if address in _COMPATIBLE and int(address) > 1:
+        return low32
     return address
 
 
 def address_refusal(address: IPAddress, settings: Settings) -> str | None:
     """Why a webhook may not connect to ``address`` (a clause after the address), or None."""
-    address = _plain(address)
-    if any(address in net for net in _networks(settings)):
+    nets = _networks(settings)
+    if any(address in net for net in nets):
+        return None  # the operator named this very address's network
+    try:
+        reached = plain(address)
+    except _Tunnel:
+        return (
+            "a Teredo or local-use NAT64 address, which hides the address it leads to: "
+            "webhooks may not reach it"
+        )
+    if any(reached in net for net in nets):
         return None
     if settings.centre_mode:
         return (
             "which is not in SZBENCH_WEBHOOK_ALLOWED_NETWORKS (in centre mode webhooks reach "
             "only those networks)"
         )
-    if not address.is_global or address.is_multicast:
+    embeds = "" if reached == address else f" (it leads to {reached})"
+    if not reached.is_global or reached.is_multicast:
         return (
-            "which is not a public internet address (private, loopback, link-local or "
-            "reserved): webhooks may not reach it"
+            f"which is not a public internet address{embeds} (private, loopback, link-local "
+            "or reserved): webhooks may not reach it"
         )
     return None
+
+
+def _listed(address: IPAddress, settings: Settings) -> bool:
+    nets = _networks(settings)
+    if any(address in net for net in nets):
+        return True
+    try:
+        return any(plain(address) in net for net in nets)
+    except _Tunnel:
+        return False
 
 
 @dataclass(frozen=True)
@@ -128,6 +184,14 @@ def check_url(url: str, settings: Settings | None = None) -> Target:
     )
 
 
+def host_of(url: str) -> str:
+    """The host a webhook URL names, in lower case ("" when it names none)."""
+    try:
+        return (urlsplit(url.strip()).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
 def resolve(host: str, port: int) -> list[IPAddress]:
     """Every address ``host`` resolves to; :class:`Refused` when it resolves to none."""
     try:
@@ -152,34 +216,12 @@ def check_addresses(target: Target, settings: Settings | None = None) -> list[IP
     addresses = resolve(target.host, target.port)
     for address in addresses:
         why = address_refusal(address, settings)
-        listed = any(_plain(address) in net for net in _networks(settings))
+        listed = _listed(address, settings)
         if why is None and target.scheme == "http" and not listed:
             why = "and plain http goes only to SZBENCH_WEBHOOK_ALLOWED_NETWORKS"
         if why is not None:
             raise Refused(f"webhook_url: {target.host} resolves to {address}, {why}")
     return addresses
-
-
-class _GuardedBackend(httpcore.SyncBackend):
-    """Connects only to the addresses that :func:`check_addresses` accepts, resolving the
-    name once, here, so the address checked is the address connected to."""
-
-    def __init__(self, target: Target, settings: Settings) -> None:
-        self.target = target
-        self.settings = settings
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        addresses = check_addresses(
-            Target(self.target.url, self.target.scheme, host, port), self.settings
-        )
-        return super().connect_tcp(str(addresses[0]), port, timeout, local_address, socket_options)
 
 
 @dataclass(frozen=True)
@@ -192,10 +234,13 @@ class Outcome:
     snippet: str = ""
     # False for a refusal: calling again cannot change it.
     retry: bool = True
+    # The call ran out its deadline: the receiver is slow (its other calls can wait).
+    ran_out: bool = False
 
 
 def post(url: str, secret: str, body: bytes, headers: dict[str, str]) -> Outcome:
-    """POST ``body`` to ``url``, signed with ``secret``; delivered on a 2xx answer."""
+    """POST ``body`` to ``url``, signed with ``secret``; delivered on a 2xx answer. The whole
+    call, however slowly the receiver answers, ends within ``webhook_timeout_s``."""
     settings = get_settings()
     try:
         target = check_url(url, settings)
@@ -209,37 +254,31 @@ def post(url: str, secret: str, body: bytes, headers: dict[str, str]) -> Outcome
         SIGNATURE_HEADER: sign(secret, timestamp, body),
         **headers,
     }
-    deadline = time.monotonic() + settings.webhook_timeout_s
-    timeout = settings.webhook_timeout_s
-    extensions = {"timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": 1}}
-    pool = httpcore.ConnectionPool(
-        ssl_context=ssl.create_default_context(),
-        max_connections=1,
-        network_backend=_GuardedBackend(target, settings),
-    )
+
+    def guard(host: str, port: int) -> list[str]:
+        # Resolved once, here, on connecting: the address checked is the address used.
+        checked = Target(target.url, target.scheme, host, port)
+        return [str(a) for a in check_addresses(checked, settings)]
+
     try:
-        with pool.stream(
-            "POST",
-            target.url,
-            headers=list(all_headers.items()),
-            content=body,
-            extensions=extensions,
-        ) as response:
-            snippet = b""
-            for chunk in response.iter_stream():
-                snippet += chunk
-                if len(snippet) >= SNIPPET_BYTES or time.monotonic() > deadline:
-                    break
-            status = response.status
+        with Deadline(settings.webhook_timeout_s) as deadline:
+            answer = http.request(
+                "POST",
+                target.url,
+                deadline=deadline,
+                headers=list(all_headers.items()),
+                content=body,
+                guard=guard,
+                max_body=SNIPPET_BYTES,
+            )
     except Refused as exc:
         return Outcome(False, error=exc.detail, retry=False)
-    except (httpcore.TimeoutException, TimeoutError):
-        return Outcome(False, error=f"no answer within {timeout:g} s")
-    except (httpcore.NetworkError, httpcore.ProtocolError, OSError, ssl.SSLError) as exc:
-        return Outcome(False, error=f"could not connect or send: {_one_line(exc)}")
-    finally:
-        pool.close()
-    text = snippet[:SNIPPET_BYTES].decode("utf-8", errors="replace")
+    except DeadlineExceeded as exc:
+        return Outcome(False, error=str(exc), ran_out=True)
+    except http.CallFailed as exc:
+        return Outcome(False, error=f"could not connect or send: {exc}")
+    text = answer.body.decode("utf-8", errors="replace")
+    status = answer.status
     if 200 <= status < 300:
         return Outcome(True, status_code=status, snippet=text)
     if 300 <= status < 400:
@@ -247,7 +286,3 @@ def post(url: str, secret: str, body: bytes, headers: dict[str, str]) -> Outcome
     else:
         error = f"answered {status}"
     return Outcome(False, status_code=status, error=error, snippet=text)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
 
 from szbench.api.deps import SessionDep
-from szbench.auth.dependencies import SignedIn
+from szbench.auth.dependencies import SignedIn, SignedInOutsideSession
+from szbench.db import session_scope
 from szbench.errors import SzbenchError
-from szbench.models import NotificationChannel, NotificationKind
-from szbench.notifications import outbox, service
+from szbench.models import DeliveryStatus, NotificationChannel, NotificationKind
+from szbench.notifications import delivery, kinds, ping, preferences
 from szbench.notifications.router import delivery_out
 from szbench.notifications.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from szbench.web import forms
@@ -42,7 +44,7 @@ def _field_errors(exc: SzbenchError) -> dict[str, str]:
 
 def _channels() -> list[NotificationChannel]:
     """The channels the page offers: e-mail only where this server sends it."""
-    mail = [NotificationChannel.MAIL] if service.mail_enabled() else []
+    mail = [NotificationChannel.MAIL] if preferences.mail_enabled() else []
     return [*mail, NotificationChannel.WEBHOOK]
 
 
@@ -57,23 +59,23 @@ def _page(
     status_code: int = 200,
 ) -> Response:
     assert caller.user is not None
-    prefs = service.preferences_of(session, caller.user)
-    rows, total = service.deliveries(session, caller.user, limit=50)
-    switches = service.switches(prefs)
+    prefs = preferences.preferences_of(session, caller.user)
+    rows, total = delivery.deliveries(session, caller.user, limit=50)
+    switches = preferences.switches(prefs)
     if typed is not None:
         # Show what was sent, not what is stored: nothing was saved.
         switches = typed["switches"]
     context = {
         "title": "Notifications",
-        "kinds": service.KIND_LABELS,
+        "kinds": kinds.KIND_LABELS,
         "channels": _channels(),
         "switches": switches,
         "all_phases": typed["all_phases"] if typed is not None else prefs.all_phases,
         "webhook_url": typed["webhook_url"] if typed is not None else prefs.webhook_url,
         "secret_set": bool(prefs.webhook_secret),
         "new_secret": new_secret,
-        "mail_enabled": service.mail_enabled(),
-        "mail_to": service.mail_address(caller.user),
+        "mail_enabled": preferences.mail_enabled(),
+        "mail_to": preferences.mail_address(caller.user),
         "deliveries": [delivery_out(d) for d in rows],
         "deliveries_total": total,
         "errors": errors or {},
@@ -105,14 +107,14 @@ def save_notifications(
     shown = _channels()
     events: dict[NotificationKind, dict[NotificationChannel, bool | None]] = {
         kind: {channel: _switch_name(kind, channel) in on for channel in shown}
-        for kind in service.SWITCHABLE
+        for kind in preferences.SWITCHABLE
     }
     submitted = forms.check(SettingsForm, {"all_phases": all_phases, "webhook_url": webhook_url})
     try:
         if submitted.model is None:
             secret = None
         else:
-            secret = service.update_preferences(
+            secret = preferences.update_preferences(
                 session,
                 caller.user,
                 events=events,
@@ -123,10 +125,10 @@ def save_notifications(
         submitted.fail(exc)
     if submitted.errors:
         session.rollback()
-        stored = service.switches(service.preferences_of(session, caller.user))
+        stored = preferences.switches(preferences.preferences_of(session, caller.user))
         typed = {
             # The channels not on the page keep their stored value.
-            "switches": {kind: {**stored[kind], **events[kind]} for kind in service.SWITCHABLE},
+            "switches": {kind: {**stored[kind], **events[kind]} for kind in preferences.SWITCHABLE},
             "all_phases": bool(all_phases),
             "webhook_url": webhook_url,
         }
@@ -157,7 +159,7 @@ def replace_secret(
     if typed.model is None:
         return _page(request, session, caller, errors=typed.errors, status_code=400)
     try:
-        new = service.set_secret(session, caller.user, secret or None)
+        new = preferences.set_secret(session, caller.user, secret or None)
     except SzbenchError as exc:
         return _page(
             request, session, caller, errors=_field_errors(exc), status_code=exc.status_code
@@ -166,25 +168,42 @@ def replace_secret(
 
 
 @router.post(f"{PAGE}/test", response_class=HTMLResponse)
-def send_test(
-    request: Request, session: SessionDep, caller: SignedIn, _csrf: CsrfChecked
+async def send_test(
+    request: Request, caller: SignedInOutsideSession, _csrf: CsrfChecked
 ) -> Response:
-    """Send a test notification on each channel now; say how each went."""
+    """Send a test notification on each channel; say how each went (or that it is still
+    going: the delivery log shows the end)."""
     assert caller.user is not None
+    user_id = caller.user.id
     try:
-        event_id = service.record_test(session, caller.user)
+        ids = await anyio.to_thread.run_sync(ping.start, user_id)
     except SzbenchError as exc:
+        return await anyio.to_thread.run_sync(_refused, request, caller, exc)
+    await ping.wait(ping.send_soon(ids))
+    message = await anyio.to_thread.run_sync(_test_message, user_id, ids)
+    return redirect(PAGE, message)
+
+
+def _refused(request: Request, caller: SignedIn, exc: SzbenchError) -> Response:
+    with session_scope() as session:
         return _page(
             request, session, caller, errors=_field_errors(exc), status_code=exc.status_code
         )
-    # Committed before any call: no transaction stays open while a receiver answers.
-    session.commit()
-    outbox.send_due(session, event_id=event_id)
-    rows, _ = service.deliveries(session, caller.user, limit=10, event_id=event_id)
+
+
+def _test_message(user_id: int, delivery_ids: list[int]) -> str:
     parts = []
-    for d in sorted(rows, key=lambda d: d.channel.value):
-        name = "e-mail" if d.channel == NotificationChannel.MAIL else "webhook"
-        code = f" (HTTP {d.last_status_code})" if d.last_status_code else ""
-        outcome = "delivered" if d.delivered_at else f"failed: {d.last_error}"
-        parts.append(f"{name} {outcome}{code}")
-    return redirect(PAGE, "Test sent: " + "; ".join(parts) + ".")
+    with session_scope() as session:
+        for d in sorted(
+            ping.outcomes(session, user_id, delivery_ids), key=lambda d: d.channel.value
+        ):
+            name = "e-mail" if d.channel == NotificationChannel.MAIL else "webhook"
+            code = f" (HTTP {d.last_status_code})" if d.last_status_code else ""
+            if d.delivered_at:
+                outcome = "delivered"
+            elif d.status == DeliveryStatus.PENDING:
+                outcome = "still being sent (the delivery log below shows how it ends)"
+            else:
+                outcome = f"failed: {d.last_error}"
+            parts.append(f"{name} {outcome}{code}")
+    return "Test sent: " + "; ".join(parts) + "."

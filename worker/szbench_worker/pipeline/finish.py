@@ -21,7 +21,7 @@ from szbench.models import (
     RecordingRun,
     RunOutcome,
 )
-from szbench.notifications import service as notify
+from szbench.notifications import events as notify
 from szbench_scoring import aggregate, score_recording
 from szbench_scoring.report import DatasetReport, RecordingResult
 from szbench_worker.pipeline.report import store_report

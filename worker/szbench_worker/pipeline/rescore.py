@@ -6,7 +6,7 @@ from sqlalchemy import select
 
 from szbench.db import session_scope
 from szbench.models import DatasetVersion, EvaluationStatus, RecordingRun, RunOutcome
-from szbench.notifications import service as notify
+from szbench.notifications import events as notify
 from szbench_worker.pipeline.finish import finalize_locked
 from szbench_worker.pipeline.reuse import copy_run
 from szbench_worker.pipeline.rows import lock_evaluation, now

@@ -29,7 +29,7 @@ from szbench.models import (
     RunOutcome,
     VersionStatus,
 )
-from szbench.notifications import service as notify
+from szbench.notifications import events as notify
 from szbench_scoring import SCORER_VERSION, ScoringParams
 from szbench_worker.pipeline.deps import get_dependencies
 from szbench_worker.pipeline.rows import lock, now

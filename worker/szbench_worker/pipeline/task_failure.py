@@ -8,7 +8,7 @@ from typing import Any
 
 from szbench.db import session_scope
 from szbench.models import AlgorithmVersion, EvaluationStatus, VersionStatus
-from szbench.notifications import service as notify
+from szbench.notifications import events as notify
 from szbench.queue import TASK_FINALIZE, TASK_RESCORE, TASK_RUN_RECORDING
 from szbench_worker.pipeline.rows import lock_evaluation, now
 from szbench_worker.pipeline.store import release_run, store_infrastructure_failure
