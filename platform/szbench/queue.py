@@ -56,6 +56,9 @@ QUEUES = (QUEUE_CPU, QUEUE_GPU)
 # hold them up.
 QUEUE_MAINTENANCE = "maintenance"
 _ALL_QUEUES = (*QUEUES, QUEUE_MAINTENANCE)
+#: The maintenance queue's tasks: a worker receiving them says nothing about the pipeline's
+#: queues (the reconciler's proof that a queue is empty ignores them).
+MAINTENANCE_TASKS = frozenset({TASK_RECONCILE, TASK_NOTIFY, TASK_NOTIFY_TICK})
 
 _PENDING_KEY = "szbench_pending_tasks"
 _SEND_ERROR_KEY = "szbench_send_error"

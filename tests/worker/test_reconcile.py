@@ -56,14 +56,16 @@ def beat(
             queues=queues,
             concurrency=1,
             run_ids=run_ids,
-            free_since=free_since,
-            started_at=seen,
+            free_for_s=None,
         )
     )
     with session_scope() as session:
         from szbench.models import WorkerHeartbeat
 
-        session.get_one(WorkerHeartbeat, worker).last_seen_at = seen
+        # As a worker would have written them at ``seen`` (the tests' clock, passed in).
+        row = session.get_one(WorkerHeartbeat, worker)
+        row.last_seen_at = seen
+        row.free_since = free_since
 
 
 def created_at(evaluation_id: int, when: datetime) -> None:

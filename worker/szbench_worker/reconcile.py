@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, object_session
 
+from szbench import clock
 from szbench.config import Settings, get_settings
 from szbench.db import session_scope
 from szbench.models import (
@@ -66,7 +67,9 @@ _ENV_WORKER_ID = "_SZBENCH_WORKER_ID"
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    # The database's clock, which every worker's heartbeat and claim was written by: this
+    # host's own may be off by hours (szbench.clock).
+    return clock.now()
 
 
 def _aware(value: datetime) -> datetime:
@@ -112,27 +115,32 @@ class Beat:
     queues: Sequence[str]
     concurrency: int
     run_ids: Sequence[int]
-    free_since: datetime | None
-    started_at: datetime
+    #: For how long it has had a free slot without receiving a task (its monotonic clock);
+    #: None while every slot is busy. Stored as a time on the database's clock.
+    free_for_s: float | None
     #: Why it takes no runs now (:func:`szbench_worker.health.host_fault`); None: it does.
     fault: str | None = None
 
 
 def write_heartbeat(beat: Beat) -> None:
-    """Record ``beat`` (one row per worker instance, replaced each time)."""
+    """Record ``beat`` (one row per worker instance, replaced each time), every time in it
+    on the database's clock: the reconciler and the pages compare them with that clock."""
     with session_scope() as session:
+        now = clock.now(session)
         row = session.get(WorkerHeartbeat, beat.id)
         if row is None:
-            row = WorkerHeartbeat(id=beat.id, started_at=beat.started_at)
+            row = WorkerHeartbeat(id=beat.id, started_at=now)
             session.add(row)
         row.host = beat.host
         row.node = beat.node
         row.queues = sorted(beat.queues)
         row.concurrency = beat.concurrency
         row.run_ids = sorted(beat.run_ids)
-        row.free_since = beat.free_since
+        row.free_since = (
+            None if beat.free_for_s is None else now - timedelta(seconds=beat.free_for_s)
+        )
         row.fault = beat.fault[:500] if beat.fault else None
-        row.last_seen_at = _now()
+        row.last_seen_at = now
 
 
 def forget_worker(worker: str) -> None:

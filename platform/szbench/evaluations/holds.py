@@ -9,11 +9,12 @@ being away needs no sentence: then the API answers 503 itself.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.config import get_settings
 from szbench.models import Evaluation, WorkerHeartbeat
 from szbench.queue import is_embedded
@@ -29,7 +30,8 @@ def platform_hold(session: Session, evaluation: Evaluation) -> str | None:
 
     if check_broker() is not None:
         return "The task queue is unreachable; the evaluation goes on when it is back."
-    since = datetime.now(UTC) - timedelta(seconds=settings.worker_heartbeat_timeout_s)
+    # Heartbeats are written on the database's clock; this host's may differ (szbench.clock).
+    since = clock.now(session) - timedelta(seconds=settings.worker_heartbeat_timeout_s)
     beats = session.scalars(select(WorkerHeartbeat).where(WorkerHeartbeat.last_seen_at >= since))
     serving = [b for b in beats if evaluation.queue in (b.queues or ())]
     if not serving:
