@@ -167,6 +167,8 @@ def test_a_worker_ten_minutes_behind_writes_times_in_order_and_serves_its_queue(
                 select(WorkerHeartbeat).where(WorkerHeartbeat.host == host)
             ).one()
             assert _off_by_s(beat.last_seen_at) < SLACK_S
+            # Started with -Q cpu,maintenance, it finishes evaluations too (issue 29.9).
+            assert "score" in beat.queues
         wait_until(_finished(evaluation_id), 90, "the evaluation", behind)
         _assert_done_exactly_once(evaluation_id, 1)
         _assert_in_order(evaluation_id)

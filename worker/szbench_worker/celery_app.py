@@ -2,8 +2,11 @@
 
 Start a worker (docs/pipeline.md, docs/operations.md)::
 
-    celery -A szbench_worker.celery_app worker -Q cpu --concurrency 2
-    SZBENCH_RUNNER_GPUS=0,1 celery -A szbench_worker.celery_app worker -Q gpu --concurrency 2
+    celery -A szbench_worker.celery_app worker -Q cpu,score --concurrency 2
+    SZBENCH_RUNNER_GPUS=0,1 celery -A szbench_worker.celery_app worker -Q gpu,score --concurrency 2
+
+Every worker consumes the ``score`` queue (finishing evaluations) whether ``-Q`` names it
+or not (:func:`_finish_evaluations_too`).
 
 The configuration is :func:`szbench.queue.celery_config`, the same the API sends with.
 """
@@ -24,7 +27,7 @@ from celery import Task, signals
 from szbench import db
 from szbench.config import get_settings
 from szbench.logging import configure_logging, install_celery_log_context
-from szbench.queue import MAINTENANCE_TASKS, QUEUE_CPU, get_celery
+from szbench.queue import MAINTENANCE_TASKS, QUEUE_CPU, QUEUE_SCORE, get_celery
 from szbench_worker.runner import RunnerError, work_dir_from_settings
 
 log = logging.getLogger(__name__)
@@ -140,6 +143,16 @@ def _structured_logs(**_: Any) -> None:
 
 
 install_celery_log_context()
+
+
+@signals.celeryd_after_setup.connect  # type: ignore[untyped-decorator]
+def _finish_evaluations_too(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    # The score queue (an evaluation's finalize, re-scores) on every worker, whatever -Q
+    # says: a worker started as before this queue existed (`-Q cpu`) still finishes what it
+    # ran, a host that serves only `gpu` finishes its evaluations alone, and the scheduler
+    # takes a finalize at once while every run slot is busy (issue 29.9).
+    if instance is not None:
+        instance.app.amqp.queues.select_add(QUEUE_SCORE)
 
 
 @signals.worker_process_init.connect  # type: ignore[untyped-decorator]

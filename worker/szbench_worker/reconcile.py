@@ -52,6 +52,7 @@ from szbench.queue import (
     TASK_FINALIZE,
     TASK_RUN_RECORDING,
     TASK_START_EVALUATION,
+    queue_for,
     send_task,
 )
 
@@ -313,11 +314,28 @@ def _reconcile_one(
         if evaluation is None or evaluation.status.finished:
             return
         queue = evaluation.queue
-        if queue not in served:
+        unfinished: Sequence[RecordingRun] = ()
+        if evaluation.status != EvaluationStatus.QUEUED:
+            unfinished = session.scalars(
+                select(RecordingRun)
+                .where(
+                    RecordingRun.evaluation_id == evaluation.id,
+                    RecordingRun.finished_at.is_(None),
+                )
+                .order_by(RecordingRun.id)
+            ).all()
+        # The queue of the task it waits for: its own for the start and the runs, the score
+        # queue for the finalize (szbench.queue.queue_for).
+        waits_on = (
+            queue_for(TASK_FINALIZE, queue)
+            if evaluation.status != EvaluationStatus.QUEUED and not unfinished
+            else queue
+        )
+        if waits_on not in served:
             # Nothing can progress without a worker, but nothing is lost either: say so, and
             # count no round (a worker that starts later reconciles at once).
-            if queue not in report.queues_without_workers:
-                report.queues_without_workers.append(queue)
+            if waits_on not in report.queues_without_workers:
+                report.queues_without_workers.append(waits_on)
             return
         emptied = report.broker_emptied
         if (
@@ -326,7 +344,7 @@ def _reconcile_one(
             and _aware(evaluation.reconciled_at) > now - stale
         ):
             return  # the last round's tasks get their time (unless the broker lost them)
-        idle = queue in idle_queues
+        idle = waits_on in idle_queues
         if evaluation.status == EvaluationStatus.QUEUED:
             if (
                 idle
@@ -336,11 +354,6 @@ def _reconcile_one(
                 send_task(TASK_START_EVALUATION, queue=queue, evaluation_id=evaluation.id)
                 report.resent_starts.append(evaluation.id)
             return
-        unfinished = session.scalars(
-            select(RecordingRun)
-            .where(RecordingRun.evaluation_id == evaluation.id, RecordingRun.finished_at.is_(None))
-            .order_by(RecordingRun.id)
-        ).all()
         if not unfinished:
             if idle and _count_round(
                 evaluation, settings, now, "its finalize task was lost", report
