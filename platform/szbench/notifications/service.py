@@ -32,6 +32,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.auth import mail, policy
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, NotFound
@@ -87,7 +88,9 @@ SECRET_MIN, SECRET_MAX = 16, 200
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    # The database's clock (szbench.clock): the attempts' leases and due times are compared
+    # by whichever process ticks next, on whatever host.
+    return clock.now()
 
 
 def _iso(moment: datetime | None) -> str | None:
