@@ -107,6 +107,9 @@ _.polling_interval
 # What a recording fetch cost (szbench_worker.recordings.Located), for callers and tests
 # that account for fetched bytes (tests/worker/test_recording_cache.py, the fetch benchmark).
 _.fetched_bytes
+# The recording cache's disk in a sentence, for the host's health check (issue 29.2: a host
+# whose cache disk is full takes no run); tests/worker/test_recording_cache.py drives it.
+_.cache_fault
 # Jinja reads the environment's finalize (szbench.web.common.isolate_bidi).
 _.finalize
 # The timing bound that docs/security.md states (its doctest and tests compute it).

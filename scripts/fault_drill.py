@@ -5,7 +5,8 @@ Starts its own PostgreSQL (``initdb``/``pg_ctl``) and Redis (``redis-server``) o
 ports under a scratch folder, a Docker engine of its own (a second ``dockerd`` in a network
 namespace of its own, with its own data-root, exec-root, pidfile and socket: the drill stops
 it, never the host's engine), a prefork ``celery worker`` (concurrency 1) for the ``cpu``
-queue and the scheduler (``worker --beat -Q maintenance``), as docker-compose.yml does. The
+and ``score`` queues and the scheduler (``worker --beat -Q maintenance,score``), as
+docker-compose.yml does. The
 runner's work directory (``SZBENCH_RUNNER_WORK_DIR``) is a tmpfs of the drill's own, 64 MiB
 over the default ``SZBENCH_WORKER_MIN_FREE_BYTES``, so that it can be filled. The algorithm
 is a small image built from the local base image that sleeps a few seconds and writes one
@@ -25,7 +26,14 @@ evaluation (no reuse) per fault:
 - ``redis-empty``: Redis killed mid-evaluation and started again empty;
 - ``postgres-stop``: PostgreSQL stopped (immediate) for ``--pg-outage-s`` mid-run;
 - ``broker-down-submit``: Redis down while the evaluation is submitted (its start task
-  cannot be sent), started again empty a few seconds later.
+  cannot be sent), started again empty a few seconds later;
+- ``clock-ahead-killed``: a worker whose clock runs an hour ahead (libfaketime, as another
+  host's clock would be off) takes a run and is killed with SIGKILL, never to return; the
+  regular worker starts again, and only the reconciler, judging the dead worker by its
+  heartbeat's age on the database's clock, can give the run back;
+- ``clock-behind``: a worker whose clock runs ten minutes behind does the whole
+  evaluation; the drill checks that every stored time is in order and that the
+  evaluation's page never said that no worker served its queue.
 
 Every timer is the shipped default (heartbeat, reconciler, retry backoff, visibility
 timeout) unless an option below sets it; the header of the output says which were changed.
@@ -84,6 +92,8 @@ FAULTS = (
     "redis-empty",
     "postgres-stop",
     "broker-down-submit",
+    "clock-ahead-killed",
+    "clock-behind",
 )
 #: Timers the drill may shorten: option name -> setting. None (the default): shipped value.
 TIMERS = {
@@ -497,6 +507,7 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     engine = Dockerd()
     disk: SmallDisk | None = None
     workers: list[Worker] = []
+    other_hosts: list[str] = []  # hosts of workers a fault started (removed at the end)
     try:
         pg.init()
         broker.start()
@@ -549,7 +560,7 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "--concurrency",
             "1",
             "-Q",
-            "cpu",
+            "cpu,score",
             "--loglevel",
             "INFO",
         )
@@ -561,7 +572,7 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "solo",
             "--beat",
             "-Q",
-            "maintenance",
+            "maintenance,score",
             "--loglevel",
             "INFO",
         )
@@ -577,6 +588,9 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "run": run,
             "scheduler": scheduler,
             "host": host,
+            "env": env,
+            "workers": workers,
+            "other_hosts": other_hosts,
         }
     finally:
         for w in workers:
@@ -589,6 +603,8 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
                 from szbench_worker.docker_runner import cleanup_orphans
 
                 cleanup_orphans(host=host, everything=True)
+                for other in other_hosts:
+                    cleanup_orphans(host=other, everything=True)
         engine.remove()
         if disk is not None:
             disk.remove()
@@ -604,6 +620,8 @@ def apply(
     """Submit an evaluation, apply ``fault``; return its id and the moment of the fault."""
     from szbench import queue
 
+    if fault in CLOCK_FAULTS:
+        return clock_skew(fault, s, submit_it)
     if fault == "malformed-message":
         import redis
 
@@ -644,6 +662,74 @@ def apply(
         time.sleep(args.engine_outage_s)
         s["engine"].start()
     return evaluation_id, t
+
+
+# --- clock skew on one worker (issue 29.3) ------------------------------------------------
+
+CLOCK_FAULTS = {"clock-ahead-killed": "+1h", "clock-behind": "-10m"}
+
+
+def clock_skew(fault: str, s: dict[str, Any], submit_it: Callable[[], int]) -> tuple[int, float]:
+    """The regular run worker gives way to one on a skewed clock (libfaketime: the Debian
+    package ``faketime``, scripts/test-services.sh). ``clock-ahead-killed``: it takes a run
+    and is killed, and the regular worker starts again; the fault's moment is the kill.
+    ``clock-behind``: it does the whole evaluation; the moment is the submission, and the
+    drill reads the evaluation's hold while the container runs."""
+    from tests.worker._live_services import faketime_env
+
+    ahead = fault == "clock-ahead-killed"
+    host = f"{s['host']}-{'ahead' if ahead else 'behind'}"
+    s["other_hosts"].append(host)
+    env = {**s["env"], **faketime_env(CLOCK_FAULTS[fault]), "SZBENCH_WORKER_HOST": host}
+    # The regular worker's own options, on the skewed clock.
+    skewed = Worker(fault, env, s["root"] / f"{fault}.log", *s["run"].args)
+    s["run"].stop()
+    s["workers"].append(skewed)
+    skewed.start()
+    s["skewed"] = skewed
+    submitted = time.monotonic()
+    evaluation_id = submit_it()
+    running_container(host)
+    if ahead:
+        t = time.monotonic()
+        skewed.kill_all()
+        s["run"].start()
+        return evaluation_id, t
+    s["holds"] = []
+    from szbench.db import session_scope
+    from szbench.evaluations.holds import platform_hold
+    from szbench.models import Evaluation
+
+    while status(evaluation_id) not in ("done", "failed", "cancelled", None):
+        with session_scope() as session:
+            evaluation = session.get_one(Evaluation, evaluation_id)
+            s["holds"].append(platform_hold(session, evaluation))
+        time.sleep(1)
+    return evaluation_id, submitted
+
+
+def clock_skew_check(fault: str, s: dict[str, Any], evaluation_id: int) -> tuple[str, bool]:
+    """After the evaluation: every stored time in order (submission <= each run's start <=
+    its finish <= the evaluation's finish), what held it, and the regular worker back."""
+    from szbench.db import session_scope
+    from szbench.models import Evaluation
+
+    with session_scope() as session:
+        ev = session.get_one(Evaluation, evaluation_id)
+        in_order = ev.started_at is not None and ev.finished_at is not None
+        in_order = in_order and ev.created_at <= ev.started_at <= ev.finished_at
+        for run in ev.runs:
+            in_order = in_order and run.started_at is not None and run.finished_at is not None
+            in_order = in_order and ev.created_at <= run.started_at <= run.finished_at
+            in_order = in_order and run.finished_at <= ev.finished_at
+    note = f"times in order: {'yes' if in_order else 'NO'}"
+    if fault == "clock-behind":
+        holds = sorted({h for h in s.pop("holds", []) if h})
+        note += f", held while running: {holds[0] if holds else 'never'}"
+        in_order = in_order and not holds
+        s["skewed"].stop()
+        s["run"].start()
+    return note, in_order
 
 
 def dead_letters(s: dict[str, Any]) -> int:
@@ -730,6 +816,9 @@ def main() -> int:
                 )
                 if not outcome.note.startswith("dead letters +1,") or "CHANGED" in outcome.note:
                     outcome.scores_equal = False
+            if fault in CLOCK_FAULTS:
+                outcome.note, in_order = clock_skew_check(fault, s, evaluation_id)
+                outcome.scores_equal = outcome.scores_equal and in_order
             outcomes.append(outcome)
             print(f"   {outcome}", flush=True)
     print()

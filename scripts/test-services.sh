@@ -31,6 +31,9 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
     for _ in $(seq 30); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.5; done
 fi
 
+# libfaketime: tests and the fault drill run one worker process on a skewed clock.
+apt_install faketime
+
 # The fast test stage needs the databases only (scripts/test.sh --fast).
 if [ "${SZBENCH_SERVICES:-all}" = databases ]; then exit 0; fi
 

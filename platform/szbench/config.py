@@ -344,9 +344,11 @@ class Settings(BaseSettings):
     """The worker's content-addressed cache of fetched recordings; empty:
     `data_dir/cache/recordings`. Keep it on the file system of the run work dir (runs
     hard-link from it)."""
-    recording_cache_bytes: int = 200 * 1024**3
-    """Size cap of the recording cache; the least recently used recordings go first. Size it
-    to the held-out set (the 2025 challenge's 4,360 h are about 150 GB)."""
+    recording_cache_bytes: int | None = None
+    """Size cap of the recording cache; the least recently used recordings not in use go
+    first. Empty: whatever its disk has, keeping `SZBENCH_WORKER_MIN_FREE_BYTES` plus 5% of
+    the disk free (a fetch that meets a full disk evicts too). The 2025 challenge's 4,360 h
+    are about 150 GB."""
     recording_fetch_timeout_s: float = 60.0
     """Seconds a recording fetch may wait for bytes before it is resumed where it stopped."""
     worker_fetches_per_minute: int = 600
@@ -402,10 +404,13 @@ class Settings(BaseSettings):
                 ) from None
         return value
 
-    @field_validator("submissions_per_day", "held_out_runs_per_day", mode="before")
+    @field_validator(
+        "submissions_per_day", "held_out_runs_per_day", "recording_cache_bytes", mode="before"
+    )
     @classmethod
     def _empty_is_unlimited(cls, value: object) -> object:
-        # An operator lifts a limit by leaving its variable empty (.env.example says so).
+        # An operator lifts a limit by leaving its variable empty (.env.example says so); the
+        # recording cache's then follows its disk.
         return None if isinstance(value, str) and not value.strip() else value
 
     def image_is_allowed(self, *, digest: str | None = None, reference: str | None = None) -> bool:

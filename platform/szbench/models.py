@@ -8,7 +8,7 @@ migrations stay identical on both backends and adding a value needs no type migr
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from szbench import clock
+
 # Deterministic constraint names: Alembic can then alter them on SQLite (batch mode) and
 # PostgreSQL alike, and autogenerate compares them reliably.
 NAMING_CONVENTION = {
@@ -39,8 +41,10 @@ NAMING_CONVENTION = {
 }
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+def utcnow(context: Any) -> datetime:
+    """Column default: the database's time, on the inserting connection (:mod:`szbench.clock`:
+    a host's own clock may be off by hours)."""
+    return clock.column_default(context)
 
 
 class Base(DeclarativeBase):

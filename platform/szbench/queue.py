@@ -54,12 +54,30 @@ PHASES_TICK_S = 30.0
 
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
+#: The run queues: a container per task (a sick host stops consuming these).
 QUEUES = (QUEUE_CPU, QUEUE_GPU)
 # The reconciler's and the notifications' queue, consumed by the scheduler service
 # (``worker --beat -Q maintenance``): a backlog of hour-long runs on cpu or gpu must not
 # hold them up.
 QUEUE_MAINTENANCE = "maintenance"
-_ALL_QUEUES = (*QUEUES, QUEUE_MAINTENANCE)
+#: Finishing evaluations: the aggregation of a finished evaluation's runs and re-scores.
+#: Every worker consumes it beside its own queues (``szbench_worker.celery_app``), the
+#: scheduler too, so a finished evaluation never waits behind the runs queued on cpu or gpu.
+QUEUE_SCORE = "score"
+_ALL_QUEUES = (*QUEUES, QUEUE_MAINTENANCE, QUEUE_SCORE)
+#: The maintenance queue's tasks: a worker receiving them says nothing about the pipeline's
+#: queues (the reconciler's proof that a queue is empty ignores them).
+MAINTENANCE_TASKS = frozenset({TASK_RECONCILE, TASK_NOTIFY, TASK_NOTIFY_TICK})
+#: The tasks that finish an evaluation without a container: sent to :data:`QUEUE_SCORE`
+#: whatever queue the caller names (the evaluation's). On ``cpu`` a finalize waited behind
+#: every run queued there before it: hours at the challenge's size (issue 29.9).
+SCORE_TASKS = frozenset({TASK_FINALIZE, TASK_RESCORE})
+
+
+def queue_for(task_name: str, queue: str) -> str:
+    """The queue ``task_name`` goes to when a caller names ``queue`` (the evaluation's)."""
+    return QUEUE_SCORE if task_name in SCORE_TASKS else queue
+
 
 _PENDING_KEY = "szbench_pending_tasks"
 _SEND_ERROR_KEY = "szbench_send_error"
@@ -220,6 +238,7 @@ def send_task(task_name: str, *, queue: str = QUEUE_CPU, **kwargs: Any) -> None:
     """Send a task now. Prefer :func:`enqueue_after_commit` inside a unit of work."""
     if queue not in _ALL_QUEUES:
         raise ValueError(f"unknown queue {queue!r}; expected one of {', '.join(_ALL_QUEUES)}")
+    queue = queue_for(task_name, queue)
     if _sender is not None:
         _sender(task_name, queue, kwargs)
         return

@@ -134,12 +134,14 @@ def test_gpu_worker_is_in_the_gpu_profile_and_reserves_its_device(
     assert device["capabilities"] == ["gpu"]
     # The reserved device is the one the runner hands to algorithm containers.
     assert device["device_ids"] == [gpu["environment"]["SZBENCH_RUNNER_GPUS"]]
-    assert "--queues=gpu" in gpu["command"]
-    assert "--queues=cpu" in config["services"]["worker-cpu"]["command"]
+    # Each worker also finishes evaluations (the score queue, docs/pipeline.md), the
+    # scheduler too, so a finished evaluation waits behind no queued run.
+    assert "--queues=gpu,score" in gpu["command"]
+    assert "--queues=cpu,score" in config["services"]["worker-cpu"]["command"]
     # The reconciler's timer and queue (docs/operations.md, "Nothing hangs").
     scheduler = config["services"]["scheduler"]["command"]
     assert "--beat" in scheduler
-    assert "--queues=maintenance" in scheduler
+    assert "--queues=maintenance,score" in scheduler
     for name in set(config["services"]) - {"worker-gpu"}:
         assert "profiles" not in config["services"][name], name
 

@@ -199,7 +199,8 @@ def test_rescore_needs_a_done_source(db_session: Session, prepared: Path, sent: 
     assert again.source_evaluation_id == evaluation.id
     assert again.official is True
     db_session.commit()
-    assert [name for name, _, _ in sent][-1] == queue.TASK_RESCORE
+    # Scoring needs no container: its own queue, behind no run (issue 29.9).
+    assert sent[-1][:2] == (queue.TASK_RESCORE, queue.QUEUE_SCORE)
 
 
 def test_continuous_benchmark_plans_active_versions_without_evaluations(
@@ -258,7 +259,7 @@ def test_celery_config_reliability_settings(tmp_path: Path) -> None:
     assert conf["task_acks_late"] is True
     assert conf["task_reject_on_worker_lost"] is True
     assert conf["worker_prefetch_multiplier"] == 1
-    assert {q.name for q in conf["task_queues"]} == {"cpu", "gpu", "maintenance"}
+    assert {q.name for q in conf["task_queues"]} == {"cpu", "gpu", "maintenance", "score"}
     assert conf["broker_transport_options"]["visibility_timeout"] == 7200
     # The reconciler runs every minute, the phase lifecycle and the notifications tick every
     # 30 s, each its own task, on their own queue (never behind a backlog of runs).

@@ -92,6 +92,20 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": packages}
 
 
+def faketime_env(offset: str) -> dict[str, str]:
+    """Environment that runs a child process on a clock ``offset`` from this host's
+    (libfaketime: ``"+1h"``, ``"-10m"``), its monotonic clock left alone. The Debian
+    package ``faketime`` (scripts/test-services.sh installs it)."""
+    found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    if not found:
+        raise AssertionError("libfaketime is not installed (scripts/test-services.sh: faketime)")
+    return {
+        "LD_PRELOAD": str(found[0]),
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+
+
 def log_dir_for(tmp_path: Path, host: str) -> Path:
     """A folder for the child processes' logs, under SZBENCH_TEST_LOG_DIR when set (CI keeps
     that folder as an artefact) and else under ``tmp_path``."""

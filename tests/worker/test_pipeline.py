@@ -514,8 +514,7 @@ def test_retries_run_out_on_a_platform_fault_the_reconciler_sends_the_run_again(
             queues=["cpu"],
             concurrency=1,
             run_ids=[],
-            free_since=None,  # busy: nothing proves the queue empty, yet the run is lost
-            started_at=datetime.now(UTC),
+            free_for_s=None,  # busy: nothing proves the queue empty, yet the run is lost
         )
     )
     assert reconcile.reconcile().resent_runs == [failed_run]

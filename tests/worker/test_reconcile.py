@@ -46,7 +46,7 @@ def beat(
     seen: datetime,
     free_since: datetime | None = None,
     run_ids: tuple[int, ...] = (),
-    queues: tuple[str, ...] = ("cpu",),
+    queues: tuple[str, ...] = ("cpu", "score"),
 ) -> None:
     reconcile.write_heartbeat(
         reconcile.Beat(
@@ -56,14 +56,16 @@ def beat(
             queues=queues,
             concurrency=1,
             run_ids=run_ids,
-            free_since=free_since,
-            started_at=seen,
+            free_for_s=None,
         )
     )
     with session_scope() as session:
         from szbench.models import WorkerHeartbeat
 
-        session.get_one(WorkerHeartbeat, worker).last_seen_at = seen
+        # As a worker would have written them at ``seen`` (the tests' clock, passed in).
+        row = session.get_one(WorkerHeartbeat, worker)
+        row.last_seen_at = seen
+        row.free_since = free_since
 
 
 def created_at(evaluation_id: int, when: datetime) -> None:
@@ -233,6 +235,24 @@ def test_a_lost_finalize_is_sent_again(env: Env) -> None:
     now = T0 + timedelta(hours=1)
     beat("h1:1.1", seen=now, free_since=T0)
     assert reconcile.reconcile(now=now).resent_finalize == [evaluation_id]
+    deliver(env)
+    assert evaluation(evaluation_id).status == EvaluationStatus.DONE
+
+
+def test_a_lost_finalize_is_proven_lost_by_the_score_queues_idle_worker(env: Env) -> None:
+    """The finalize goes to the score queue (issue 29.9): a scheduler idle on it proves it
+    lost while the run workers are busy; with nobody on it nothing is sent, and it says so."""
+    evaluation_id = new_evaluation(env)
+    deliver_all_but_finalize(env)
+    now = T0 + timedelta(hours=1)
+    beat("h1:1.1", seen=now, queues=("cpu",))  # busy (no free slot): proves nothing
+    report = reconcile.reconcile(now=now)
+    assert report.resent_finalize == []
+    assert report.queues_without_workers == ["score"]
+    assert evaluation(evaluation_id).reconcile_rounds == 0
+    beat("sched:2.2", seen=now, free_since=T0, queues=("maintenance", "score"))
+    assert reconcile.reconcile(now=now).resent_finalize == [evaluation_id]
+    assert env.sent == [(queue.TASK_FINALIZE, "score", {"evaluation_id": evaluation_id})]
     deliver(env)
     assert evaluation(evaluation_id).status == EvaluationStatus.DONE
 

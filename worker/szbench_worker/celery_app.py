@@ -2,8 +2,11 @@
 
 Start a worker (docs/pipeline.md, docs/operations.md)::
 
-    celery -A szbench_worker.celery_app worker -Q cpu --concurrency 2
-    SZBENCH_RUNNER_GPUS=0,1 celery -A szbench_worker.celery_app worker -Q gpu --concurrency 2
+    celery -A szbench_worker.celery_app worker -Q cpu,score --concurrency 2
+    SZBENCH_RUNNER_GPUS=0,1 celery -A szbench_worker.celery_app worker -Q gpu,score --concurrency 2
+
+Every worker consumes the ``score`` queue (finishing evaluations) whether ``-Q`` names it
+or not (:func:`_finish_evaluations_too`).
 
 The configuration is :func:`szbench.queue.celery_config`, the same the API sends with.
 """
@@ -15,7 +18,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kombu.exceptions
@@ -25,7 +27,7 @@ from celery import Task, signals
 from szbench import db
 from szbench.config import get_settings
 from szbench.logging import configure_logging, install_celery_log_context
-from szbench.queue import QUEUE_CPU, TASK_RECONCILE, get_celery
+from szbench.queue import MAINTENANCE_TASKS, QUEUE_CPU, QUEUE_SCORE, get_celery
 from szbench_worker.runner import RunnerError, work_dir_from_settings
 
 log = logging.getLogger(__name__)
@@ -143,6 +145,16 @@ def _structured_logs(**_: Any) -> None:
 install_celery_log_context()
 
 
+@signals.celeryd_after_setup.connect  # type: ignore[untyped-decorator]
+def _finish_evaluations_too(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    # The score queue (an evaluation's finalize, re-scores) on every worker, whatever -Q
+    # says: a worker started as before this queue existed (`-Q cpu`) still finishes what it
+    # ran, a host that serves only `gpu` finishes its evaluations alone, and the scheduler
+    # takes a finalize at once while every run slot is busy (issue 29.9).
+    if instance is not None:
+        instance.app.amqp.queues.select_add(QUEUE_SCORE)
+
+
 @signals.worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_connections_after_fork(**_: Any) -> None:
     # A forked pool process must not share the parent's database connections.
@@ -168,16 +180,18 @@ def _remove_orphans(**_: Any) -> None:
 
 # --- heartbeats, the start-up reclaim and the pool-child sweep (szbench_worker.reconcile) ---
 
-_last_received: datetime | None = None
+#: When a pipeline message last arrived, on this process's monotonic clock: intervals are
+#: measured here, and stored as times on the database's clock (szbench.clock).
+_last_received: float | None = None
 
 
 @signals.task_received.connect  # type: ignore[untyped-decorator]
 def _note_received(request: Any = None, **_: Any) -> None:
     # In the worker's main process: a message arrived, so its queue was not empty just now.
-    # (The reconciler's own messages say nothing about the pipeline's queues.)
+    # (The maintenance queue's own messages say nothing about the pipeline's queues.)
     global _last_received
-    if getattr(request, "name", None) != TASK_RECONCILE:
-        _last_received = datetime.now(UTC)
+    if getattr(request, "name", None) not in MAINTENANCE_TASKS:
+        _last_received = time.monotonic()
 
 
 def _child_pids() -> set[int] | None:
@@ -248,7 +262,8 @@ class _Heartbeat(threading.Thread):
         self.consumer = consumer
         self.beat = beat
         self.stopped = threading.Event()
-        self._free_since: datetime | None = None
+        #: Since when (monotonic) a slot has been free without receiving anything.
+        self._free_since: float | None = None
         #: The run queues this worker stopped consuming while its host is sick.
         self._paused: list[str] = []
 
@@ -276,7 +291,7 @@ class _Heartbeat(threading.Thread):
 
         from szbench.queue import TASK_RUN_RECORDING
 
-        held = [r for r in worker_state.reserved_requests if r.name != TASK_RECONCILE]
+        held = [r for r in worker_state.reserved_requests if r.name not in MAINTENANCE_TASKS]
         # Runs waiting here for their next retry (a countdown) are held too, without a slot.
         waiting = list(worker_state.scheduled_requests)
         run_ids = [
@@ -284,7 +299,7 @@ class _Heartbeat(threading.Thread):
             for r in held + waiting
             if r.name == TASK_RUN_RECORDING and isinstance(r.kwargs, dict) and "run_id" in r.kwargs
         ]
-        now = datetime.now(UTC)
+        now = time.monotonic()
         if len(held) >= self.beat.concurrency or self.beat.fault:
             # (A sick host's free slot receives nothing by its own choice: it proves nothing.)
             self._free_since = None
@@ -294,7 +309,7 @@ class _Heartbeat(threading.Thread):
             if _last_received is not None and _last_received > self._free_since:
                 self._free_since = _last_received
         self.beat.run_ids = run_ids
-        self.beat.free_since = self._free_since
+        self.beat.free_for_s = None if self._free_since is None else now - self._free_since
         return self.beat
 
     def run(self) -> None:
@@ -365,8 +380,7 @@ def _start_heartbeat(sender: Any = None, **_: Any) -> None:
         queues=queues,
         concurrency=int(sender.controller.concurrency or 1),
         run_ids=[],
-        free_since=None,
-        started_at=datetime.now(UTC),
+        free_for_s=None,
     )
     _heartbeat = _Heartbeat(sender, beat)
     try:

@@ -44,6 +44,7 @@ from szbench.db import session_scope
 from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, RecordingRun
 from szbench.queue import (
     QUEUE_CPU,
+    QUEUE_SCORE,
     QUEUES,
     TASK_FINALIZE,
     TASK_RESCORE,
@@ -311,7 +312,7 @@ def recover_interrupted(settings: Settings, *, sole_worker: bool) -> Recovery:
 
 def start_embedded_worker(
     *,
-    queues: Sequence[str] = QUEUES,
+    queues: Sequence[str] = (*QUEUES, QUEUE_SCORE),
     concurrency: int | None = None,
     upgrade_database: bool = True,
     ready_timeout_s: float = 60.0,
@@ -321,7 +322,8 @@ def start_embedded_worker(
     Parameters
     ----------
     queues
-        Queues to consume (both by default: a single machine does all the work).
+        Queues to consume (the run queues and ``score`` by default: a single machine does
+        all the work; a finished evaluation's finalize waits behind no queued run).
     concurrency
         Tasks at a time (default ``SZBENCH_EMBEDDED_CONCURRENCY``); 1 uses a solo pool.
     upgrade_database

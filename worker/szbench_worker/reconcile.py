@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, object_session
 
+from szbench import clock
 from szbench.config import Settings, get_settings
 from szbench.db import session_scope
 from szbench.models import (
@@ -51,6 +52,7 @@ from szbench.queue import (
     TASK_FINALIZE,
     TASK_RUN_RECORDING,
     TASK_START_EVALUATION,
+    queue_for,
     send_task,
 )
 
@@ -66,7 +68,9 @@ _ENV_WORKER_ID = "_SZBENCH_WORKER_ID"
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    # The database's clock, which every worker's heartbeat and claim was written by: this
+    # host's own may be off by hours (szbench.clock).
+    return clock.now()
 
 
 def _aware(value: datetime) -> datetime:
@@ -112,27 +116,32 @@ class Beat:
     queues: Sequence[str]
     concurrency: int
     run_ids: Sequence[int]
-    free_since: datetime | None
-    started_at: datetime
+    #: For how long it has had a free slot without receiving a task (its monotonic clock);
+    #: None while every slot is busy. Stored as a time on the database's clock.
+    free_for_s: float | None
     #: Why it takes no runs now (:func:`szbench_worker.health.host_fault`); None: it does.
     fault: str | None = None
 
 
 def write_heartbeat(beat: Beat) -> None:
-    """Record ``beat`` (one row per worker instance, replaced each time)."""
+    """Record ``beat`` (one row per worker instance, replaced each time), every time in it
+    on the database's clock: the reconciler and the pages compare them with that clock."""
     with session_scope() as session:
+        now = clock.now(session)
         row = session.get(WorkerHeartbeat, beat.id)
         if row is None:
-            row = WorkerHeartbeat(id=beat.id, started_at=beat.started_at)
+            row = WorkerHeartbeat(id=beat.id, started_at=now)
             session.add(row)
         row.host = beat.host
         row.node = beat.node
         row.queues = sorted(beat.queues)
         row.concurrency = beat.concurrency
         row.run_ids = sorted(beat.run_ids)
-        row.free_since = beat.free_since
+        row.free_since = (
+            None if beat.free_for_s is None else now - timedelta(seconds=beat.free_for_s)
+        )
         row.fault = beat.fault[:500] if beat.fault else None
-        row.last_seen_at = _now()
+        row.last_seen_at = now
 
 
 def forget_worker(worker: str) -> None:
@@ -305,11 +314,28 @@ def _reconcile_one(
         if evaluation is None or evaluation.status.finished:
             return
         queue = evaluation.queue
-        if queue not in served:
+        unfinished: Sequence[RecordingRun] = ()
+        if evaluation.status != EvaluationStatus.QUEUED:
+            unfinished = session.scalars(
+                select(RecordingRun)
+                .where(
+                    RecordingRun.evaluation_id == evaluation.id,
+                    RecordingRun.finished_at.is_(None),
+                )
+                .order_by(RecordingRun.id)
+            ).all()
+        # The queue of the task it waits for: its own for the start and the runs, the score
+        # queue for the finalize (szbench.queue.queue_for).
+        waits_on = (
+            queue_for(TASK_FINALIZE, queue)
+            if evaluation.status != EvaluationStatus.QUEUED and not unfinished
+            else queue
+        )
+        if waits_on not in served:
             # Nothing can progress without a worker, but nothing is lost either: say so, and
             # count no round (a worker that starts later reconciles at once).
-            if queue not in report.queues_without_workers:
-                report.queues_without_workers.append(queue)
+            if waits_on not in report.queues_without_workers:
+                report.queues_without_workers.append(waits_on)
             return
         emptied = report.broker_emptied
         if (
@@ -318,7 +344,7 @@ def _reconcile_one(
             and _aware(evaluation.reconciled_at) > now - stale
         ):
             return  # the last round's tasks get their time (unless the broker lost them)
-        idle = queue in idle_queues
+        idle = waits_on in idle_queues
         if evaluation.status == EvaluationStatus.QUEUED:
             if (
                 idle
@@ -328,11 +354,6 @@ def _reconcile_one(
                 send_task(TASK_START_EVALUATION, queue=queue, evaluation_id=evaluation.id)
                 report.resent_starts.append(evaluation.id)
             return
-        unfinished = session.scalars(
-            select(RecordingRun)
-            .where(RecordingRun.evaluation_id == evaluation.id, RecordingRun.finished_at.is_(None))
-            .order_by(RecordingRun.id)
-        ).all()
         if not unfinished:
             if idle and _count_round(
                 evaluation, settings, now, "its finalize task was lost", report

@@ -16,6 +16,7 @@ from szbench.phases import lifecycle
 from szbench.queue import (
     QUEUE_CPU,
     QUEUE_MAINTENANCE,
+    QUEUE_SCORE,
     QUEUES,
     TASK_FINALIZE,
     TASK_NOTIFY,
@@ -74,13 +75,13 @@ def _queue_of(task: Any) -> str:
     return routing_key if routing_key in QUEUES else QUEUE_CPU
 
 
-@project_task(TASK_FINALIZE)
+@project_task(TASK_FINALIZE, queue=QUEUE_SCORE)
 def finalize_evaluation(*, evaluation_id: int) -> None:
     """Aggregate subject and dataset results once every recording is done."""
     pipeline.finalize_evaluation(evaluation_id)
 
 
-@project_task(TASK_RESCORE)
+@project_task(TASK_RESCORE, queue=QUEUE_SCORE)
 def rescore_evaluation(*, evaluation_id: int) -> None:
     """Score stored detections again with other parameters (no container)."""
     pipeline.rescore_evaluation(evaluation_id)

@@ -9,14 +9,15 @@ being away needs no sentence: then the API answers 503 itself.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.config import get_settings
 from szbench.models import Evaluation, WorkerHeartbeat
-from szbench.queue import is_embedded
+from szbench.queue import TASK_FINALIZE, is_embedded, queue_for
 
 
 def platform_hold(session: Session, evaluation: Evaluation) -> str | None:
@@ -29,15 +30,20 @@ def platform_hold(session: Session, evaluation: Evaluation) -> str | None:
 
     if check_broker() is not None:
         return "The task queue is unreachable; the evaluation goes on when it is back."
-    since = datetime.now(UTC) - timedelta(seconds=settings.worker_heartbeat_timeout_s)
+    # Heartbeats are written on the database's clock; this host's may differ (szbench.clock).
+    since = clock.now(session) - timedelta(seconds=settings.worker_heartbeat_timeout_s)
     beats = session.scalars(select(WorkerHeartbeat).where(WorkerHeartbeat.last_seen_at >= since))
-    serving = [b for b in beats if evaluation.queue in (b.queues or ())]
+    queue = evaluation.queue
+    if 0 < evaluation.recordings_total <= evaluation.recordings_done:
+        queue = queue_for(TASK_FINALIZE, queue)  # every run stored: it waits to be finished
+    serving = [b for b in beats if queue in (b.queues or ())]
     if not serving:
-        return f"No worker serves the {evaluation.queue} queue now; the evaluation waits for one."
-    if all(b.fault for b in serving):
+        return f"No worker serves the {queue} queue now; the evaluation waits for one."
+    if queue == evaluation.queue and all(b.fault for b in serving):
+        # (Finishing needs no container: a host that cannot run one still finishes.)
         faults = sorted({b.fault for b in serving if b.fault})
         return (
-            f"The workers of the {evaluation.queue} queue cannot run containers now "
+            f"The workers of the {queue} queue cannot run containers now "
             f"({'; '.join(faults)}); the evaluation goes on when they recover."
         )
     return None

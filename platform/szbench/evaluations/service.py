@@ -8,12 +8,12 @@ the worker (``szbench_worker.pipeline``, docs/pipeline.md).
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.auth import policy
 from szbench.errors import BadRequest, Conflict
 from szbench.models import (
@@ -228,7 +228,7 @@ def cancel_evaluation(session: Session, evaluation: Evaluation) -> Evaluation:
     if evaluation.status.finished:
         raise Conflict(f"evaluation {evaluation.id} is already {evaluation.status.value}")
     evaluation.status = EvaluationStatus.CANCELLED
-    evaluation.finished_at = datetime.now(UTC)
+    evaluation.finished_at = clock.now(session)
     evaluation.message = "Cancelled."
     session.flush()
     return evaluation

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.auth import mail
 from szbench.config import get_settings
 from szbench.models import (
@@ -67,7 +68,7 @@ def due(
         )
         .where(
             NotificationDelivery.status == DeliveryStatus.PENDING,
-            NotificationDelivery.next_attempt_at <= datetime.now(UTC),
+            NotificationDelivery.next_attempt_at <= clock.now(session),
         )
         .order_by(NotificationDelivery.next_attempt_at)
         .limit(limit)
@@ -109,7 +110,7 @@ def claim(session: Session, delivery_id: int) -> Job | None:
     """Take the delivery for one attempt, or None when it is not due (another worker took
     it). The claim pushes its next attempt out by a lease, so an attempt whose worker died
     is made again later; commit before sending."""
-    now = datetime.now(UTC)
+    now = clock.now(session)
     lease = timedelta(seconds=3 * call_limit_s() + 60)
     claimed = session.execute(
         update(NotificationDelivery)
@@ -200,7 +201,7 @@ def send(job: Job) -> webhook.Outcome:
 
 def finish(session: Session, delivery_id: int, outcome: webhook.Outcome) -> NotificationDelivery:
     """Record an attempt's outcome; schedule the next one, or end the delivery."""
-    now = datetime.now(UTC)
+    now = clock.now(session)
     delivery = session.get_one(NotificationDelivery, delivery_id, populate_existing=True)
     delivery.last_status_code = outcome.status_code
     delivery.last_error = outcome.error[:500]

@@ -12,13 +12,13 @@ the commit that recorded the event.
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import String, cast, func, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.models import (
     AlgorithmVersion,
     Evaluation,
@@ -38,7 +38,7 @@ def _record(
     insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
     session.execute(
         insert(NotificationEvent.__table__)
-        .values(kind=kind, key=key, created_at=datetime.now(UTC), **refs)
+        .values(kind=kind, key=key, created_at=clock.now(session), **refs)
         .on_conflict_do_nothing(index_elements=["key"])
     )
     event_id = session.scalar(select(NotificationEvent.id).where(NotificationEvent.key == key))

@@ -10,13 +10,13 @@ nothing.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.models import DeliveryStatus, NotificationDelivery, NotificationEvent, User
 from szbench.notifications import kinds
 from szbench.notifications.preferences import channels, preferences_of
@@ -34,7 +34,7 @@ def fan_out(session: Session, event_id: int) -> list[int]:
     if event is None or event.fanned_out_at is not None:
         return []
     composer = kinds.of(event.kind)
-    now = datetime.now(UTC)
+    now = clock.now(session)
     dialect = session.get_bind().dialect.name
     insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
     made: list[int] = []

@@ -24,7 +24,7 @@ from szbench.models import Evaluation, EvaluationStatus, RecordingRun
 log = logging.getLogger(__name__)
 
 RUN_DURATION_BUCKETS_S = (10.0, 60.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
-KNOWN_QUEUES = ("cpu", "gpu")
+KNOWN_QUEUES = ("cpu", "gpu", "score")
 
 
 @lru_cache

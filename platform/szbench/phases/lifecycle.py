@@ -20,13 +20,14 @@ as closed before; phases older than the state rows are looked at once without a 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.leaderboards import snapshots
 from szbench.models import Phase, PhaseState, PhaseTransition
 from szbench.phases.service import refusal
@@ -36,7 +37,8 @@ log = logging.getLogger(__name__)
 
 def check(session: Session, now: datetime | None = None) -> list[PhaseTransition]:
     """Record each phase that opened or closed since the last look; the new transitions."""
-    now = now or datetime.now(UTC)
+    # The database's clock: ticks on several hosts agree on when a phase opened or closed.
+    now = now or clock.now(session)
     known = {s.phase_id: s.is_open for s in session.scalars(select(PhaseState))}
     made: list[PhaseTransition] = []
     for phase in session.scalars(select(Phase).order_by(Phase.id)).all():

@@ -115,7 +115,10 @@ def remove_ended(client: docker.DockerClient, *, host: str, older_than_s: float)
     runner (state, logs) and are left alone; a container never started counts from its
     creation. Returns the number removed.
     """
-    now = datetime.now(UTC)
+    # The engine's own clock, which wrote FinishedAt: this process's may differ (a worker in
+    # a container, or under a faked clock), and then a container that ended a second ago
+    # would look old enough to remove from under its runner.
+    now = _timestamp(client.info().get("SystemTime")) or datetime.now(UTC)
     removed = 0
     listed = client.containers.list(
         all=True,

@@ -59,7 +59,7 @@ def claim_run(run_id: int, settings: Settings) -> Claim | RunStep:
         if evaluation.status.finished:
             return RunStep(skipped=f"evaluation is {evaluation.status.value}")
         run.attempts += 1
-        run.started_at = now()
+        run.started_at = now(session)
         # Which worker holds it now: the reconciler sends it again if that one dies.
         run.claimed_by = reconcile.worker_id()
         run.released_at = None

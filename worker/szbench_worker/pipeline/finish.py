@@ -55,7 +55,7 @@ def finalize_locked(session: Session, evaluation: Evaluation) -> bool:
     broken = [run for run in runs if run.outcome == RunOutcome.INFRASTRUCTURE_ERROR]
     if broken:
         evaluation.status = EvaluationStatus.FAILED
-        evaluation.finished_at = now()
+        evaluation.finished_at = now(session)
         evaluation.message = (
             f"{len(broken)} of {len(runs)} recordings could not be run because of a platform "
             "fault; no score was computed. An administrator can re-run the evaluation."
@@ -66,7 +66,7 @@ def finalize_locked(session: Session, evaluation: Evaluation) -> bool:
     store_report(session, evaluation, report)
     failed = sum(run.outcome != RunOutcome.OK for run in runs)
     evaluation.status = EvaluationStatus.DONE
-    evaluation.finished_at = now()
+    evaluation.finished_at = now(session)
     # Scored as no detections so that the figures exist; whether they rank is the
     # benchmark's failed-recordings rule (szbench.leaderboards.service), not implied here.
     evaluation.message = (

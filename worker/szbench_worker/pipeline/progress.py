@@ -28,7 +28,7 @@ def bump_progress(session: Session, evaluation_id: int, n: int = 1) -> tuple[int
 
 def finish_run(session: Session, run: RecordingRun) -> tuple[int, int]:
     """Mark the (locked) run finished and count it; the last one enqueues the finalize."""
-    run.finished_at = now()
+    run.finished_at = now(session)
     session.flush()
     done, total = bump_progress(session, run.evaluation_id)
     if done >= total:

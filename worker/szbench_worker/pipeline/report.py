@@ -89,7 +89,7 @@ def store_report(session: Session, evaluation: Evaluation, report: DatasetReport
             recordings=len(report.recordings),
             missing_hypotheses=report.n_missing,
             report=report_dict(report, scorer_version=evaluation.scorer_version),
-            created_at=now(),
+            created_at=now(session),
             **_metric_columns(report.event_mean, report.sample_mean),
         )
         .on_conflict_do_nothing(index_elements=["evaluation_id"])

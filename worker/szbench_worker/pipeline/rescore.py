@@ -26,11 +26,11 @@ def rescore_evaluation(evaluation_id: int) -> bool:
         if evaluation.source_evaluation_id is None:
             evaluation.status = EvaluationStatus.FAILED
             evaluation.message = "A re-score needs a source evaluation."
-            evaluation.finished_at = now()
+            evaluation.finished_at = now(session)
             notify.record_evaluation_end(session, evaluation)
             return False
         evaluation.status = EvaluationStatus.RUNNING
-        evaluation.started_at = evaluation.started_at or now()
+        evaluation.started_at = evaluation.started_at or now(session)
         sources = session.scalars(
             select(RecordingRun)
             .where(RecordingRun.evaluation_id == evaluation.source_evaluation_id)
@@ -54,7 +54,7 @@ def rescore_evaluation(evaluation_id: int) -> bool:
                 scorer_version=evaluation.scorer_version,
                 attempts=0,
             )
-            copy_run(run, source)
+            copy_run(session, run, source)
             session.add(run)
             if run.outcome != RunOutcome.INFRASTRUCTURE_ERROR:
                 score_run(run, source.recording, dataset_version, params)

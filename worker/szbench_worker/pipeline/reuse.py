@@ -67,14 +67,14 @@ def reuse_finished_runs(session: Session, evaluation: Evaluation) -> int:
         donor = donors.get(run.recording_checksum)
         if donor is None:
             continue
-        copy_run(run, donor)
+        copy_run(session, run, donor)
         score_run(run, run.recording, dataset_version, params)
         reused += 1
     session.flush()
     return reused
 
 
-def copy_run(run: RecordingRun, donor: RecordingRun) -> None:
+def copy_run(session: Session, run: RecordingRun, donor: RecordingRun) -> None:
     """Give ``run`` the donor's outcome, detections and provenance, pointing at the run
     that ran the container."""
     for name in _COPIED:
@@ -84,4 +84,4 @@ def copy_run(run: RecordingRun, donor: RecordingRun) -> None:
         f"Reused the result of run {run.reused_from_id} (same image, recording, scorer)."
     )
     if run.finished_at is None:
-        run.finished_at = now()
+        run.finished_at = now(session)

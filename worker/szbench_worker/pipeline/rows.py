@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from szbench import clock
 from szbench.models import AlgorithmVersion, Evaluation, RecordingRun
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
+def now(session: Session) -> datetime:
+    """The database's time (:mod:`szbench.clock`): every time the pipeline stores is read
+    there, never from this host's clock, which may be off by hours."""
+    return clock.now(session)
 
 
 _Row = TypeVar("_Row", Evaluation, RecordingRun, AlgorithmVersion)

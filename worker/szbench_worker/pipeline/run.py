@@ -64,9 +64,6 @@ def run_recording(run_id: int) -> RunStep:
             # The image was accepted once (it has a digest) and is gone or unloadable now:
             # the platform's problem, recorded for an admin, not retried forever.
             return store_infrastructure_failure(run_id, f"image unavailable: {exc}")
-        # In place on the main host; fetched by checksum into this host's cache elsewhere
-        # (verified before every run; a RecordingUnavailable is retried like any fault).
-        recording = recordings.locate(claim.recording_path, claim.recording_checksum, settings)
         local_digest = getattr(deps.runner, "digest", None)
         if isinstance(local_digest, str) and local_digest != claim.expected_digest:
             # A trusted local-process runner runs its own command, whatever the image: never
@@ -75,13 +72,19 @@ def run_recording(run_id: int) -> RunStep:
                 "this worker runs only its own trusted local command "
                 f"({local_digest}), not {claim.expected_digest}"
             )
-        result = deps.runner.run(
-            image=image,
-            recording=recording.path,
-            output_dir=output_dir,
-            limits=claim.limits,
-            gpus=gpus,
-        )
+        # In place on the main host; fetched by checksum into this host's cache elsewhere,
+        # verified before every run and held (never evicted) until the run is over; a
+        # RecordingUnavailable is retried like any platform fault.
+        with recordings.located(
+            claim.recording_path, claim.recording_checksum, settings
+        ) as recording:
+            result = deps.runner.run(
+                image=image,
+                recording=recording.path,
+                output_dir=output_dir,
+                limits=claim.limits,
+                gpus=gpus,
+            )
         return store_result(run_id, result, resolved_image=image)
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)

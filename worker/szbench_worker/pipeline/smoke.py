@@ -135,7 +135,7 @@ def _smoke_run(session: Session, version: AlgorithmVersion, recording: Recording
             reuse_runs=False,
             recordings_total=1,
             recordings_done=0,
-            started_at=now(),
+            started_at=now(session),
         )
         session.add(evaluation)
         session.flush()

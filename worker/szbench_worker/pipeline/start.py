@@ -51,7 +51,7 @@ def start_evaluation(evaluation_id: int) -> StartOutcome:
             return StartOutcome(skipped="re-score")
         if evaluation.status == EvaluationStatus.QUEUED:
             evaluation.status = EvaluationStatus.RUNNING
-            evaluation.started_at = evaluation.started_at or now()
+            evaluation.started_at = evaluation.started_at or now(session)
         if not evaluation.scorer_version:
             evaluation.scorer_version = SCORER_VERSION
         _create_runs(session, evaluation)

@@ -124,7 +124,7 @@ def release_run(run_id: int, detail: str) -> RunStep:
         run = lock_run(session, run_id)
         if run is None or run.finished_at is not None:
             return RunStep(skipped="already finished")
-        run.released_at = now()
+        run.released_at = now(session)
         run.claimed_by = ""
         run.admin_log = (run.admin_log + "\n" if run.admin_log else "") + detail
         return RunStep(skipped="released for the reconciler")

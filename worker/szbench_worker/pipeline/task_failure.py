@@ -45,7 +45,7 @@ def record_task_failure(
             evaluation = lock_evaluation(session, int(kwargs["evaluation_id"]))
             if evaluation is not None and not evaluation.status.finished:
                 evaluation.status = EvaluationStatus.FAILED
-                evaluation.finished_at = now()
+                evaluation.finished_at = now(session)
                 evaluation.message = (
                     "The evaluation failed because of a platform fault; an administrator has "
                     "the details and can re-run it."
