@@ -329,9 +329,7 @@ class Algorithm(Base):
     paper_url: Mapped[str] = mapped_column(String(500), default="", server_default="")
     # The owner's choice: clinical centres subscribed to this hub may run its public active
     # versions on their private data and publish signed results (szbench.federation).
-    external_evaluation: Mapped[bool] = mapped_column(
-        Boolean, default=False, server_default="0"
-    )
+    external_evaluation: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
     # Withdrawn by its owner or an admin: off every leaderboard, its results kept and shown
     # on its own page.
     withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -894,9 +892,7 @@ class Centre(Base):
     last_sequence: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
-    keys: Mapped[list[CentreKey]] = relationship(
-        back_populates="centre", order_by="CentreKey.id"
-    )
+    keys: Mapped[list[CentreKey]] = relationship(back_populates="centre", order_by="CentreKey.id")
 
 
 class CentreKey(Base):
@@ -905,9 +901,7 @@ class CentreKey(Base):
     __tablename__ = "centre_keys"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    centre_id: Mapped[int] = mapped_column(
-        ForeignKey("centres.id", ondelete="CASCADE"), index=True
-    )
+    centre_id: Mapped[int] = mapped_column(ForeignKey("centres.id", ondelete="CASCADE"), index=True)
     # The raw 32-byte public key, base64url without padding.
     public_key: Mapped[str] = mapped_column(String(64))
     # sha256:<hex> of the raw key: how a bundle names its key, and what people compare.

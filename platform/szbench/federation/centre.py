@@ -703,51 +703,53 @@ def withdraw(session: Session, bundle_id: int, *, reason: str) -> OutgoingBundle
 # --- the tick ----------------------------------------------------------------------------------
 
 
-def tick(*, force: bool = False) -> SyncReport | None:
-    """What runs by itself (celery beat; the embedded worker's notifier): read the catalogue
-    when it is due (every :data:`SYNC_INTERVAL_S`), queue, draft bundles of finished
-    evaluations and send those of datasets that auto-publish. None without a subscription."""
+def sync_due(sub: HubSubscription) -> bool:
+    return sub.last_synced_at is None or (
+        _aware(sub.last_synced_at) + timedelta(seconds=SYNC_INTERVAL_S) <= datetime.now(UTC)
+    )
+
+
+def run_once(session: Session, sub: HubSubscription, *, fetch: bool = True) -> SyncReport:
+    """One round: read the catalogue (``fetch``) and queue, draft bundles of finished
+    evaluations, send the drafts of datasets that auto-publish."""
+    report = SyncReport()
+    if fetch:
+        try:
+            catalogue = hub_client.catalogue(sub.hub_url)
+        except ServiceUnavailable as exc:
+            sub.last_sync_error = exc.detail[:500]
+            session.flush()
+            raise
+        report = sync(session, sub, catalogue)
+    report.prepared = [b.id for b in prepare(session, sub)]
+    auto = session.scalars(
+        select(OutgoingBundle)
+        .where(
+            OutgoingBundle.subscription_id == sub.id,
+            OutgoingBundle.state == OutgoingState.DRAFT,
+            OutgoingBundle.auto.is_(True),
+        )
+        .order_by(OutgoingBundle.sequence)
+    ).all()
+    for bundle in auto:
+        if send(session, bundle).state == OutgoingState.SENT:
+            report.sent.append(bundle.id)
+    return report
+
+
+def tick() -> SyncReport | None:
+    """What runs by itself (celery beat; the embedded worker's notifier): :func:`run_once`,
+    reading the catalogue when it is due (every :data:`SYNC_INTERVAL_S`). None without a
+    subscription; a hub that does not answer is logged and tried at the next tick."""
     with session_scope() as session:
         sub = find_subscription(session)
         if sub is None:
             return None
-        due = (
-            force
-            or sub.last_synced_at is None
-            or (
-                _aware(sub.last_synced_at) + timedelta(seconds=SYNC_INTERVAL_S) <= datetime.now(UTC)
-            )
-        )
-        hub_url = sub.hub_url
-    report = SyncReport()
-    if due:
         try:
-            catalogue = hub_client.catalogue(hub_url)
+            return run_once(session, sub, fetch=sync_due(sub))
         except ServiceUnavailable as exc:
-            with session_scope() as session:
-                get_subscription(session).last_sync_error = exc.detail[:500]
             log.warning("federation: %s", exc.detail)
-        else:
-            with session_scope() as session:
-                report = sync(session, get_subscription(session), catalogue)
-    with session_scope() as session:
-        report.prepared = [b.id for b in prepare(session, get_subscription(session))]
-    with session_scope() as session:
-        auto = session.scalars(
-            select(OutgoingBundle.id)
-            .where(OutgoingBundle.state == OutgoingState.DRAFT, OutgoingBundle.auto.is_(True))
-            .order_by(OutgoingBundle.sequence)
-        ).all()
-    for bundle_id in auto:
-        try:
-            with session_scope() as session:
-                sent = send(session, get_bundle(session, bundle_id))
-                if sent.state == OutgoingState.SENT:
-                    report.sent.append(bundle_id)
-        except ServiceUnavailable as exc:
-            log.warning("federation: bundle %s not sent: %s", bundle_id, exc.detail)
-            break
-    return report
+    return None
 
 
 def _aware(moment: datetime) -> datetime:

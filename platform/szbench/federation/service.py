@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import distinct, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from szbench.config import get_settings
@@ -194,7 +194,7 @@ def is_offered(session: Session, version_id: int) -> bool:
 def known_scorers(session: Session) -> set[str]:
     from szbench_scoring import SCORER_VERSION
 
-    seen = session.scalars(select(distinct(Evaluation.scorer_version))).all()
+    seen = session.scalars(select(Evaluation.scorer_version).distinct()).all()
     return {SCORER_VERSION, *(s for s in seen if s)}
 
 
