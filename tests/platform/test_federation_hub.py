@@ -235,7 +235,8 @@ def test_a_withdrawal_is_kept_in_the_record(db_session: Session, hub: None) -> N
     refuse(db_session, *sign(w.withdrawal(99), w.key), "unknown_result", w.centre.name)
     done = service.receive(db_session, *sign(w.withdrawal(first.sequence, "wrong labels"), w.key))
     assert done.withdrew is first
-    assert first.withdrawn_at is not None and first.withdrawn_by_sequence == done.row.sequence
+    assert first.withdrawn_at is not None
+    assert first.withdrawn_by_sequence == done.row.sequence
     assert service.results(db_session, centre_id=w.centre.id) == [first]
     assert service.results(db_session, centre_id=w.centre.id, include_withdrawn=False) == []
     refuse(
