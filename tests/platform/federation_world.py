@@ -18,7 +18,7 @@ from szbench.models import AlgorithmVersion, Centre, Role
 
 from . import factories as f
 
-HUB = "http://hub.test"
+HUB = "http://127.0.0.1:9"
 
 
 def hub_settings(settings_env: pytest.MonkeyPatch) -> None:

@@ -666,8 +666,19 @@ def discard(session: Session, bundle_id: int) -> OutgoingBundle:
     return bundle
 
 
+def catch_up(session: Session, sub: HubSubscription) -> int:
+    """Number the next bundles above the last sequence the hub accepted from this centre
+    (after a restore from a backup, or a bundle refused as a rollback); returns it."""
+    state = hub_client.centre(sub.hub_url, sub.centre_name)
+    last = state.get("last_sequence")
+    if isinstance(last, int) and not isinstance(last, bool) and last > sub.last_sequence:
+        sub.last_sequence = last
+        session.flush()
+    return sub.last_sequence
+
+
 def redraft(session: Session, bundle_id: int) -> OutgoingBundle:
-    """A new draft (a new sequence) of a refused or discarded result bundle."""
+    """A new draft (a new sequence, above the hub's last) of a refused or discarded result."""
     bundle = get_bundle(session, bundle_id)
     if (
         bundle.state not in (OutgoingState.REFUSED, OutgoingState.DISCARDED)
@@ -678,6 +689,7 @@ def redraft(session: Session, bundle_id: int) -> OutgoingBundle:
             "is drafted again"
         )
     sub = session.get_one(HubSubscription, bundle.subscription_id)
+    catch_up(session, sub)
     return prepare_one(session, sub, session.get_one(Evaluation, bundle.evaluation_id))
 
 
@@ -721,6 +733,7 @@ def run_once(session: Session, sub: HubSubscription, *, fetch: bool = True) -> S
             session.flush()
             raise
         report = sync(session, sub, catalogue)
+        catch_up(session, sub)
     report.prepared = [b.id for b in prepare(session, sub)]
     auto = session.scalars(
         select(OutgoingBundle)

@@ -24,6 +24,7 @@ TIMEOUT_S = 30.0
 MAX_ANSWER_BYTES = 4 * 1024**2
 CATALOGUE_PATH = "/api/v1/federation/catalogue"
 BUNDLES_PATH = "/api/v1/federation/bundles"
+CENTRES_PATH = "/api/v1/federation/centres/"
 
 
 def check_hub_url(url: str) -> str:
@@ -93,6 +94,16 @@ def catalogue(hub_url: str) -> dict[str, Any]:
     if answer.status != 200:
         raise ServiceUnavailable(
             f"the hub answered {answer.status} for its catalogue: {answer.detail}"
+        )
+    return answer.body
+
+
+def centre(hub_url: str, name: str) -> dict[str, Any]:
+    """The hub's public view of centre ``name`` (its keys, its last accepted sequence)."""
+    answer = _call("GET", check_hub_url(hub_url) + CENTRES_PATH + name)
+    if answer.status != 200:
+        raise ServiceUnavailable(
+            f"the hub answered {answer.status} for centre {name!r}: {answer.detail}"
         )
     return answer.body
 
