@@ -47,6 +47,10 @@ TASK_RESCORE = "szbench.evaluation.rescore"  # kwargs: evaluation_id
 TASK_RECONCILE = "szbench.maintenance.reconcile"  # no kwargs
 TASK_NOTIFY = "szbench.notifications.deliver"  # kwargs: event_id
 TASK_NOTIFY_TICK = "szbench.notifications.tick"  # no kwargs
+TASK_FEDERATION_TICK = "szbench.federation.tick"  # no kwargs
+
+#: How often a centre drafts the bundles of finished evaluations and sends auto-published ones.
+FEDERATION_TICK_S = 60.0
 
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
@@ -121,6 +125,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             for name, task, interval in (
                 ("reconcile", TASK_RECONCILE, settings.reconcile_interval_s),
                 ("notifications", TASK_NOTIFY_TICK, settings.notify_interval_s),
+                # A centre's federation round (szbench.federation.centre.tick): it reads the
+                # hub's catalogue only every SYNC_INTERVAL_S, so a short tick costs a query.
+                ("federation", TASK_FEDERATION_TICK, FEDERATION_TICK_S),
             )
         }
     )

@@ -77,6 +77,7 @@ class _Notifier(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        from szbench.federation import centre
         from szbench.notifications import outbox
 
         while not self.stopped.is_set():
@@ -85,6 +86,12 @@ class _Notifier(threading.Thread):
             except Exception:
                 # A database that is busy or away now may be back at the next round.
                 log.exception("notifications tick failed")
+            try:
+                # A centre's federation round: cheap without a subscription, and it reads
+                # the hub's catalogue only when due.
+                centre.tick()
+            except Exception:
+                log.exception("federation tick failed")
             self.stopped.wait(self.interval_s)
 
 

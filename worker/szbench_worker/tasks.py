@@ -15,6 +15,7 @@ from szbench.queue import (
     QUEUE_CPU,
     QUEUE_MAINTENANCE,
     QUEUES,
+    TASK_FEDERATION_TICK,
     TASK_FINALIZE,
     TASK_NOTIFY,
     TASK_NOTIFY_TICK,
@@ -109,3 +110,13 @@ def notifications_tick() -> None:
     """Phases opening or closing, lost events, due retries (celery beat)."""
     report = outbox.tick()
     log.info("notifications tick: %s", report)
+
+
+@project_task(TASK_FEDERATION_TICK, queue=QUEUE_MAINTENANCE)
+def federation_tick() -> None:
+    """A centre's round: the hub's catalogue when due, queueing, drafts, auto-publish."""
+    from szbench.federation import centre
+
+    report = centre.tick()
+    if report is not None:
+        log.info("federation tick: %s", report)
