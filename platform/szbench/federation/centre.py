@@ -708,6 +708,7 @@ def withdraw(session: Session, bundle_id: int, *, reason: str) -> OutgoingBundle
     if pending is not None:
         return get_bundle(session, pending)
     sub = session.get_one(HubSubscription, bundle.subscription_id)
+    catch_up(session, sub)
     body = {"withdraws": bundle.sequence, "reason": reason.strip()[:500]}
     return _draft(session, sub, BundleKind.WITHDRAWAL, body, withdraws_id=bundle.id)
 
