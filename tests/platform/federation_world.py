@@ -141,3 +141,28 @@ def admin_headers(session: Session) -> dict[str, str]:
 
 def digest(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
+
+
+def catalogue_of(session: Session) -> dict[str, Any]:
+    """The hub's catalogue answer, as its route builds it (for centre-side tests)."""
+    from szbench.algorithms.registry import repository
+
+    repo = repository(get_settings())
+    return {
+        "hub": HUB,
+        "registry": repo,
+        "versions": [
+            {
+                "id": v.id,
+                "algorithm_id": a.id,
+                "algorithm": a.name,
+                "title": a.title,
+                "authors": a.authors,
+                "version": v.version,
+                "image_digest": v.image_digest,
+                "registry_digest": v.registry_digest,
+                "reference": f"{repo}@{v.registry_digest}",
+            }
+            for v, a in service.offered_versions(session)
+        ],
+    }
