@@ -110,3 +110,16 @@ _.fetched_bytes
 _.finalize
 # The timing bound that docs/security.md states (its doctest and tests compute it).
 _.timing_bits_per_evaluation
+
+# Federation (szbench.federation): fields of the bundle's pydantic models (its byte format)
+# and columns kept for the record (who approved a bundle, when a version was first seen, the
+# key a result was signed with, a withdrawal's target), read by the pages and the API or by
+# people reading the database; celery finds the federation tick by its name.
+_.montage
+_.manifest_sha256
+_.approved_by_id
+_.last_at
+_.withdraws_sequence
+_.key_id
+_.first_seen_at
+_.federation_tick

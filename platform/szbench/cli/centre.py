@@ -145,8 +145,8 @@ def sync() -> None:
         f"{report.queued or 'none'}; drafted bundles {report.prepared or 'none'}; sent "
         f"{report.sent or 'none'}"
     )
-    for line in report.no_longer_offered:
-        typer.echo(f"hub version {line} is no longer offered: not queued again")
+    for hub_id in report.no_longer_offered:
+        typer.echo(f"hub version {hub_id} is no longer offered: not queued again")
     for line in report.refused:
         typer.echo(f"refused: {line}", err=True)
 

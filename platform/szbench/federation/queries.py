@@ -22,9 +22,7 @@ from szbench.federation.schemas import (
     SubscriptionOut,
 )
 from szbench.models import (
-    Algorithm,
     AlgorithmVersion,
-    BundleKind,
     Centre,
     ExternalResult,
     HubSubscription,
@@ -146,22 +144,6 @@ def centre_detail(session: Session, row: Centre, viewer: User | None) -> CentreD
     )
 
 
-def centres_of_algorithm(session: Session, algorithm_id: int) -> list[str]:
-    return sorted(
-        set(
-            session.scalars(
-                select(Centre.name)
-                .join(ExternalResult, ExternalResult.centre_id == Centre.id)
-                .join(AlgorithmVersion, AlgorithmVersion.id == ExternalResult.algorithm_version_id)
-                .where(
-                    AlgorithmVersion.algorithm_id == algorithm_id,
-                    ExternalResult.kind == BundleKind.RESULT,
-                )
-            )
-        )
-    )
-
-
 def external_board(
     session: Session, viewer: User | None
 ) -> tuple[list[str], list[dict[str, object]]]:
@@ -186,9 +168,7 @@ def external_board(
         assert isinstance(cells, dict)
         if result.withdrawn_at is None:
             cells.setdefault(result.centre, []).append(result)
-    ordered = sorted(
-        rows.values(), key=lambda e: (str(e["algorithm"]), int(e["algorithm_version_id"]))
-    )  # type: ignore[call-overload]
+    ordered = [rows[k] for k in sorted(rows, key=lambda k: (str(rows[k]["algorithm"]), k))]
     return centres, ordered
 
 
@@ -256,10 +236,4 @@ def outgoing_detail(session: Session, bundle: OutgoingBundle) -> OutgoingDetail:
             },
             "payload": bundle.payload,
         }
-    )
-
-
-def algorithm_names(session: Session, ids: set[int]) -> dict[int, str]:
-    return dict(
-        session.execute(select(Algorithm.id, Algorithm.name).where(Algorithm.id.in_(ids))).tuples()
     )

@@ -118,7 +118,8 @@ async def receive_bundle(
         )
     except service.BundleRefused as refused:
         # Answered, not raised: the session commits the refusal's count.
-        return envelope(refused.status_code, refused.name, refused.detail)
+        answer: Response = envelope(refused.status_code, refused.name, refused.detail)
+        return answer
     if received.withdrew is not None:
         out = queries.result_out(session, received.withdrew)
     else:
