@@ -347,3 +347,36 @@ def test_the_catalogue_lists_only_what_owners_offer(
     entry = next(v for v in body["versions"] if v["id"] == offered.id)
     assert entry["reference"] == f"127.0.0.1:5999/szbench/algorithms@{offered.registry_digest}"
     assert body["hub"] == HUB
+
+
+def test_snapshots_and_citations_carry_the_centres_results(
+    client: TestClient, db_session: Session, hub: None
+) -> None:
+    from szbench import citations
+    from szbench.leaderboards import snapshots
+    from szbench.models import DatasetKind
+
+    w = world(db_session)
+    ds = f.dataset(db_session, DatasetKind.PUBLIC_SAMPLE)
+    dv = f.dataset_version(db_session, ds)
+    f.recording(db_session, dv)
+    evaluation = f.evaluation(db_session, w.version, dv)
+    f.result(db_session, evaluation, {"01": {"event_f1": 0.5}})
+    received = service.receive(db_session, *sign(w.result(), w.key)).row
+    snapshot, _ = snapshots.take(db_session, ds.slug, dv.version)
+    (frozen,) = snapshot.board["external"]
+    assert frozen["payload_sha256"] == received.payload_sha256
+    assert frozen["figures"]["event_f1"] == 0.31
+    assert frozen["withdrawn"] is False
+    note = citations.bibtex(snapshots.citation(snapshot))
+    assert received.payload_sha256 in note
+    entry = citations.bibtex(snapshots.entry_citation(snapshot, evaluation.id))
+    assert f"{w.centre.name} centre-eeg: event F1 0.31" in entry
+    page = client.get(f"/leaderboards/{ds.slug}/snapshots/{snapshot.id}").text
+    assert received.payload_sha256 in page
+    cited = client.get(f"/api/v1/federation/results/{received.id}/citation?format=bibtex")
+    assert cited.status_code == 200
+    assert received.payload_sha256 in cited.text
+    assert "Signed bundle 1" in cited.text
+    cff = client.get(f"/api/v1/federation/results/{received.id}/citation?format=cff")
+    assert "external validation" in cff.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench import citations
 from szbench.auth import policy
 from szbench.federation import bundles, centre, hub_client, service, signing
 from szbench.federation.schemas import (
@@ -236,4 +237,37 @@ def outgoing_detail(session: Session, bundle: OutgoingBundle) -> OutgoingDetail:
             },
             "payload": bundle.payload,
         }
+    )
+
+
+def citation_of(session: Session, row: ExternalResult) -> citations.Citation:
+    """One centre's published result: the algorithm version it ran, the centre's dataset,
+    the released figures and the bundle's sha256 (which pins exactly what was published)."""
+    out = result_out(session, row)
+    version = (
+        session.get(AlgorithmVersion, row.algorithm_version_id)
+        if row.algorithm_version_id
+        else None
+    )
+    f1 = out.figures.get("event_f1")
+    notes = [
+        f"Evaluated at centre {out.centre} on its dataset {out.dataset.name} version "
+        f"{out.dataset.version} ({out.dataset.subjects} subjects, {out.dataset.hours:g} h)",
+        f"Event F1 {'n/a' if f1 is None else f'{f1:g}'} ({out.release.get('rule')} release)",
+        f"Image {version.image_digest if version else ''}",
+        f"Scorer {out.scorer_version}",
+        f"Signed bundle {out.sequence} of {out.centre}, sha256 {row.payload_sha256}",
+    ]
+    if out.withdrawn_at is not None:
+        notes.append(f"Withdrawn by the centre on {out.withdrawn_at:%Y-%m-%d}")
+    return citations.Citation(
+        key=f"szbench-external-{out.centre}-{out.sequence}",
+        kind="software",
+        title=out.algorithm or "algorithm",
+        authors=citations.split_authors(version.algorithm.authors) if version else [],
+        url=citations.site_url("centres", out.centre) + f"?result={row.id}",
+        released=row.received_at,
+        version=out.algorithm_version,
+        notes=notes,
+        keywords=["seizure detection", "EEG", "SzCORE", "external validation"],
     )

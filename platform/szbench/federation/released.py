@@ -66,3 +66,21 @@ def grid_refusal(rule: str, decimals: int, metric: str, value: float | None) -> 
 
 def decimals_of(view: View) -> int:
     return view.decimals
+
+
+def bits_per_result(*, recordings: int, decimals: int | None = None) -> float:
+    """The most bits one published result at the aggregate level (rounded) carries about a
+    centre's held-out data: its figures (:data:`~szbench.results.disclosure.ROUNDED_METRICS`
+    on their grids, or null) and the count of failed recordings (0 to ``recordings``). The
+    dataset's description is the centre's own choice, the same for every algorithm, and
+    tells nothing an algorithm chose.
+
+    >>> round(bits_per_result(recordings=1000, decimals=2), 1)
+    44.8
+    """
+    from szbench.config import get_settings
+
+    decimals = get_settings().released_decimals if decimals is None else decimals
+    ratio = math.log2(10**decimals + 2)
+    fp = math.log2(disclosure.FP_RATE_GRID_SIZE + 1)
+    return 4 * ratio + fp + math.log2(recordings + 1)

@@ -10,9 +10,11 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 
 from szbench.algorithms.registry import repository
 from szbench.api.deps import SessionDep
+from szbench.api.downloads import citation_response
 from szbench.api.errors import ERROR_RESPONSES, envelope
 from szbench.auth.dependencies import AdminOnly, Anyone
 from szbench.config import get_settings
+from szbench.datasets.router import CITATION_RESPONSES, CitationFormat
 from szbench.errors import NotFound, PayloadTooLarge
 from szbench.federation import bundles, centre, queries, service, signing
 from szbench.federation.schemas import (
@@ -193,6 +195,18 @@ def get_result(result_id: BundleId, session: SessionDep, caller: Anyone) -> Exte
     out = queries.result_out(session, row, detail=True)
     assert isinstance(out, ExternalResultDetail)
     return out
+
+
+@router.get("/results/{result_id}/citation", response_class=Response, responses=CITATION_RESPONSES)
+def cite_result(
+    result_id: BundleId, session: SessionDep, caller: Anyone, format: CitationFormat = "bibtex"
+) -> Response:
+    """Cite a centre's result: BibTeX or CITATION.cff with the bundle's sha256."""
+    row = service.get_result(session, result_id)
+    shown = queries.visible_results(session, caller.user, centre_id=row.centre_id)
+    if all(r.id != row.id for r in shown):
+        raise NotFound(f"no external result {result_id}")
+    return citation_response(queries.citation_of(session, row), format)
 
 
 @router.get("/refusals", response_model=list[RefusalOut])

@@ -429,3 +429,29 @@ def refusals(session: Session) -> list[BundleRefusal]:
     return list(
         session.scalars(select(BundleRefusal).order_by(BundleRefusal.centre, BundleRefusal.reason))
     )
+
+
+def snapshot_entries(session: Session, version_ids: set[int]) -> list[dict[str, Any]]:
+    """The results centres published for these versions, as a leaderboard snapshot freezes
+    them (withdrawn ones included and marked): what each bundle said, and its sha256."""
+    out = []
+    for row in results(session, version_ids=sorted(version_ids)):
+        bundle = parsed(row)
+        assert isinstance(bundle, bundles.ResultBundle)
+        out.append(
+            {
+                "id": row.id,
+                "centre": row.centre.name,
+                "sequence": row.sequence,
+                "algorithm_version_id": row.algorithm_version_id,
+                "dataset": bundle.dataset.name,
+                "dataset_version": bundle.dataset.version,
+                "subjects": bundle.dataset.subjects,
+                "release": bundle.release.rule,
+                "figures": dict(bundle.figures),
+                "payload_sha256": row.payload_sha256,
+                "key": row.key.fingerprint,
+                "withdrawn": row.withdrawn_at is not None,
+            }
+        )
+    return out
