@@ -28,7 +28,7 @@ from szbench.models import (
 )
 
 from . import factories as f
-from .federation_world import World, admin_headers, hub_settings, key_text, offered_version
+from .federation_world import admin_headers, hub_settings, key_text, offered_version
 
 METRICS = {
     "event_f1": 0.31415,
@@ -120,7 +120,7 @@ def test_a_result_goes_from_the_centre_to_the_hub_exactly_as_approved(
     db_session: Session, both: TestClient
 ) -> None:
     hub_version = offered_version(db_session)
-    sub, ds, dv = subscribed(db_session, both)
+    sub, _ds, dv = subscribed(db_session, both)
     catalogue = both.get("/api/v1/federation/catalogue").json()
     report = centre.sync(db_session, sub, catalogue)
     assert hub_version.id in report.new
@@ -187,7 +187,7 @@ def test_a_refused_bundle_is_kept_with_the_hubs_answer_and_drafted_again(
     db_session: Session, both: TestClient
 ) -> None:
     offered_version(db_session)
-    sub, ds, dv = subscribed(db_session, both)
+    sub, _ds, dv = subscribed(db_session, both)
     centre.sync(db_session, sub, both.get("/api/v1/federation/catalogue").json())
     evaluation = db_session.scalars(
         select(Evaluation).where(Evaluation.dataset_version_id == dv.id)
@@ -211,7 +211,7 @@ def test_a_refused_bundle_is_kept_with_the_hubs_answer_and_drafted_again(
 
 def test_the_centres_own_rules_decide_what_leaves(db_session: Session, both: TestClient) -> None:
     offered_version(db_session)
-    sub, ds, dv = subscribed(db_session, both, level=Disclosure.SUBJECT)
+    sub, _ds, dv = subscribed(db_session, both, level=Disclosure.SUBJECT)
     centre.sync(db_session, sub, both.get("/api/v1/federation/catalogue").json())
     evaluation = db_session.scalars(
         select(Evaluation).where(Evaluation.dataset_version_id == dv.id)
@@ -248,7 +248,7 @@ def test_a_centre_cannot_publish_what_its_rules_would_not_release(
 
 def test_only_offered_versions_are_run_and_followed(db_session: Session, both: TestClient) -> None:
     hub_version = offered_version(db_session)
-    sub, ds, dv = subscribed(db_session, both)
+    sub, _ds, dv = subscribed(db_session, both)
     sub.follow_new = False
     catalogue = both.get("/api/v1/federation/catalogue").json()
     centre.sync(db_session, sub, catalogue)
@@ -285,7 +285,7 @@ def test_the_allow_list_holds_for_the_hubs_images(
     settings_env.setenv("SZBENCH_ALLOWED_IMAGES", "localhost:5000/approved/")
     get_settings.cache_clear()
     offered_version(db_session)
-    sub, ds, dv = subscribed(db_session, both)
+    sub, _ds, _dv = subscribed(db_session, both)
     report = centre.sync(db_session, sub, both.get("/api/v1/federation/catalogue").json())
     assert report.queued == []
     assert "SZBENCH_ALLOWED_IMAGES" in report.refused[0]
@@ -319,7 +319,7 @@ def test_the_centre_api_drives_everything(
     offered_version(db_session)
     register_this_centre(db_session, "east")
     admin = admin_headers(db_session)
-    ds, dv = held_out(db_session)
+    ds, _dv = held_out(db_session)
     key = both.get("/api/v1/federation/key", headers=admin).json()
     assert key["fingerprint"] == signing.own_public_key()[1]
     made = both.post(

@@ -135,14 +135,11 @@ def test_the_approval_page_shows_exactly_the_bytes_that_leave(
 
     monkeypatch.setattr(hub_client, "publish", publish)
     # An approval of other bytes than those shown sends nothing.
-    wrong = post_form(client, f"/admin/federation/bundles/{ids['draft']}",
-                      f"/admin/federation/bundles/{ids['draft']}/approve", {"payload_sha256": "0" * 64})  # fmt: skip
+    here = f"/admin/federation/bundles/{ids['draft']}"
+    wrong = post_form(client, here, f"{here}/approve", {"payload_sha256": "0" * 64})
     assert "not the one approved" in wrong.text
     assert sent == []
-    done = post_form(
-        client, f"/admin/federation/bundles/{ids['draft']}",
-        f"/admin/federation/bundles/{ids['draft']}/approve", {"payload_sha256": draft.payload_sha256},
-    )  # fmt: skip
+    done = post_form(client, here, f"{here}/approve", {"payload_sha256": draft.payload_sha256})
     assert "sent (201" in done.text
     assert sent == [draft.payload.encode()]
     admin_page = client.get("/admin/federation").text
