@@ -380,3 +380,26 @@ def test_snapshots_and_citations_carry_the_centres_results(
     assert "Signed bundle 1" in cited.text
     cff = client.get(f"/api/v1/federation/results/{received.id}/citation?format=cff")
     assert "external validation" in cff.text
+
+
+def test_the_stated_federation_bounds_are_the_arithmetic() -> None:
+    """docs/security.md, "Federated evaluation", states what the code computes."""
+    import math
+    import re
+    from pathlib import Path
+
+    from szbench.config import get_settings
+    from szbench.federation import released
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    stated = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"<!-- federation:(\w+) -->([0-9.]+)", text)
+    }
+    per_day = get_settings().held_out_runs_per_day or 0
+    assert stated == {
+        "bits_100": round(released.bits_per_result(recordings=100), 1),
+        "bits_1000": round(released.bits_per_result(recordings=1000), 1),
+        "bits_per_day_1000": round(per_day * released.bits_per_result(recordings=1000), 1),
+    }
+    assert round(math.log2(100 * 900 / 60 + 1), 1) == 10.6
