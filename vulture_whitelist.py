@@ -123,3 +123,5 @@ _.withdraws_sequence
 _.key_id
 _.first_seen_at
 _.federation_tick
+# The bound docs/security.md states for a published result (its doctest and test compute it).
+_.bits_per_result
