@@ -114,18 +114,18 @@ async def receive_bundle(
 ) -> Response:
     """A centre publishes a signed result or withdrawal; refusals are counted."""
     body = await _bounded_body(request)
+
+    def receive() -> ExternalResultOut:
+        received = service.receive(session, body, x_szbench_signature)
+        return queries.result_out(session, received.withdrew or received.row)
+
     try:
-        received = await anyio.to_thread.run_sync(
-            service.receive, session, body, x_szbench_signature
-        )
+        # The database work in a worker thread, as for every sync route.
+        out = await anyio.to_thread.run_sync(receive)
     except service.BundleRefused as refused:
         # Answered, not raised: the session commits the refusal's count.
         answer: Response = envelope(refused.status_code, refused.name, refused.detail)
         return answer
-    if received.withdrew is not None:
-        out = queries.result_out(session, received.withdrew)
-    else:
-        out = queries.result_out(session, received.row)
     return Response(out.model_dump_json(), status_code=201, media_type="application/json")
 
 
