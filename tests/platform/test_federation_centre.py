@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench import queue
 from szbench.errors import Conflict, NotFound
 from szbench.federation import bundles, centre, hub_client, service, signing
 from szbench.models import (
@@ -45,8 +47,9 @@ METRICS = {
 @pytest.fixture
 def both(
     settings_env: pytest.MonkeyPatch, client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> TestClient:
-    """Hub settings, this centre's key, and the hub reached through the app's own route."""
+) -> Iterator[TestClient]:
+    """Hub settings, this centre's key, the hub reached through the app's own route, and the
+    queued evaluations' tasks kept here (no broker: another test's may be gone)."""
     hub_settings(settings_env)
     signing.generate()
 
@@ -65,7 +68,11 @@ def both(
     monkeypatch.setattr(
         hub_client, "centre", lambda url, name: client.get(hub_client.CENTRES_PATH + name).json()
     )
-    return client
+    queue.set_sender(lambda name, q, kwargs: None)
+    try:
+        yield client
+    finally:
+        queue.set_sender(None)
 
 
 def register_this_centre(session: Session, name: str = "south") -> None:
