@@ -370,3 +370,27 @@ def test_the_centre_api_drives_everything(
     assert both.get("/api/v1/federation/outgoing", headers=researcher).status_code == 403
     assert both.get("/api/v1/federation/subscription", headers=researcher).status_code == 403
     assert key_text  # the helper stays imported for the other tests
+
+
+def test_the_adapter_releases_nothing_under_the_ladder() -> None:
+    from szbench.federation import released
+    from szbench.results.disclosure import Release, View
+
+    def view(release: Release) -> View:
+        return View(False, False, True, Disclosure.AGGREGATE, release, False, 2)
+
+    assert released.rule_of(view(Release.LADDER)) is None
+    assert released.rule_of(view(Release.ROUNDED)) == "rounded"
+    assert released.rule_of(view(Release.EXACT)) == "exact"
+    rounded = released.figures(view(Release.ROUNDED), METRICS)
+    assert rounded == {
+        "event_f1": 0.31,
+        "event_sensitivity": 0.42,
+        "event_precision": 0.25,
+        "event_fp_rate": 3.1,
+        "sample_f1": 0.22,
+    }
+    # What the centre rounds, the hub's grid check accepts; one step off, it refuses.
+    for metric, value in rounded.items():
+        assert released.grid_refusal("rounded", 2, metric, value) is None
+    assert released.grid_refusal("rounded", 2, "event_f1", 0.315) is not None
