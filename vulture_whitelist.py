@@ -126,3 +126,17 @@ _._get_socket
 # (szbench.algorithms.registry moves onto szbench.outbound next; tests/platform/
 # test_outbound.py drives it against a receiver that stops reading).
 _.paced
+# Federation (szbench.federation): fields of the bundle's pydantic models (its byte format)
+# and columns kept for the record (who approved a bundle, when a version was first seen, the
+# key a result was signed with, a withdrawal's target), read by the pages and the API or by
+# people reading the database; celery finds the federation tick by its name.
+_.montage
+_.manifest_sha256
+_.approved_by_id
+_.last_at
+_.withdraws_sequence
+_.key_id
+_.first_seen_at
+_.federation_tick
+# The bound docs/security.md states for a published result (its doctest and test compute it).
+_.bits_per_result

@@ -24,6 +24,7 @@ from szbench.compare.router import router as compare_router
 from szbench.config import check_serving, get_settings
 from szbench.datasets.router import router as datasets_router
 from szbench.evaluations.router import router as evaluations_router
+from szbench.federation.router import router as federation_router
 from szbench.leaderboards.router import router as leaderboards_router
 from szbench.logging import RequestIdMiddleware, configure_logging
 from szbench.notifications.router import router as notifications_router
@@ -56,6 +57,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     leaderboards_router,
     compare_router,
     workers_router,
+    federation_router,
 )
 
 # Callables that add more routes (the web UI's pages) to a fresh app; appended by those

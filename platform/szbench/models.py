@@ -331,6 +331,9 @@ class Algorithm(Base):
     # http(s) links only (checked by the service), rendered as links on the pages.
     code_url: Mapped[str] = mapped_column(String(500), default="", server_default="")
     paper_url: Mapped[str] = mapped_column(String(500), default="", server_default="")
+    # The owner's choice: clinical centres subscribed to this hub may run its public active
+    # versions on their private data and publish signed results (szbench.federation).
+    external_evaluation: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
     # Withdrawn by its owner or an admin: off every leaderboard, its results kept and shown
     # on its own page.
     withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -867,3 +870,211 @@ class LeaderboardSnapshot(Base):
     phase: Mapped[str | None] = mapped_column(String(100))
     created_by_id: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+# --- federated evaluation (szbench.federation, docs/federation.md) ---------------------------
+
+
+class KeyState(enum.StrEnum):
+    """A centre's signing key as the hub holds it: only an active key signs new bundles."""
+
+    ACTIVE = "active"
+    RETIRED = "retired"  # rotated out: what it signed stays; nothing new is accepted
+    REVOKED = "revoked"  # compromised: nothing new is accepted, its bundles are marked
+
+
+class BundleKind(enum.StrEnum):
+    RESULT = "result"
+    WITHDRAWAL = "withdrawal"
+
+
+class OutgoingState(enum.StrEnum):
+    """A bundle at the centre: drafted, then sent (accepted by the hub) or refused."""
+
+    DRAFT = "draft"  # prepared, waiting for an admin's approval (its bytes are final)
+    SENT = "sent"
+    REFUSED = "refused"  # the hub refused it (the answer is kept); a new draft may follow
+    DISCARDED = "discarded"  # an admin chose not to send it
+
+
+class Centre(Base):
+    """Hub side: a clinical centre allowed to publish results here."""
+
+    __tablename__ = "centres"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # The name the centre signs its bundles with (a slug).
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    title: Mapped[str] = mapped_column(String(200), default="")
+    contact: Mapped[str] = mapped_column(String(320), default="")
+    # The highest sequence number accepted from it: a bundle must carry a higher one.
+    last_sequence: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    keys: Mapped[list[CentreKey]] = relationship(back_populates="centre", order_by="CentreKey.id")
+
+
+class CentreKey(Base):
+    """Hub side: a centre's Ed25519 public key (the centre alone holds the private key)."""
+
+    __tablename__ = "centre_keys"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    centre_id: Mapped[int] = mapped_column(ForeignKey("centres.id", ondelete="CASCADE"), index=True)
+    # The raw 32-byte public key, base64url without padding.
+    public_key: Mapped[str] = mapped_column(String(64))
+    # sha256:<hex> of the raw key: how a bundle names its key, and what people compare.
+    fingerprint: Mapped[str] = mapped_column(String(80), unique=True)
+    state: Mapped[KeyState] = mapped_column(_enum(KeyState), default=KeyState.ACTIVE)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    centre: Mapped[Centre] = relationship(back_populates="keys")
+
+
+class ExternalResult(Base):
+    """Hub side: a verified bundle, stored as received (its bytes and signature); the
+    columns beside them are read from those bytes for queries and are never edited, but
+    ``withdrawn_*``, which a later withdrawal bundle of the same centre sets."""
+
+    __tablename__ = "external_results"
+    __table_args__ = (UniqueConstraint("centre_id", "sequence"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    centre_id: Mapped[int] = mapped_column(ForeignKey("centres.id"), index=True)
+    key_id: Mapped[int] = mapped_column(ForeignKey("centre_keys.id"))
+    sequence: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[BundleKind] = mapped_column(_enum(BundleKind))
+    # The payload exactly as received (canonical JSON, UTF-8) and its Ed25519 signature.
+    payload: Mapped[str] = mapped_column(Text)
+    payload_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    signature: Mapped[str] = mapped_column(String(100))
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Results only: the version run and the centre's dataset, as the payload names them.
+    algorithm_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("algorithm_versions.id"), index=True
+    )
+    dataset: Mapped[str] = mapped_column(String(100), default="")
+    # Withdrawals only: the sequence of the result they withdraw.
+    withdraws_sequence: Mapped[int | None] = mapped_column(Integer)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    withdrawn_by_sequence: Mapped[int | None] = mapped_column(Integer)
+
+    centre: Mapped[Centre] = relationship()
+    key: Mapped[CentreKey] = relationship()
+
+
+class BundleRefusal(Base):
+    """Hub side: refused bundles counted per claimed centre and reason (bounded: one row
+    per pair, however many arrive)."""
+
+    __tablename__ = "bundle_refusals"
+
+    # The centre the bundle claimed to come from ("" when none could be read).
+    centre: Mapped[str] = mapped_column(String(100), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(40), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    last_detail: Mapped[str] = mapped_column(String(500), default="")
+    last_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class HubSubscription(Base):
+    """Centre side: the hub this centre runs public algorithms of and publishes to."""
+
+    __tablename__ = "hub_subscriptions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hub_url: Mapped[str] = mapped_column(String(500), unique=True)
+    # The name the hub registered this centre under.
+    centre_name: Mapped[str] = mapped_column(String(100))
+    # Queue new versions the hub offers by themselves (else an admin follows each).
+    follow_new: Mapped[bool] = mapped_column(Boolean, default=True)
+    # The last sequence number given to a bundle.
+    last_sequence: Mapped[int] = mapped_column(Integer, default=0)
+    # The hub's registry, as its catalogue names it (images are pulled from it by digest).
+    hub_registry: Mapped[str] = mapped_column(String(300), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    last_synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_sync_error: Mapped[str] = mapped_column(String(500), default="")
+
+
+class FederatedDataset(Base):
+    """Centre side: a private dataset the centre runs the hub's algorithms on."""
+
+    __tablename__ = "federated_datasets"
+
+    subscription_id: Mapped[int] = mapped_column(
+        ForeignKey("hub_subscriptions.id", ondelete="CASCADE"), primary_key=True
+    )
+    dataset_id: Mapped[int] = mapped_column(
+        ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
+    )
+    # Send each result's bundle as soon as it is prepared, without an admin's approval.
+    auto_publish: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Below this many subjects nothing is published from it.
+    min_subjects: Mapped[int] = mapped_column(Integer, default=5)
+
+    dataset: Mapped[Dataset] = relationship()
+
+
+class HubVersion(Base):
+    """Centre side: an algorithm version the hub offered, and its local copy."""
+
+    __tablename__ = "hub_versions"
+    __table_args__ = (UniqueConstraint("subscription_id", "hub_version_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    subscription_id: Mapped[int] = mapped_column(
+        ForeignKey("hub_subscriptions.id", ondelete="CASCADE"), index=True
+    )
+    hub_version_id: Mapped[int] = mapped_column(Integer)
+    hub_algorithm_id: Mapped[int] = mapped_column(Integer)
+    algorithm: Mapped[str] = mapped_column(String(100))
+    version: Mapped[str] = mapped_column(String(100))
+    image_digest: Mapped[str] = mapped_column(String(100))
+    # Pulled from the hub's registry by this manifest digest only.
+    registry_digest: Mapped[str] = mapped_column(String(100))
+    # In the hub's catalogue at the last sync (its author may stop offering it).
+    offered: Mapped[bool] = mapped_column(Boolean, default=True)
+    followed: Mapped[bool] = mapped_column(Boolean, default=False)
+    algorithm_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("algorithm_versions.id", ondelete="SET NULL")
+    )
+    first_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    algorithm_version: Mapped[AlgorithmVersion | None] = relationship()
+
+
+class OutgoingBundle(Base):
+    """Centre side: a bundle prepared for the hub. Its bytes are final once drafted: the
+    approval page shows them, and approving sends exactly them."""
+
+    __tablename__ = "outgoing_bundles"
+    __table_args__ = (UniqueConstraint("subscription_id", "sequence"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    subscription_id: Mapped[int] = mapped_column(
+        ForeignKey("hub_subscriptions.id", ondelete="CASCADE"), index=True
+    )
+    sequence: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[BundleKind] = mapped_column(_enum(BundleKind))
+    evaluation_id: Mapped[int | None] = mapped_column(
+        ForeignKey("evaluations.id", ondelete="SET NULL"), index=True
+    )
+    # For a withdrawal: the result bundle it withdraws.
+    withdraws_id: Mapped[int | None] = mapped_column(ForeignKey("outgoing_bundles.id"))
+    payload: Mapped[str] = mapped_column(Text)
+    payload_sha256: Mapped[str] = mapped_column(String(64))
+    signature: Mapped[str] = mapped_column(String(100))
+    state: Mapped[OutgoingState] = mapped_column(
+        _enum(OutgoingState), default=OutgoingState.DRAFT, index=True
+    )
+    auto: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    approved_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The hub's answer to the last attempt (status and detail, bounded).
+    hub_answer: Mapped[str] = mapped_column(String(1000), default="")
+    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

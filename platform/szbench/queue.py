@@ -52,6 +52,11 @@ TASK_PHASES_TICK = "szbench.phases.tick"  # no kwargs
 #: opening or closing by its dates is noticed, and its boards frozen, at most this late.
 PHASES_TICK_S = 30.0
 
+TASK_FEDERATION_TICK = "szbench.federation.tick"  # no kwargs
+
+#: How often a centre drafts the bundles of finished evaluations and sends auto-published ones.
+FEDERATION_TICK_S = 60.0
+
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
 #: The run queues: a container per task (a sick host stops consuming these).
@@ -145,6 +150,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
                 ("reconcile", TASK_RECONCILE, settings.reconcile_interval_s),
                 ("phases", TASK_PHASES_TICK, PHASES_TICK_S),
                 ("notifications", TASK_NOTIFY_TICK, settings.notify_interval_s),
+                # A centre's federation round (szbench.federation.centre.tick): it reads the
+                # hub's catalogue only every SYNC_INTERVAL_S, so a short tick costs a query.
+                ("federation", TASK_FEDERATION_TICK, FEDERATION_TICK_S),
             )
         }
     )

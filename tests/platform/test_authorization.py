@@ -25,6 +25,9 @@ from tests.platform import factories as f
 PROBE, ANYONE, SIGNED_IN, SUBMITTER, OWNER, ADMIN, WORKER = (
     "probe", "anyone", "signed_in", "submitter", "owner", "admin", "worker",
 )  # fmt: skip
+# A centre's signed bundle: its Ed25519 signature is the credential, so every role's token is
+# none (401 unsigned); the signature's checks are tests/platform/test_federation_hub.py's.
+SIGNATURE = "signature"
 
 ROLES = ("anonymous", "centre", "other", "owner", "admin")
 
@@ -38,6 +41,7 @@ ALLOWED = {
     # Worker tokens only (the `worker` scope alone): no role's ordinary token gets through;
     # a worker token's own access is tests/platform/test_worker_fetch.py's.
     WORKER: set(),
+    SIGNATURE: set(),
 }
 
 DIGEST = "sha256:" + "c" * 64
@@ -163,6 +167,47 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/api/v1/datasets/{slug}/versions/{version}/citation"): (ANYONE, None),
     ("GET", "/api/v1/evaluations/{evaluation_id}/citation"): (ANYONE, None),
     ("GET", "/api/v1/worker/recordings/{checksum}"): (WORKER, None),
+    # Federation (docs/federation.md): the hub's public reads, its admins' centres and keys;
+    # the centre's own side is admins' only.
+    ("GET", "/api/v1/federation/catalogue"): (ANYONE, None),
+    ("POST", "/api/v1/federation/bundles"): (SIGNATURE, {}),
+    ("GET", "/api/v1/federation/centres"): (ANYONE, None),
+    ("POST", "/api/v1/federation/centres"): (
+        ADMIN,
+        {"name": "north", "public_key": "A" * 43},
+    ),
+    ("GET", "/api/v1/federation/centres/{name}"): (ANYONE, None),
+    ("POST", "/api/v1/federation/centres/{name}/keys"): (ADMIN, {"public_key": "A" * 43}),
+    ("POST", "/api/v1/federation/centres/{name}/keys/{fingerprint}/revoke"): (ADMIN, None),
+    ("GET", "/api/v1/federation/results"): (ANYONE, None),
+    ("GET", "/api/v1/federation/results/{result_id}"): (ANYONE, None),
+    ("GET", "/api/v1/federation/results/{result_id}/citation"): (ANYONE, None),
+    ("GET", "/api/v1/federation/refusals"): (ADMIN, None),
+    ("GET", "/api/v1/federation/key"): (ADMIN, None),
+    ("POST", "/api/v1/federation/key"): (ADMIN, None),
+    ("GET", "/api/v1/federation/subscription"): (ADMIN, None),
+    ("POST", "/api/v1/federation/subscription"): (
+        ADMIN,
+        {"hub_url": "http://127.0.0.1:9", "centre_name": "south"},
+    ),
+    ("PATCH", "/api/v1/federation/subscription"): (ADMIN, {"follow_new": False}),
+    ("POST", "/api/v1/federation/subscription/sync"): (ADMIN, None),
+    ("PUT", "/api/v1/federation/subscription/datasets/{slug}"): (ADMIN, {}),
+    ("DELETE", "/api/v1/federation/subscription/datasets/{slug}"): (ADMIN, None),
+    ("PUT", "/api/v1/federation/subscription/versions/{hub_version_id}"): (
+        ADMIN,
+        {"followed": True},
+    ),
+    ("GET", "/api/v1/federation/outgoing"): (ADMIN, None),
+    ("POST", "/api/v1/federation/outgoing"): (ADMIN, {"evaluation_id": "{evaluation_id}"}),
+    ("GET", "/api/v1/federation/outgoing/{bundle_id}"): (ADMIN, None),
+    ("POST", "/api/v1/federation/outgoing/{bundle_id}/approve"): (
+        ADMIN,
+        {"payload_sha256": "0" * 64},
+    ),
+    ("POST", "/api/v1/federation/outgoing/{bundle_id}/discard"): (ADMIN, None),
+    ("POST", "/api/v1/federation/outgoing/{bundle_id}/redraft"): (ADMIN, None),
+    ("POST", "/api/v1/federation/outgoing/{bundle_id}/withdraw"): (ADMIN, {}),
     ("GET", "/healthz"): (PROBE, None),
     ("GET", "/readyz"): (PROBE, None),
 }
@@ -226,6 +271,11 @@ def objects(db_session: Session) -> Objects:
             "checksum": rec.checksum,
             "other_email": users["other"].email,
             "team_id": team.id,
+            "name": "no-such-centre",
+            "fingerprint": DIGEST,
+            "result_id": 1,
+            "bundle_id": 1,
+            "hub_version_id": 1,
         },
         users=users,
     )
@@ -272,7 +322,7 @@ def test_authorization(
         assert status < 500 or status == 503, (role, status, response.text)
         if role in ALLOWED[level]:
             assert status not in (401, 403), (role, status, response.text)
-        elif role == "anonymous":
+        elif level == SIGNATURE or role == "anonymous":
             assert status == 401, (role, status, response.text)
         elif level == OWNER:
             # Someone else's object: refused, or not even acknowledged.

@@ -268,9 +268,11 @@ def test_celery_config_reliability_settings(tmp_path: Path) -> None:
         "reconcile": queue.TASK_RECONCILE,
         "phases": queue.TASK_PHASES_TICK,
         "notifications": queue.TASK_NOTIFY_TICK,
+        "federation": queue.TASK_FEDERATION_TICK,
     }
     assert schedule["reconcile"]["schedule"] == 60
     assert schedule["phases"]["schedule"] == 30
+    assert schedule["federation"]["schedule"] == queue.FEDERATION_TICK_S
     assert schedule["notifications"]["schedule"] == 30
     for entry in schedule.values():
         assert entry["options"]["queue"] == queue.QUEUE_MAINTENANCE

@@ -80,6 +80,7 @@ class _Notifier(threading.Thread):
 
     def run(self) -> None:
         from szbench.db import session_scope
+        from szbench.federation import centre
         from szbench.notifications import outbox
         from szbench.phases import lifecycle
 
@@ -94,6 +95,12 @@ class _Notifier(threading.Thread):
                 outbox.tick()
             except Exception:
                 log.exception("notifications tick failed")
+            try:
+                # A centre's federation round: cheap without a subscription, and it reads
+                # the hub's catalogue only when due.
+                centre.tick()
+            except Exception:
+                log.exception("federation tick failed")
             self.stopped.wait(self.interval_s)
 
 

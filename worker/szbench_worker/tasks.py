@@ -18,6 +18,7 @@ from szbench.queue import (
     QUEUE_MAINTENANCE,
     QUEUE_SCORE,
     QUEUES,
+    TASK_FEDERATION_TICK,
     TASK_FINALIZE,
     TASK_NOTIFY,
     TASK_NOTIFY_TICK,
@@ -121,3 +122,13 @@ def phases_tick() -> None:
     with session_scope() as session:
         made = lifecycle.check(session)
     log.info("phase lifecycle: %d transition(s)", len(made))
+
+
+@project_task(TASK_FEDERATION_TICK, queue=QUEUE_MAINTENANCE)
+def federation_tick() -> None:
+    """A centre's round: the hub's catalogue when due, queueing, drafts, auto-publish."""
+    from szbench.federation import centre
+
+    report = centre.tick()
+    if report is not None:
+        log.info("federation tick: %s", report)

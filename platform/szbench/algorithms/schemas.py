@@ -11,6 +11,10 @@ from szbench.models import VersionStatus, Visibility
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,99}$"
 _LINK = "An http(s) link (e.g. the code repository or the paper); empty for none."
+_EXTERNAL = (
+    "Clinical centres subscribed to this hub may run its public active versions on their "
+    "private EEG and publish signed results here (docs/federation.md)."
+)
 
 
 class AlgorithmCreate(BaseModel):
@@ -22,6 +26,7 @@ class AlgorithmCreate(BaseModel):
     visibility: Visibility = Visibility.PUBLIC
     code_url: str = Field(default="", max_length=500, description=_LINK)
     paper_url: str = Field(default="", max_length=500, description=_LINK)
+    external_evaluation: bool = Field(default=False, description=_EXTERNAL)
 
 
 class AlgorithmUpdate(BaseModel):
@@ -32,6 +37,7 @@ class AlgorithmUpdate(BaseModel):
     visibility: Visibility | None = None
     code_url: str | None = Field(default=None, max_length=500, description=_LINK)
     paper_url: str | None = Field(default=None, max_length=500, description=_LINK)
+    external_evaluation: bool | None = Field(default=None, description=_EXTERNAL)
     withdrawn: bool | None = Field(
         default=None,
         description="true: off every leaderboard (results kept, shown on the algorithm's "
@@ -114,6 +120,7 @@ class AlgorithmOut(BaseModel):
     visibility: Visibility
     code_url: str
     paper_url: str
+    external_evaluation: bool = Field(description=_EXTERNAL)
     withdrawn_at: datetime | None = Field(
         description="When it was withdrawn from the leaderboards; null when on them."
     )

@@ -71,6 +71,7 @@ def create_algorithm(
     visibility: Visibility = Visibility.PUBLIC,
     code_url: str = "",
     paper_url: str = "",
+    external_evaluation: bool = False,
 ) -> Algorithm:
     code_url = check_link("code_url", code_url)
     paper_url = check_link("paper_url", paper_url)
@@ -89,6 +90,7 @@ def create_algorithm(
         visibility=visibility,
         code_url=code_url,
         paper_url=paper_url,
+        external_evaluation=external_evaluation,
     )
     session.add(algorithm)
     session.flush()

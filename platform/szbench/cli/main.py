@@ -89,6 +89,7 @@ def main(
 
 # Command groups register themselves below (one import per module).
 from szbench.cli import algorithm as _algorithm  # noqa: E402
+from szbench.cli import centre as _centre  # noqa: E402
 from szbench.cli import dataset as _dataset  # noqa: E402
 from szbench.cli import db as _db  # noqa: E402
 from szbench.cli import evaluate as _evaluate  # noqa: E402
@@ -110,6 +111,7 @@ app.add_typer(_users.app, name="user")
 app.add_typer(_tokens.app, name="token")
 app.add_typer(_uploads.app, name="upload")
 app.add_typer(_algorithm.app, name="algorithm")
+app.add_typer(_centre.app, name="centre")
 app.command("leaderboard")(_leaderboard.leaderboard)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -181,6 +182,11 @@ class FrozenBoard(BaseModel):
     )
     authors: dict[int, str] = Field(
         default_factory=dict, description="Each entry's algorithm's authors, by algorithm_id."
+    )
+    external: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Results clinical centres published for the entries' versions "
+        "(docs/federation.md): centre, dataset, figures, the bundle's sha256, withdrawn.",
     )
 
 

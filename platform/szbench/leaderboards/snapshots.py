@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from szbench import citations
 from szbench.datasets import queries as datasets
 from szbench.errors import NotFound
+from szbench.federation import service as federation
 from szbench.leaderboards.schemas import FrozenBoard, Snapshot, SnapshotSummary
 from szbench.leaderboards.service import BoardQuery, leaderboard
 from szbench.models import (
@@ -81,6 +82,9 @@ def freeze(session: Session, dataset: Dataset, dv: DatasetVersion) -> dict[str, 
                 )
             )
         },
+        external=federation.snapshot_entries(
+            session, {e.algorithm_version_id for e in board.items}
+        ),
     )
     # Through JSON text, so the stored data is what the API answers (NaN as null).
     data: dict[str, Any] = json.loads(frozen.model_dump_json())
@@ -209,6 +213,7 @@ def citation(snapshot: LeaderboardSnapshot) -> citations.Citation:
             f"Ranked by {board.ranking}",
             f"Scorer {', '.join(board.scorer_versions) or 'none'}",
             f"{len(board.items)} {'entry' if len(board.items) == 1 else 'entries'}",
+            *_external_note(board.external),
             f"Content sha256 {snapshot.content_sha256}",
         ],
         keywords=["seizure detection", "EEG", "SzCORE", "leaderboard"],
@@ -237,6 +242,29 @@ def entry_citation(snapshot: LeaderboardSnapshot, evaluation_id: int) -> citatio
             f"{place.capitalize()} on {_board_title(board)}, leaderboard snapshot {snapshot.id}",
             f"Event F1 {f1} ({entry.release.value} release)",
             f"Scorer {entry.provenance.scorer_version}",
+            *_external_note(
+                [
+                    x
+                    for x in board.external
+                    if x["algorithm_version_id"] == entry.algorithm_version_id
+                ]
+            ),
         ],
         keywords=["seizure detection", "EEG", "SzCORE"],
     )
+
+
+def _external_note(external: list[dict[str, object]]) -> list[str]:
+    """Centres' signed results as a citation notes them (withdrawn ones left out)."""
+    kept = [x for x in external if not x.get("withdrawn")]
+    if not kept:
+        return []
+    parts = []
+    for x in kept:
+        figures = x.get("figures")
+        f1 = figures.get("event_f1") if isinstance(figures, dict) else None
+        parts.append(
+            f"{x['centre']} {x['dataset']}: event F1 {'n/a' if f1 is None else f'{f1:g}'} "
+            f"(bundle sha256 {x['payload_sha256']})"
+        )
+    return ["External validation by centres: " + "; ".join(parts)]

@@ -31,6 +31,7 @@ def install(app: FastAPI) -> None:
         algorithms,
         compare,
         datasets,
+        federation,
         notifications,
         pages,
         snapshots,
@@ -48,5 +49,6 @@ def install(app: FastAPI) -> None:
     app.include_router(datasets.router)
     app.include_router(submit_help.router)
     app.include_router(teams.router)
+    app.include_router(federation.router)
     app.mount("/static", compressed(StaticFiles(directory=HERE / "static")), name="static")
     install_error_pages(app)

@@ -36,6 +36,7 @@ class AlgorithmForm(FormModel):
     code_url: str = Field(default="", max_length=500)
     paper_url: str = Field(default="", max_length=500)
     visibility: Literal["", "public", "private"] = ""
+    external_evaluation: bool = False
 
 
 _FIELDS = ("title", "authors", "licence", "description", "code_url", "paper_url")
@@ -50,6 +51,7 @@ def _form(
     if typed is None:
         shown = forms.empty({key: getattr(algorithm, key) for key in _FIELDS})
         shown["form"]["visibility"] = algorithm.visibility.value
+        shown["form"]["external_evaluation"] = algorithm.external_evaluation
     else:
         shown = typed.context()
     context = {"title": f"Edit {algorithm.name}", "algorithm": algorithm, **shown}
@@ -79,6 +81,7 @@ def edit(
     code_url: Annotated[str, Form()] = "",
     paper_url: Annotated[str, Form()] = "",
     visibility: Annotated[str, Form()] = "",
+    external_evaluation: Annotated[str, Form(max_length=10)] = "",
 ) -> Response:
     """Save the algorithm's fields."""
     algorithm = _managed(session, caller, algorithm_id)
@@ -92,6 +95,7 @@ def edit(
             "code_url": code_url,
             "paper_url": paper_url,
             "visibility": visibility,
+            "external_evaluation": bool(external_evaluation),
         },
     )
     if typed.model is None:
@@ -107,6 +111,7 @@ def edit(
             code_url=code_url,
             paper_url=paper_url,
             visibility=Visibility(visibility) if visibility else None,
+            external_evaluation=bool(external_evaluation),
         )
     except SzbenchError as exc:
         session.rollback()

@@ -23,6 +23,7 @@ from szbench.errors import (
 )
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.schemas import SubjectResultOut
+from szbench.federation import queries as federation
 from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import snapshots
 from szbench.leaderboards.statistics import CI_METRICS
@@ -315,6 +316,8 @@ def algorithm_page(
         "same_image": leaderboards.earlier_same_image(
             session, list(algorithm.versions), viewer=caller.user
         ),
+        # Its results at clinical centres (federated evaluation), beside its own.
+        "external": federation.visible_results(session, caller.user, algorithm_id=algorithm.id),
     }
     if selected is not None:
         context.update(_evaluation_charts(session, selected, caller))

@@ -218,6 +218,7 @@
     const created = await api("POST", "/api/v1/algorithms", {
       name: value("name"), title: value("title"), authors: value("authors"),
       licence: value("licence"), description: value("description"), visibility: value("visibility"),
+      external_evaluation: document.getElementById("external-evaluation").checked,
     });
     // From now on this form submits versions of the algorithm just created.
     const option = new Option(created.title + " (" + created.name + ")", String(created.id), true, true);

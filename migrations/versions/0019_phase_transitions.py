@@ -1,7 +1,7 @@
 """h2: phase_transitions, the phase lifecycle's events (a phase opening or closing), which
 notifications consume instead of detecting them
 
-Revision ID: 0019_h2
+Revision ID: 0019
 Revises: 0018
 Create Date: 2026-12-12 10:00:00
 
@@ -12,7 +12,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision: str = '0019_h2'
+revision: str = '0019'
 down_revision: Union[str, Sequence[str], None] = '0018'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
