@@ -209,3 +209,26 @@ def test_mail_to_a_dripping_smtp_server_gives_up_within_its_deadline(
         ((sent, hung_up),) = drip.wait_ended(1)
     assert hung_up
     assert sent < 100
+
+
+def test_a_hub_that_drips_its_catalogue_is_given_up_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A centre's tick calls its hub; a hub that drips must cost the tick one deadline, no more.
+    from szbench.errors import ServiceUnavailable
+    from szbench.federation import hub_client
+
+    monkeypatch.setattr(hub_client, "TIMEOUT_S", 0.5)
+    with dripping_receiver(interval_s=0.05) as drip:
+        with pytest.raises(ServiceUnavailable, match="does not answer"):
+            hub_client.catalogue(_origin(drip.url()))
+        ((sent, hung_up),) = drip.wait_ended(1)
+    assert hung_up
+    assert sent < 100
+
+
+def _origin(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"

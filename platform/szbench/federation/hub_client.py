@@ -1,6 +1,6 @@
 """The centre's HTTP calls to its hub: the catalogue, and publishing a bundle.
 
-Kept in this one module so that it can move onto the project's shared outbound client. The
+All of it goes through the project's outbound client (:mod:`szbench.outbound`). The
 hub is reached over https (plain http only to a loopback address, for tests and a hub on
 the same machine), no redirect is followed, no proxy from the environment is used, each
 call is bounded in time (:data:`TIMEOUT_S`) and in what is read of the answer.
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from szbench.errors import BadRequest, ServiceUnavailable
+from szbench.outbound import http
+from szbench.outbound.deadline import Deadline, DeadlineExceeded
 
 #: Seconds one call to the hub may take (connect, send, answer).
 TIMEOUT_S = 30.0
@@ -61,16 +61,7 @@ class Answer:
         return str(self.body.get("detail") or self.body.get("error") or "")[:900]
 
 
-def _client() -> httpx.Client:
-    return httpx.Client(timeout=TIMEOUT_S, follow_redirects=False, trust_env=False)
-
-
-def _read(response: httpx.Response) -> dict[str, Any]:
-    data = b""
-    for chunk in response.iter_bytes():
-        data += chunk
-        if len(data) > MAX_ANSWER_BYTES:
-            raise ServiceUnavailable(f"the hub's answer is larger than {MAX_ANSWER_BYTES} bytes")
+def _body(data: bytes) -> dict[str, Any]:
     try:
         body = json.loads(data) if data else {}
     except ValueError:
@@ -78,14 +69,28 @@ def _read(response: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"detail": str(body)[:300]}
 
 
-def _call(method: str, url: str, **kwargs: Any) -> Answer:
+def _call(
+    method: str, url: str, *, content: bytes = b"", headers: dict[str, str] | None = None
+) -> Answer:
+    # The project's outbound client: one wall-clock deadline for the lookup, the connection,
+    # the body sent and the answer read, so a hub that drips its answer cannot hold a tick.
     try:
-        with _client() as client, client.stream(method, url, **kwargs) as response:
-            return Answer(response.status_code, _read(response))
-    except httpx.HTTPError as exc:
+        with Deadline(TIMEOUT_S) as deadline:
+            answer = http.request(
+                method,
+                url,
+                deadline=deadline,
+                headers=list((headers or {}).items()),
+                content=content,
+                max_body=MAX_ANSWER_BYTES + 1,
+            )
+    except (DeadlineExceeded, http.CallFailed, OSError) as exc:
         raise ServiceUnavailable(
             f"the hub ({url}) does not answer ({exc}); try again later"
         ) from exc
+    if len(answer.body) > MAX_ANSWER_BYTES:
+        raise ServiceUnavailable(f"the hub's answer is larger than {MAX_ANSWER_BYTES} bytes")
+    return Answer(answer.status, _body(answer.body))
 
 
 def catalogue(hub_url: str) -> dict[str, Any]:
