@@ -20,7 +20,7 @@ from szbench.models import DatasetKind, Disclosure, Role
 from tests.platform import factories as f
 
 from .browsing import Site, Watched, fits, sign_in
-from .conftest import PASSWORD
+from .conftest import DATABASES, PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -79,6 +79,7 @@ def test_compare_two_algorithms(watched: Watched, site: Site) -> None:
     fits(page)
 
 
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 @pytest.mark.parametrize("width", WIDTHS)
 def test_phase_admin_and_the_submit_page(browser: Any, site: Site, width: int) -> None:
     admin = Watched(browser, width)

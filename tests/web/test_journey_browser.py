@@ -34,7 +34,7 @@ from szbench.models import (
 from tests.platform import factories as f
 
 from .browsing import Site, Watched, fits_and_passes_axe, sign_in
-from .conftest import PASSWORD
+from .conftest import DATABASES, PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -189,6 +189,7 @@ def _image_tar(path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_submit_page_checks_before_sending_a_byte(
     watched: Watched, site: Site, width: int, tmp_path: Path, settings_env: pytest.MonkeyPatch

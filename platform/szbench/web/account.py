@@ -435,22 +435,38 @@ def submissions_progress(session: SessionDep, caller: SignedIn) -> JSONResponse:
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
 
+#: Where a Cancel or Re-run button sends its user back to: the page the button was on (the
+#: form's ``back`` field). My submissions is the default, as its list holds both buttons.
+_BACK_TO_EVALUATION = "evaluation"
+
+
 @router.post("/evaluations/{evaluation_id}/cancel")
 def cancel(
-    evaluation_id: int, session: SessionDep, caller: Submitter, _csrf: CsrfChecked
+    evaluation_id: int,
+    session: SessionDep,
+    caller: Submitter,
+    _csrf: CsrfChecked,
+    back: Annotated[str, Form(max_length=20)] = "",
 ) -> Response:
     """Cancel a queued or running evaluation (owner or admin)."""
     evaluations_api.cancel_evaluation(evaluation_id, session, caller)
-    return redirect("/submissions", f"Evaluation {evaluation_id} cancelled.")
+    page = f"/evaluations/{evaluation_id}" if back == _BACK_TO_EVALUATION else "/submissions"
+    return redirect(page, f"Evaluation {evaluation_id} cancelled.")
 
 
 @router.post("/evaluations/{evaluation_id}/rerun")
 def rerun(
-    evaluation_id: int, session: SessionDep, caller: Submitter, _csrf: CsrfChecked
+    evaluation_id: int,
+    session: SessionDep,
+    caller: Submitter,
+    _csrf: CsrfChecked,
+    back: Annotated[str, Form(max_length=20)] = "",
 ) -> Response:
     """Run the same image again with fresh container runs."""
     new = evaluations_api.rerun_evaluation(evaluation_id, session, caller)
-    return redirect("/submissions", f"Re-run queued as evaluation {new.id}.")
+    # From an evaluation's page, on to the new evaluation's: that is the one to follow.
+    page = f"/evaluations/{new.id}" if back == _BACK_TO_EVALUATION else "/submissions"
+    return redirect(page, f"Re-run queued as evaluation {new.id}.")
 
 
 @router.post("/versions/{version_id}/evaluate")
