@@ -147,8 +147,15 @@ def cff(citation: Citation) -> str:
     """``citation`` as a CITATION.cff file (Citation File Format 1.2.0, YAML)."""
     document: dict[str, object] = {
         "cff-version": CFF_VERSION,
+        # One sentence per note, as BibTeX's note has them: joined by spaces alone they
+        # ran together ("... as below. Dataset version v1 manifest ... Source: ...").
         "message": plain(
-            " ".join(["If you use these results, please cite them as below.", *citation.notes])
+            " ".join(
+                [
+                    "If you use these results, please cite them as below.",
+                    *(_sentence(n) for n in citation.notes),
+                ]
+            )
         ),
         "type": citation.kind,
         "title": plain(citation.title),
@@ -166,6 +173,12 @@ def cff(citation: Citation) -> str:
         document["keywords"] = [plain(k) for k in citation.keywords]
     text: str = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
     return text
+
+
+def _sentence(note: str) -> str:
+    """A note as a sentence: ends with a full stop unless it ends with one already."""
+    note = note.strip()
+    return note if not note or note.endswith((".", "!", "?")) else note + "."
 
 
 def render(citation: Citation, fmt: Format) -> str:

@@ -100,8 +100,10 @@ def verification_token(user: User) -> str:
     return _serializer(_VERIFY_SALT).dumps({"u": user.id, "e": user.email})
 
 
-def verify_email(session: Session, token: str) -> User:
-    """Record that the user read mail at their address; :class:`BadRequest` otherwise."""
+def verify_email(session: Session, token: str, *, client: str | None = None) -> User:
+    """Record that the user read mail at their address; :class:`BadRequest` otherwise. The
+    first confirmation gives ``client`` (the address it came from) one sign-up back
+    (:func:`~szbench.auth.throttle.signup_confirmed`)."""
     if len(token) > 2000:
         raise BadRequest(INVALID_VERIFICATION)
     try:
@@ -116,6 +118,7 @@ def verify_email(session: Session, token: str) -> User:
     if user.email_verified_at is None:
         user.email_verified_at = _now()
         session.flush()
+        throttle.signup_confirmed(session, client=client)
     return user
 
 
@@ -286,6 +289,17 @@ def api_tokens(session: Session, user: User) -> list[ApiToken]:
             .where(ApiToken.user_id == user.id, ApiToken.name != cookies.WEB_SESSION_NAME)
             .order_by(ApiToken.id.desc())
         )
+    )
+
+
+def live_api_token_count(session: Session, user: User) -> int:
+    """How many of the user's API tokens still work (not revoked, not expired): after a
+    password reset, none."""
+    now = _now()
+    return sum(
+        1
+        for t in api_tokens(session, user)
+        if t.revoked_at is None and not service.is_expired(t, now)
     )
 
 
