@@ -316,7 +316,11 @@ def preflight(
         )
         if taken is not None:
             raise Conflict(f"version: {algorithm.name} already has a version {version!r}")
-    check_quota(session, user=user, phase=_phase(session, phase))
+    # The submission's own quota decision: the caller's, and the team's when the version
+    # goes to a team's algorithm (a team's spent phase quota refuses here, not after the
+    # upload).
+    team_id = algorithm.team_id if algorithm is not None else None
+    check_quota(session, user=user, phase=_phase(session, phase), team_id=team_id)
     if size_bytes is not None or filename is not None:
         uploads.check_archive_declared(filename or "", size_bytes or 0)
     return algorithm
