@@ -309,6 +309,8 @@ def project_images() -> None:
         "--network",
         "none",
         "-q",
+        "--build-arg",
+        "BASE_IMAGE=szbench/python-numpy:bookworm",
         "-t",
         BASELINE_IMAGE,
         str(ROOT / "examples" / "baseline"),
