@@ -493,7 +493,7 @@ def _flow(
     # A researcher gets no admin pages (the browser logs the 403 document as an error).
     console.allowed.append(f"status of 403 (Forbidden) ({base}/admin)")
     page.goto(f"{base}/admin")
-    expect(page.locator("main")).to_contain_text("admins only")
+    expect(page.locator("main")).to_contain_text("Admins only.")
     console.allowed.clear()
     page.get_by_role("button", name="Sign out").click()
     page.wait_for_load_state()
