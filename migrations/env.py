@@ -36,7 +36,24 @@ def run_migrations_online() -> None:
         return
     engine = make_engine(_url())
     with engine.connect() as conn:
-        _run(conn)
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite changes a table by copying it (batch mode) and dropping the old one;
+            # with foreign keys on, that drop would cascade into every row that refers to it
+            # (a team's memberships). Off for the migration, as SQLite's own procedure for
+            # schema changes says, and checked before the end. Set on the driver's
+            # connection: a pragma inside a transaction does nothing.
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
+        try:
+            _run(conn)
+            if sqlite:
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                if broken:
+                    raise RuntimeError(f"the migration left rows without their parent: {broken}")
+        finally:
+            if sqlite:
+                conn.rollback()
+                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")  # type: ignore[union-attr]
     engine.dispose()
 
 

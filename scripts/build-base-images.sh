@@ -69,8 +69,11 @@ EOF
 }
 
 if [ ! -s "$TARBALL" ] || [ "${SZBENCH_REBUILD_BASE:-0}" = 1 ]; then
+    mkdir -p "$CACHE_DIR"
+    # apt's output goes to a log (the quick start's screen is szbench's), shown on failure.
     command -v debootstrap >/dev/null || {
-        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap; }
+        { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap; } \
+            >"$CACHE_DIR/apt.log" 2>&1 || { tail -n 30 "$CACHE_DIR/apt.log" >&2; exit 1; }; }
     mirror=${SZBENCH_DEBIAN_MIRROR:-$(debian_mirror)}
     mkdir -p "$CACHE_DIR"
     rootfs=$(mktemp -d "$CACHE_DIR/rootfs.XXXXXX")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Start the real services the tests talk to: PostgreSQL, Redis and a Docker engine, and
-# build the local base images (no public registry is reachable). Idempotent; safe in CI.
+# build the local base images (no public registry is reachable); install the tools the tests
+# call (the compose tool, Chromium). Idempotent; safe in CI. SZBENCH_SERVICES=databases: only
+# what the fast stage needs (PostgreSQL, Redis, the compose tool).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -34,7 +36,19 @@ fi
 # libfaketime: tests and the fault drill run one worker process on a skewed clock.
 apt_install faketime
 
-# The fast test stage needs the databases only (scripts/test.sh --fast).
+# The compose tool: the fast stage's tests/deploy read the compose files with it (no engine
+# needed), so a fresh machine gets it here, from the README's own test command, not only in
+# CI. Without Debian's recommends: they would bring a Docker engine the fast stage never uses.
+if ! command -v docker-compose >/dev/null; then
+    if [ $apt_updated = 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+    $SUDO apt-get install -y -qq --no-install-recommends docker-compose
+    command -v docker-compose >/dev/null || {
+        echo "docker-compose is not on PATH after installing Debian's docker-compose" >&2
+        exit 1
+    }
+fi
+
+# The fast test stage needs the databases (and the compose tool) only (scripts/test.sh --fast).
 if [ "${SZBENCH_SERVICES:-all}" = databases ]; then exit 0; fi
 
 # Docker engine from Debian's docker.io, debootstrap for the base images, and Debian's

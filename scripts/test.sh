@@ -14,6 +14,12 @@ case "${1:-}" in
     --rest) stage=rest; shift ;;
 esac
 FAST='not docker and not browser and not slow'
+# The tests marked gpu need an NVIDIA GPU and the NVIDIA container runtime: they run where
+# nvidia-smi answers, and are left out (said here) everywhere else.
+NO_GPU=''
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    NO_GPU=' and not gpu'
+fi
 ./scripts/setup.sh
 if [ "$stage" = rest ]; then
     ./scripts/test-services.sh
@@ -24,5 +30,8 @@ else
     [ "$stage" = fast ] && exit 0
     ./scripts/test-services.sh
 fi
+if [ -n "$NO_GPU" ]; then
+    echo "No GPU here (nvidia-smi does not answer): the tests marked gpu are left out."
+fi
 # The slowest tests named in the log: where CI time goes is read there.
-exec .venv/bin/pytest -m "not ($FAST)" --durations=25 "$@"
+exec .venv/bin/pytest -m "not ($FAST)$NO_GPU" --durations=25 "$@"

@@ -97,11 +97,24 @@ def cff(citation: Citation) -> str:
         authors=_authors_or_site(citation),
         released=citation.released,
         url=citation.url,
-        message=" ".join(["If you use these results, please cite them as below.", *citation.notes]),
+        message=" ".join(
+            [
+                "If you use these results, please cite them as below.",
+                # One sentence per note, as BibTeX's note has them: joined by spaces alone
+                # they ran together ("... as below. Dataset version v1 manifest ...").
+                *(_sentence(n) for n in citation.notes),
+            ]
+        ),
         version=citation.version,
         abstract=citation.abstract,
         keywords=citation.keywords,
     )
+
+
+def _sentence(note: str) -> str:
+    """A note as a sentence: ends with a full stop unless it ends with one already."""
+    note = note.strip()
+    return note if not note or note.endswith((".", "!", "?")) else note + "."
 
 
 def render(citation: Citation, fmt: Format) -> str:

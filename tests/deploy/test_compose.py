@@ -1,7 +1,8 @@
 """The compose deployment: the file is valid and complete, and the stack really starts.
 
-The tool is Debian bookworm's ``docker-compose`` (1.29; installed by
-``scripts/ci-deploy-check.sh``). A missing tool fails these tests: it is part of CI's setup.
+The tool is Debian bookworm's ``docker-compose`` (1.29), installed by the README's test
+command (``scripts/test.sh``, through ``scripts/test-services.sh``) on a fresh machine. A
+missing tool fails these tests, saying so.
 
 The last tests build the project's images from the locally built base images and start the
 API, a worker, the migration, Flower, PostgreSQL, Redis and the registry (the last three built
@@ -46,8 +47,8 @@ def compose_tool() -> str:
     tool = shutil.which("docker-compose")
     if tool is None:
         pytest.fail(
-            "docker-compose is not installed: run scripts/ci-deploy-check.sh "
-            "(apt-get install docker-compose)"
+            "docker-compose is not installed: ./scripts/test.sh installs it "
+            "(or apt-get install --no-install-recommends docker-compose)"
         )
     return tool
 
@@ -310,6 +311,8 @@ def project_images() -> None:
         "--network",
         "none",
         "-q",
+        "--build-arg",
+        "BASE_IMAGE=szbench/python-numpy:bookworm",
         "-t",
         BASELINE_IMAGE,
         str(ROOT / "examples" / "baseline"),

@@ -100,7 +100,11 @@ def test_user_token_submit_leaderboard_locally(local_db: str, tmp_path: Path) ->
     assert "my-algo" in table
     # One held-out subject at the aggregate level: no interval, and the table says why.
     assert "released from 10 subjects on (this result has 1;" in table
-    assert "0.400" in table
+    # Released rounded to two decimals (held-out, aggregate level): printed as released,
+    # not with a third decimal it does not have (issue 30.6).
+    assert "0.40" in table
+    assert "0.400" not in table
+    assert "0.500" not in table
     board = json.loads(_invoke("leaderboard", "cli-ds", "--json"))
     assert board["items"][0]["algorithm"] == "my-algo"
     result = runner.invoke(app, ["leaderboard", "nope"])

@@ -249,7 +249,8 @@ def test_the_admin_phases_page_names_the_data(
         client, "/admin/phases", "/admin/phases/over/release", {"release_rule": "sometimes"}
     )
     assert r.status_code == 400
-    assert "release_rule: unknown rule" in r.text
+    # Under the field of that phase's form, in words (issue 30.5).
+    assert re.search(r'class="field-error" id="phase-\d+-release-rule-error">Unknown rule', r.text)
     r = post_form(
         client,
         "/admin/phases",
@@ -548,7 +549,8 @@ def test_the_admin_form_defaults_to_held_out_and_confirms_public(
         client, "/admin/datasets", "/admin/datasets", {"slug": "oops", "kind": "public_sample"}
     )
     assert r.status_code == 400
-    assert "needs an explicit confirmation" in r.text
+    # Under the confirmation field, saying what to type (issue 30.5).
+    assert '<p class="field-error" id="confirm-public-error">Type oops here to confirm' in r.text
     r = post_form(
         client,
         "/admin/datasets",
@@ -562,6 +564,7 @@ def test_the_admin_form_defaults_to_held_out_and_confirms_public(
         client, "/admin/datasets", action, {"kind": "public_sample", "confirm_public": ""}
     )
     assert r.status_code == 400
+    assert re.search(r'class="field-error" id="ds-\d+-confirm-public-error">Type held here', r.text)
     db_session.expire_all()
     assert world.dv.dataset.kind == DatasetKind.HELD_OUT
     r = post_form(

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 from typer.testing import CliRunner
 
-from szbench import migrate
+from szbench import db, migrate
 from szbench.cli.main import app
 from szbench.models import Base
 
@@ -162,5 +162,47 @@ def test_teams_migration_keeps_every_row_both_ways(tmp_path: Path) -> None:
             assert conn.execute(text("SELECT team_id FROM evaluations")).scalar_one() is None
         migrate.downgrade(url, "0017")
         assert counts() == [1, 1, 1]
+    finally:
+        engine.dispose()
+
+
+def test_team_names_migration_keeps_every_membership_both_ways(tmp_path: Path) -> None:
+    """0021 (issue 28.8) drops the unique team name. On SQLite that rebuilds the teams table;
+    a rebuild that dropped it with foreign keys on would cascade into the memberships and
+    unset every algorithm's team."""
+    url = f"sqlite:///{tmp_path / 'team-names.sqlite3'}"
+    migrate.upgrade(url, "0020")
+    engine = db.make_engine(url)  # foreign keys on, as szbench's every engine
+    rows = [
+        "INSERT INTO users (id, email, name, role, is_active, created_at) "
+        "VALUES (1, 'a@example.org', 'a', 'researcher', 1, '2026-01-01')",
+        "INSERT INTO teams (id, name, created_at) VALUES (1, 'Lab', '2026-01-01')",
+        "INSERT INTO team_members (team_id, user_id, role, added_at) "
+        "VALUES (1, 1, 'owner', '2026-01-01')",
+        "INSERT INTO algorithms (id, owner_id, name, title, authors, licence, description, "
+        "visibility, created_at, team_id) "
+        "VALUES (1, 1, 'a', '', '', '', '', 'public', '2026-01-01', 1)",
+    ]
+
+    def state() -> tuple[int, int | None]:
+        with engine.connect() as conn:
+            members = conn.execute(text("SELECT count(*) FROM team_members")).scalar_one()
+            team = conn.execute(text("SELECT team_id FROM algorithms")).scalar_one()
+            return members, team
+
+    try:
+        with engine.begin() as conn:
+            for row in rows:
+                conn.execute(text(row))
+        migrate.upgrade(url, "0021")
+        assert state() == (1, 1)
+        with engine.begin() as conn:  # a second team of that name is allowed now
+            conn.execute(text("INSERT INTO teams (id, name, created_at) VALUES (2, 'Lab', '2026')"))
+            conn.execute(text("DELETE FROM teams WHERE id = 2"))
+        migrate.downgrade(url, "0020")
+        assert state() == (1, 1)
+        with engine.connect() as conn:
+            foreign = conn.execute(text("PRAGMA foreign_key_check")).all()
+        assert foreign == []
     finally:
         engine.dispose()

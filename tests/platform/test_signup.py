@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from szbench.auth import throttle
+from szbench.auth import accounts, throttle
 from szbench.config import get_settings
 from szbench.errors import Forbidden
 from szbench.models import DatasetKind, User
@@ -61,7 +61,12 @@ def test_sign_ups_from_one_address_wait_longer_and_longer(
     assert refused.status_code == 429, refused.text
     assert refused.json()["error"] == "TooManyAttempts"
     assert refused.headers["Retry-After"] == str(int(base))
-    assert "too many sign-ups from your address" in refused.json()["detail"]
+    # In words, not seconds: how long, until when, and what a lab behind one address can do.
+    detail = refused.json()["detail"]
+    assert "too many new accounts from your network's address; try again in 2 hours" in detail
+    assert "(at 14:00 UTC)" in detail  # the frozen clock's 12:00 plus the wait
+    assert " s." not in detail
+    assert "confirms their e-mail address" in detail
     assert _accounts(db_session) == before + free + 1
     frozen_clock.advance(base)
     assert _signup(client).status_code == 201
@@ -134,7 +139,8 @@ def test_the_sign_up_page_is_throttled_with_retry_after(
     )
     assert r.status_code == 429
     assert r.headers["Retry-After"] == str(int(get_settings().signup_backoff_base_s))
-    assert "too many sign-ups from your address" in r.text
+    assert "try again in 2 hours (at 14:00 UTC)" in r.text
+    assert "7200" not in r.text
     assert db_session.scalar(select(User.id).where(User.email == "page@example.org")) is None
 
 
@@ -199,3 +205,34 @@ def test_with_mail_on_an_unverified_account_starts_nothing_over_http(
         r = client.request(method, path, json=body, headers=h)
         assert r.status_code == 403, (path, r.text)
         assert "confirm your e-mail address first" in r.json()["detail"]
+
+
+def test_a_lab_behind_one_address_signs_up_as_its_people_confirm(
+    client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
+) -> None:
+    """People behind one address are counted together, but each account that confirms its
+    e-mail address gives its place back: a lab of ten signs up in an afternoon, while
+    unconfirmed accounts (which bring no held-out quota) stay throttled as before."""
+    settings_env.setenv("SZBENCH_SMTP_HOST", "127.0.0.1")
+    settings_env.setenv("SZBENCH_SMTP_PORT", "9")  # nothing is mailed: the token is made here
+    settings_env.setenv("SZBENCH_PUBLIC_URL", "https://bench.example.org")
+    get_settings.cache_clear()
+    made = []
+    for i in range(10):
+        r = _signup(client, email=f"lab-{i}@example.org")
+        assert r.status_code == 201, (i, r.text)
+        user = db_session.get(User, r.json()["id"])
+        assert user is not None
+        made.append(user)
+        confirmed = client.post(
+            "/api/v1/auth/verify", json={"token": accounts.verification_token(user)}
+        )
+        assert confirmed.status_code == 200, confirmed.text
+    # Unconfirmed sign-ups from the same address still wait, as before.
+    for _ in range(get_settings().signup_free_per_client + 1):
+        assert _signup(client).status_code == 201
+    assert _signup(client).status_code == 429
+    # Confirming an address twice gives nothing more back.
+    again = client.post("/api/v1/auth/verify", json={"token": accounts.verification_token(made[0])})
+    assert again.status_code == 200
+    assert _signup(client).status_code == 429

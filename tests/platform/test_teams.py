@@ -249,7 +249,7 @@ def test_owners_manage_members_and_members_may_only_leave(
 
     r = client.post("/api/v1/teams", headers=hm, json={"name": "  lab   m "})
     assert r.status_code == 409
-    assert r.json()["detail"].startswith("name: a team called 'lab m' already exists")
+    assert r.json()["detail"].startswith("name: you are in a team called 'Lab M' already")
     for email, status, text in (
         ("nobody@example.org", 404, "email: no active account"),
         (inactive.email, 404, "email: no active account"),
@@ -321,3 +321,90 @@ def test_admins_list_every_team_and_others_only_their_own(
     assert [t["name"] for t in client.get("/api/v1/teams", headers=ha).json()["items"]] == [
         "Lab Alpha"
     ]
+
+
+# --- issue 28.8: names read as people read them; a clash tells nothing of other teams -------
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "lab n",  # case and blanks
+        "\uff2c\uff41\uff42 \uff2e",  # full-width letters (NFKC)
+        "L\u0430b N",  # a Cyrillic small a for the Latin a (a look-alike)
+        "La\u200bb N",  # a zero-width space
+        "Lab\u202e N",  # a right-to-left override
+        "Lab N\u00ad",  # a soft hyphen
+        "1ab N",  # ASCII look-alikes (1 and l)
+    ],
+)
+def test_a_name_that_reads_as_one_of_your_teams_is_refused(
+    client: TestClient, db_session: Session, typed: str
+) -> None:
+    owner = f.user(db_session)
+    h = f.headers(db_session, owner)
+    _team(client, h, "Lab N")
+    r = client.post("/api/v1/teams", headers=h, json={"name": typed})
+    assert r.status_code == 409, (typed, r.text)
+    assert "you are in a team called 'Lab N' already" in r.json()["detail"]
+
+
+def test_a_clash_with_someone_elses_team_tells_nothing(
+    client: TestClient, db_session: Session
+) -> None:
+    """Another researcher's team is invisible to a non-member: taking its name (or a name
+    that reads as it) is allowed, so the answer cannot tell that it exists."""
+    a, b = f.user(db_session), f.user(db_session)
+    ha, hb = f.headers(db_session, a), f.headers(db_session, b)
+    first = _team(client, ha, "Seizure Lab")
+    for typed in ("Seizure Lab", "seizure lab", "Seizure L\u0430b"):
+        r = client.post("/api/v1/teams", headers=hb, json={"name": typed})
+        assert r.status_code == 201, r.text
+        assert "exists" not in r.text
+        second = r.json()["id"]
+        assert second != first
+        assert client.delete(f"/api/v1/teams/{second}", headers=hb).status_code == 204
+    # What is stored and shown holds no invisible or bidirectional character.
+    r = client.post("/api/v1/teams", headers=hb, json={"name": "Ev\u202eil\u200b Lab"})
+    assert r.status_code == 201
+    assert r.json()["name"] == "Evil Lab"
+    r = client.post("/api/v1/teams", headers=hb, json={"name": "\u200b\u202e "})
+    assert r.status_code == 400
+    assert "a letter or a digit" in r.json()["detail"]
+
+
+def test_preflight_asks_the_teams_quota_as_the_submission_does(
+    client: TestClient, db_session: Session, sent: list[Any]
+) -> None:
+    """A team's phase quota, spent by one member: the other's preflight refuses as the
+    submit would (it answered ok, and the submit 429, after the upload)."""
+    a, b = f.user(db_session), f.user(db_session)
+    ha, hb = f.headers(db_session, a), f.headers(db_session, b)
+    team_id = _team(client, ha, "Lab Q", b)
+    algo = f.algorithm(db_session, a, team_id=team_id)
+    phase = f.phase(db_session, submission_quota=1)
+    r = client.post(
+        f"/api/v1/algorithms/{algo.id}/versions",
+        headers=ha,
+        json={"version": "1", "image_reference": f"reg:5000/a@{DIGEST}", "phase": phase.slug},
+    )
+    assert r.status_code == 201, r.text
+    asked = {"algorithm_id": algo.id, "version": "2", "phase": phase.slug}
+    pre = client.post("/api/v1/algorithms/preflight", headers=hb, json=asked)
+    submit = client.post(
+        f"/api/v1/algorithms/{algo.id}/versions",
+        headers=hb,
+        json={"version": "2", "image_reference": f"reg:5000/a@{DIGEST}", "phase": phase.slug},
+    )
+    assert submit.status_code == 429, submit.text
+    assert pre.status_code == submit.status_code, pre.text
+    assert pre.json()["detail"] == submit.json()["detail"]
+    assert "team 'Lab Q'" in pre.json()["detail"]
+    # b's own algorithm, outside the team, is not held by the team's quota.
+    own = f.algorithm(db_session, b)
+    r = client.post(
+        "/api/v1/algorithms/preflight",
+        headers=hb,
+        json={"algorithm_id": own.id, "version": "1", "phase": phase.slug},
+    )
+    assert r.status_code == 200, r.text

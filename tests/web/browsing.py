@@ -90,13 +90,14 @@ class Site:
 
 @contextmanager
 def browser_site(
-    settings_env: pytest.MonkeyPatch, pg_url: str, seed: Callable[[], Any], **settings: str
+    settings_env: pytest.MonkeyPatch, database_url: str, seed: Callable[[], Any], **settings: str
 ) -> Iterator[Site]:
-    """``seeded_site`` on the test database with a cheap password hash (every test signs in
-    at each width; the default scrypt cost would make that the slowest part) and a fixed
-    secret key; ``settings`` add to or override those."""
+    """``seeded_site`` on the test database (PostgreSQL or SQLite: conftest's
+    ``database_url``) with a cheap password hash (every test signs in at each width; the
+    default scrypt cost would make that the slowest part) and a fixed secret key;
+    ``settings`` add to or override those."""
     env = {
-        "SZBENCH_DATABASE_URL": pg_url,
+        "SZBENCH_DATABASE_URL": database_url,
         "SZBENCH_PASSWORD_SCRYPT_N": "1024",
         "SZBENCH_SECRET_KEY": "browser-test-secret-key",
         **settings,

@@ -86,9 +86,34 @@ def browser() -> Iterator[Any]:
             instance.close()
 
 
+#: The two databases a journey runs on: PostgreSQL (production) and the embedded default
+#: (SQLite, as ``szbench serve`` and the README's quick start use it). A journey runs on both
+#: with ``@pytest.mark.parametrize("database_url", DATABASES, indirect=True)``.
+DATABASES = ("postgresql", "sqlite")
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, pg_url: str, tmp_path: Path) -> str:
+    """The URL of the database a browser test's site runs on: the test session's
+    PostgreSQL (the default), or a migrated SQLite file of its own (``"sqlite"``)."""
+    kind = getattr(request, "param", "postgresql")
+    if kind == "postgresql":
+        return pg_url
+    assert kind == "sqlite", kind
+    from szbench import migrate
+
+    url = f"sqlite:///{tmp_path / 'embedded' / 'szbench.sqlite3'}"
+    (tmp_path / "embedded").mkdir(exist_ok=True)
+    migrate.upgrade(url)
+    return url
+
+
 @pytest.fixture
 def site(
-    request: pytest.FixtureRequest, pg_url: str, settings_env: pytest.MonkeyPatch, tmp_path: Path
+    request: pytest.FixtureRequest,
+    database_url: str,
+    settings_env: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> Iterator[Any]:
     """The browser tests' usual site (a ``browsing.Site``): the requesting module's ``seed()``
     served with live leaderboards. Most browser test files need exactly this, so they only
@@ -102,7 +127,7 @@ def site(
         "SZBENCH_LEADERBOARD_FRESH_S": "0",
         "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
     }
-    with browser_site(settings_env, pg_url, request.module.seed, **live) as running:
+    with browser_site(settings_env, database_url, request.module.seed, **live) as running:
         yield running
 
 

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from szbench.auth import cookies
+from szbench.auth import accounts, cookies
 from szbench.auth import service as auth
 from szbench.config import get_settings
 from szbench.models import ApiToken, Role
@@ -47,7 +47,7 @@ def test_profile_lists_web_sign_ins_apart_from_api_tokens(
     assert len(re.findall(r'action="/account/sessions/\d+/revoke"', page)) == 2
     assert "this browser" in page
     assert "laptop CLI" not in page
-    assert "API tokens</a> (1)" in page
+    assert 'API tokens</a> (<span id="api-token-count">1</span> in use)' in page
     tokens = client.get("/tokens").text
     assert "laptop CLI" in tokens
     assert cookies.WEB_SESSION_NAME not in tokens
@@ -193,3 +193,29 @@ def test_upload_a_fixed_version_preselects_only_the_callers_algorithm(
         page = client.get(f"/submit{query}").text
         assert " selected>" not in page.split('id="algorithm-id"')[1].split("</select>")[0]
         assert "theirs" not in page
+
+
+def test_the_token_count_is_right_after_a_password_reset(
+    client: TestClient, db_session: Session
+) -> None:
+    """Issue 30.6: a reset revokes every token; the account page it lands on counts the
+    tokens that still work (none), not every token ever made."""
+    user = f.user(db_session, email="reset-count@example.org", password=PASSWORD)
+    for name in ("laptop", "cluster"):
+        auth.create_token(db_session, user, name=name)
+    sign_in(client, "reset-count@example.org")
+    assert '<span id="api-token-count">2</span> in use' in client.get("/account").text
+    token, _ = accounts.reset_token(user)
+    page = client.get(f"/password/reset?token={token}").text
+    r = client.post(
+        "/password/reset",
+        data={
+            "token": token,
+            "new_password": "a-brand-new-secret-5",
+            "csrf_token": csrf_of(page),
+        },
+        follow_redirects=True,
+    )
+    assert r.status_code == 200, r.text
+    assert "Your new password is set" in r.text
+    assert '<span id="api-token-count">0</span> in use' in r.text

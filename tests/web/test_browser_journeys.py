@@ -20,7 +20,7 @@ from szbench.models import DatasetKind, Disclosure, Role
 from tests.platform import factories as f
 
 from .browsing import Site, Watched, fits, sign_in
-from .conftest import PASSWORD
+from .conftest import DATABASES, PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -62,14 +62,14 @@ def test_compare_two_algorithms(watched: Watched, site: Site) -> None:
     page.goto(f"{site.url}/leaderboards/held-out")
     page.get_by_role("link", name="Compare algorithms").click()
     page.wait_for_load_state()
-    page.get_by_label("alpha 1.0").check()
-    page.get_by_label("beta 1.0").check()
+    page.get_by_label("Alpha 1.0").check()
+    page.get_by_label("Beta 1.0").check()
     page.get_by_role("button", name="Compare").click()
     page.wait_for_load_state()
     tests = page.locator("#paired-tests tbody tr")
     assert tests.count() == 1
     cells = tests.first.locator("td").all_inner_texts()
-    assert cells[:2] == ["alpha 1.0", "beta 1.0"]
+    assert cells[:2] == ["Alpha 1.0", "Beta 1.0"]  # as the board names them
     assert cells[2] == "0.350"  # mean of 0.4, 0.2, 0.5, 0.3
     assert cells[4].startswith("0.1250")  # 2 of 16 sign flips
     assert page.locator("#subject-table tbody tr").count() == 4
@@ -79,6 +79,7 @@ def test_compare_two_algorithms(watched: Watched, site: Site) -> None:
     fits(page)
 
 
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 @pytest.mark.parametrize("width", WIDTHS)
 def test_phase_admin_and_the_submit_page(browser: Any, site: Site, width: int) -> None:
     admin = Watched(browser, width)

@@ -36,7 +36,7 @@ def test_messages_are_sentences_by_field() -> None:
     assert ok.errors == {"name": "Is taken"}
     assert ok.status_code == 400
     ok.fail(BadRequest("something else went wrong"))
-    assert ok.errors[forms.FORM] == "something else went wrong"
+    assert ok.errors[forms.FORM] == "Something else went wrong"
 
 
 def forms_model() -> type[forms.FormModel]:

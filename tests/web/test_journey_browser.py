@@ -34,7 +34,7 @@ from szbench.models import (
 from tests.platform import factories as f
 
 from .browsing import Site, Watched, fits_and_passes_axe, sign_in
-from .conftest import PASSWORD
+from .conftest import DATABASES, PASSWORD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -189,6 +189,7 @@ def _image_tar(path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_submit_page_checks_before_sending_a_byte(
     watched: Watched, site: Site, width: int, tmp_path: Path, settings_env: pytest.MonkeyPatch
@@ -208,7 +209,10 @@ def test_the_submit_page_checks_before_sending_a_byte(
     page.set_input_files("#file", str(bad))
     page.get_by_role("button", name="Submit").click()
     alert = page.locator("#form-error")
-    expect(alert).to_contain_text("not-an-image.tar: not a tar archive")
+    # Under the archive's field (the drop zone stands for the hidden file input).
+    expect(page.locator("#file-error")).to_contain_text("not-an-image.tar: not a tar archive")
+    expect(alert).to_have_text("Please correct the field marked below.")
+    assert page.locator("#drop-zone").get_attribute("aria-invalid") == "true"
     # Two images in one archive: the manifest is read here too.
     two = tmp_path / "two.tar"
     with tarfile.open(two, "w") as tar:
@@ -218,7 +222,7 @@ def test_the_submit_page_checks_before_sending_a_byte(
         tar.addfile(info, io.BytesIO(data))
     page.set_input_files("#file", str(two))
     page.get_by_role("button", name="Submit").click()
-    expect(alert).to_contain_text("holds 2 images; submit exactly one")
+    expect(page.locator("#file-error")).to_contain_text("holds 2 images; submit exactly one")
     # A good archive, but the day's submissions are used up: refused before the upload.
     settings_env.setenv("SZBENCH_SUBMISSIONS_PER_DAY", "0")
     get_settings.cache_clear()
@@ -226,6 +230,7 @@ def test_the_submit_page_checks_before_sending_a_byte(
     page.set_input_files("#file", str(_image_tar(tmp_path / "good.tar")))
     page.get_by_role("button", name="Submit").click()
     expect(alert).to_contain_text("you have used all 0 submissions")
+    assert page.locator("#file-error").count() == 0  # a quota is no field's fault
     assert sent == []  # no upload session opened, no byte sent
     with session_scope() as s:
         assert s.scalar(select(Algorithm.id).where(Algorithm.name == f"new-{width}")) is None
@@ -264,3 +269,59 @@ def test_bidi_text_404_and_the_phone_comparison(watched: Watched, site: Site, wi
         assert box["x"] + box["width"] <= viewport["width"], (label, box)
     assert row.locator("td[data-label='Mean difference']").inner_text().strip() == "0.367"
     fits_and_passes_axe(page, f"/compare at {width} px")
+
+
+#: What a validator or a program says, never a person (tests/web/test_every_form.py walks
+#: the other forms with the same list).
+VALIDATOR_WORDS = ("String should", "Input should", "Field required", "body.", "pattern")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_submit_page_says_what_is_wrong_under_each_field(
+    watched: Watched, site: Site, width: int, tmp_path: Path
+) -> None:
+    """Issue 30.5: the submit page's refusals sit under their field in the page's words,
+    whether the page finds them (a name not in the short-name form, no version) or the
+    server does (a title too long for it: a 422 in the validator's wording; a version label
+    that is taken), and only what belongs to no field (a quota) goes in the box above."""
+    page = watched.page()
+    sign_in(page, site.url, ALICE)
+    page.goto(f"{site.url}/submit")
+    page.get_by_label("Short name").fill("Not A Short Name!")
+    page.get_by_role("button", name="Submit").click()
+    expect(page.locator("#form-error")).to_have_text("Please correct the fields marked below.")
+    assert "lower-case letters, digits" in page.locator("#name-error").inner_text()
+    assert page.locator("#version-error").inner_text() == "Required."
+    assert "Choose or drop an image archive" in page.locator("#file-error").inner_text()
+    name = page.get_by_label("Short name")
+    assert name.get_attribute("aria-invalid") == "true"
+    assert "name-error" in (name.get_attribute("aria-describedby") or "")
+    fits_and_passes_axe(page, f"/submit with field errors at {width} px")
+
+    # The server's refusals: a title longer than it takes (the page has no check of its
+    # own for a value set by a script) comes back as a 422 in the validator's words.
+    watched.allowed.append("status of 422")
+    watched.allowed.append("status of 409")
+    name.fill(f"titled-{width}")
+    page.get_by_label("Version label").fill("1.0")
+    page.evaluate("document.getElementById('title').value = 'T'.repeat(201)")
+    page.set_input_files("#file", str(_good_archive(tmp_path)))
+    page.get_by_role("button", name="Submit").click()
+    expect(page.locator("#title-error")).to_have_text("At most 200 characters.", timeout=20_000)
+    assert page.locator("#name-error").count() == 0  # the earlier errors are gone
+    # A taken version label of an existing algorithm: under the version field.
+    page.get_by_label("Algorithm", exact=True).select_option(str(site.ids["algo"]))
+    page.get_by_role("button", name="Submit").click()
+    expect(page.locator("#version-error")).to_contain_text("already has a version '1.0'")
+    main = page.inner_text("main")
+    for words in VALIDATOR_WORDS:
+        assert words not in main, words
+    fits_and_passes_axe(page, f"/submit with a server's field error at {width} px")
+
+
+def _good_archive(tmp_path: Path) -> Path:
+    from tests.platform.images import docker_save
+
+    archive = tmp_path / "good-image.tar"
+    docker_save(archive)
+    return archive

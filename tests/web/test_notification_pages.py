@@ -1,7 +1,8 @@
 """The account's notifications page (issue 23.1): switches per event and channel, the
 webhook URL with its error next to the field (what was typed kept), the secret shown once,
-a test send and the delivery log. In Chromium at 1280 and 390 px against uvicorn, with a
-real webhook receiver on loopback that checks each call's HMAC and a real SMTP sink."""
+a test send and the delivery log. In Chromium at 1280 and 390 px against uvicorn (on
+PostgreSQL and on the embedded default, SQLite), with a real webhook receiver on loopback that
+checks each call's HMAC and a real SMTP sink."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.platform.webhook_receiver import Receiver, webhook_receiver
 
 from .axe import assert_no_axe_violations
 from .browsing import Watched, fits, seeded_site, sign_in
-from .conftest import PASSWORD, csrf_of
+from .conftest import DATABASES, PASSWORD, csrf_of
 from .conftest import sign_in as sign_in_client
 
 LOOPBACK = {
@@ -115,10 +116,10 @@ EMAIL = "notify@example.org"
 
 
 @pytest.fixture
-def site(pg_url: str, settings_env: pytest.MonkeyPatch) -> Iterator[Site]:
+def site(database_url: str, settings_env: pytest.MonkeyPatch) -> Iterator[Site]:
     with webhook_receiver() as receiver, smtp_sink() as sink:
         env = {
-            "SZBENCH_DATABASE_URL": pg_url,
+            "SZBENCH_DATABASE_URL": database_url,
             "SZBENCH_PASSWORD_SCRYPT_N": "1024",
             "SZBENCH_SECRET_KEY": "notification-pages-test-secret-key",
             "SZBENCH_SMTP_HOST": "127.0.0.1",
@@ -139,6 +140,7 @@ def site(pg_url: str, settings_env: pytest.MonkeyPatch) -> Iterator[Site]:
 
 @pytest.mark.postgres
 @pytest.mark.slow
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 @pytest.mark.parametrize("width", [1280, 390])
 def test_notifications_page_in_the_browser(browser: Any, site: Site, width: int) -> None:
     watched = Watched(browser, width)

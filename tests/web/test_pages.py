@@ -384,7 +384,7 @@ def test_researcher_cannot_manage_others_or_see_hidden(client: TestClient, world
     for path in ("/admin", "/admin/users", "/admin/datasets", "/admin/publishing", "/admin/queue"):
         r = client.get(path)
         assert r.status_code == 403, path
-        assert "admins only" in r.text
+        assert "Admins only." in r.text  # the service's words, as a sentence
     assert client.get(f"/evaluations/{world.bob_hidden.id}").status_code == 404
     assert (
         client.get(f"/algorithms/{world.bob_algo_id}?evaluation={world.bob_hidden.id}").status_code

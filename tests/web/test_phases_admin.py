@@ -3,6 +3,7 @@ and the deadline and remaining quota on the submit page."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
@@ -54,7 +55,13 @@ def test_admin_creates_edits_closes_and_publishes_a_phase(
         {"opens_at": "2026-01-01T00:00", "closes_at": "2025-01-01T00:00", "submission_quota": "3"},
     )  # fmt: skip
     assert r.status_code == 400
-    assert "closes_at: 2025-01-01 00:00 UTC is not after opens_at 2026-01-01 00:00 UTC" in r.text
+    # Under the field, in the form's words, in that phase's own card (what was typed kept).
+    assert re.search(
+        r'<p class="field-error" id="phase-\d+-closes-at-error">2025-01-01 00:00 UTC is not after '
+        r"the opening time 2026-01-01 00:00 UTC</p>",
+        r.text,
+    )
+    assert 'value="2025-01-01T00:00"' in r.text
     r = post_form(
         client, "/admin/phases", "/admin/phases/final/edit",
         {"opens_at": "", "closes_at": "2099-07-01T00:00", "submission_quota": ""},
@@ -73,18 +80,34 @@ def test_admin_creates_edits_closes_and_publishes_a_phase(
     assert str(r.url).split("?")[0].endswith("/admin/phases")
 
 
-def test_bad_form_values_name_the_field(client: TestClient, db_session: Session) -> None:
+def test_bad_form_values_sit_under_their_field_in_plain_words(
+    client: TestClient, db_session: Session
+) -> None:
     _admin(client, db_session)
-    for data, expected in (
-        ({"slug": "x", "closes_at": "tomorrow"}, "closes_at: &#39;tomorrow&#39; is not a date"),
-        ({"slug": "x", "submission_quota": "-1"}, "submission_quota: &#39;-1&#39; is not a whole"),
-        ({"slug": "Bad Slug"}, "slug"),
-        ({"slug": "x", "disclosure": "all"}, "disclosure: unknown level &#39;all&#39;"),
+    for data, field, expected in (
+        ({"slug": "x", "closes_at": "tomorrow"}, "closes-at", "&#39;tomorrow&#39; is not a date"),
+        ({"slug": "x", "submission_quota": "-1"}, "submission-quota", "&#39;-1&#39; is not a"),
+        ({"slug": "Bad Slug"}, "slug", "Use lower-case letters, digits"),
+        ({"slug": "x", "disclosure": "all"}, "disclosure", "Unknown level &#39;all&#39;"),
+        (
+            {"slug": "x", "opens_at": "2099-07-02T00:00", "closes_at": "2099-07-01T00:00"},
+            "closes-at",
+            "is not after the opening time",
+        ),
     ):
         r = post_form(client, "/admin/phases", "/admin/phases", data)
         assert r.status_code == 400, data
+        assert f'<p class="field-error" id="{field}-error">' in r.text, data
         assert expected in r.text, data
+        assert "closes_at" not in _visible(r.text), data
+        assert "opens_at" not in _visible(r.text), data
+        assert 'value="x"' in r.text or data["slug"] != "x"  # what was typed stays
     assert db_session.scalar(select(Phase).where(Phase.slug == "x")) is None
+
+
+def _visible(page: str) -> str:
+    """The page's text without its tags (names in attributes are not shown)."""
+    return re.sub(r"<[^>]*>", " ", page)
 
 
 def test_non_admins_cannot_reach_the_phase_admin(client: TestClient, db_session: Session) -> None:

@@ -1,10 +1,13 @@
 """Team pages (issue 23.2): start a team, add a member by e-mail (the error next to the field,
-what was typed kept), put an algorithm in it, the member sees it and can pick it on the submit
-page, leave; the admins' list of every team. Forms through the test client, then the whole
-round in Chromium at 1280 and 390 px against uvicorn."""
+what was typed kept), put an algorithm in it, the member sees it, submits a version of it on
+the submit page and re-runs its evaluation, leaves; the admins' list of every team. Forms
+through the test client, then the whole round in Chromium at 1280 and 390 px against uvicorn,
+on PostgreSQL and on the embedded default, SQLite (issue 30.3: there a member's submit
+waited 30 s for its own write lock and answered 503)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,12 +15,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from szbench.db import session_scope
-from szbench.models import Algorithm, Role, Team, Visibility
+from szbench.models import Algorithm, DatasetKind, Role, Team, Visibility
 from tests.platform import factories as f
+from tests.platform.images import docker_save
 
 from .axe import assert_no_axe_violations
 from .browsing import Watched, fits, seeded_site, sign_in
-from .conftest import PASSWORD, post_form
+from .conftest import DATABASES, PASSWORD, post_form
 from .conftest import sign_in as sign_in_client
 
 
@@ -92,36 +96,45 @@ OWNER, MEMBER = "owner@example.org", "member@example.org"
 
 
 @pytest.fixture
-def site(pg_url: str, settings_env: pytest.MonkeyPatch) -> Any:
+def site(database_url: str, settings_env: pytest.MonkeyPatch) -> Any:
     env = {
-        "SZBENCH_DATABASE_URL": pg_url,
+        "SZBENCH_DATABASE_URL": database_url,
         "SZBENCH_PASSWORD_SCRYPT_N": "1024",
         "SZBENCH_SECRET_KEY": "team-pages-test-secret-key-0123456789",
     }
 
-    def seed() -> None:
+    def seed() -> dict[str, int]:
         with session_scope() as s:
             owner = f.user(s, email=OWNER, password=PASSWORD, name="Olga")
             f.user(s, email=MEMBER, password=PASSWORD, name="Mika")
             f.user(s, email="admin@example.org", password=PASSWORD, role=Role.ADMIN)
-            f.algorithm(
+            algo = f.algorithm(
                 s, owner, name="private-net", title="Private Net", visibility=Visibility.PRIVATE
             )
+            # A finished held-out evaluation of the owner's version, for the member's re-run.
+            dv = f.dataset_version(s, f.dataset(s, DatasetKind.HELD_OUT, slug="team-held"))
+            f.recording(s, dv)
+            done = f.evaluation(s, f.version(s, algo, version="1.0"), dv)
+            return {"evaluation": done.id}
 
-    with seeded_site(settings_env, env, seed) as (url, _):
-        yield url
+    with seeded_site(settings_env, env, seed) as (url, ids):
+        yield url, ids
 
 
 @pytest.mark.postgres
 @pytest.mark.slow
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 @pytest.mark.parametrize("width", [1280, 390])
-def test_team_pages_in_the_browser(browser: Any, site: str, width: int) -> None:
+def test_team_pages_in_the_browser(
+    browser: Any, site: tuple[str, dict[str, int]], width: int, tmp_path: Path
+) -> None:
+    url, ids = site
     watched = Watched(browser, width)
     page = watched.page()
-    sign_in(page, site, OWNER)
-    page.goto(f"{site}/account")
+    sign_in(page, url, OWNER)
+    page.goto(f"{url}/account")
     page.locator("#teams-link").click()
-    page.wait_for_url(f"{site}/teams")
+    page.wait_for_url(f"{url}/teams")
     fits(page)
     assert_no_axe_violations(page, f"/teams at {width} px")
     page.get_by_label("Name").fill(f"Lab {width}")
@@ -160,8 +173,8 @@ def test_team_pages_in_the_browser(browser: Any, site: str, width: int) -> None:
     # The member: sees the private algorithm, may pick it on the submit page, leaves.
     other = Watched(browser, width)
     mpage = other.page()
-    sign_in(mpage, site, MEMBER)
-    mpage.goto(f"{site}/teams")
+    sign_in(mpage, url, MEMBER)
+    mpage.goto(f"{url}/teams")
     mpage.get_by_role("link", name=f"Lab {width}").click()
     mpage.wait_for_load_state()
     assert "Private Net" in mpage.locator("#team-algorithms").inner_text()
@@ -169,9 +182,29 @@ def test_team_pages_in_the_browser(browser: Any, site: str, width: int) -> None:
     mpage.get_by_role("link", name="Private Net").click()
     mpage.wait_for_load_state()
     assert "Private Net" in mpage.locator("h1").inner_text()
-    mpage.goto(f"{site}/submit")
+    mpage.goto(f"{url}/submit")
     options = mpage.locator("#algorithm-id option").all_inner_texts()
     assert f"Private Net (private-net, team Lab {width})" in options
+    # ... and submits a version of it: upload, archive check, version, smoke test queued.
+    mpage.get_by_label("Algorithm", exact=True).select_option(
+        label=f"Private Net (private-net, team Lab {width})"
+    )
+    mpage.get_by_label("Version label").fill("2.0")
+    archive = tmp_path / "member-image.tar"
+    docker_save(archive)
+    mpage.set_input_files("#file", str(archive))
+    mpage.get_by_role("button", name="Submit").click()
+    mpage.wait_for_url(f"{url}/submissions*", timeout=20_000)
+    assert "Version 2.0 submitted" in mpage.locator(".flash").inner_text()
+    assert "2.0" in mpage.locator("main").inner_text()
+    # A re-run of the team's finished evaluation, from its page, goes on to the new one.
+    mpage.goto(f"{url}/evaluations/{ids['evaluation']}")
+    mpage.get_by_role("button", name="Re-run").click()
+    mpage.wait_for_load_state()
+    assert "Re-run queued as evaluation" in mpage.locator(".flash").inner_text()
+    new_id = int(mpage.url.split("/evaluations/")[1].split("?")[0])
+    assert new_id != ids["evaluation"]
+    fits(mpage)
     mpage.goto(team_url)
     mpage.get_by_role("button", name=f"Leave Lab {width}").click()
     mpage.wait_for_load_state()
@@ -185,10 +218,10 @@ def test_team_pages_in_the_browser(browser: Any, site: str, width: int) -> None:
     # The admins' list.
     admin = Watched(browser, width)
     apage = admin.page()
-    sign_in(apage, site, "admin@example.org")
-    apage.goto(f"{site}/admin")
+    sign_in(apage, url, "admin@example.org")
+    apage.goto(f"{url}/admin")
     apage.get_by_role("link", name="Teams").first.click()
-    apage.wait_for_url(f"{site}/admin/teams")
+    apage.wait_for_url(f"{url}/admin/teams")
     row = apage.locator("#admin-teams tr", has_text=f"Lab {width}")
     assert OWNER in row.inner_text()
     fits(apage)

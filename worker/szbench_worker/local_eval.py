@@ -59,6 +59,9 @@ class RecordingReport:
     peak_memory_bytes: int | None
     event: dict[str, int | None]
     detections: list[dict[str, Any]] | None
+    #: The GPU the run had, as its provenance records it ("NVIDIA H200, driver 580.x"); ""
+    #: for a run without one.
+    gpu: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -116,8 +119,31 @@ def prepared_dataset(directory: Path, data_dir: Path, say: Say) -> tuple[Path, b
     return target, True
 
 
-def open_source(image: str | None, tar: Path | None, local_process: str | None) -> Source:
-    """The runner for exactly one of an image on the engine, a tarball or a local command."""
+def open_source(
+    image: str | None,
+    tar: Path | None,
+    local_process: str | None,
+    *,
+    gpus: tuple[str, ...] = (),
+) -> Source:
+    """The runner for exactly one of an image on the engine, a tarball or a local command;
+    ``gpus``: the engine must be able to give the image these (``--gpus``), checked now."""
+    source = _open_source(image, tar, local_process)
+    if gpus:
+        from szbench_worker import docker_runner
+
+        refused = docker_runner.gpu_refusal(source.runner.client, source.digest, gpus)
+        if refused is not None:
+            raise LocalEvaluationError(
+                f"This Docker engine cannot give a container GPU {','.join(gpus)}: {refused}. "
+                "A GPU needs the NVIDIA driver and the NVIDIA container toolkit registered "
+                "with dockerd (nvidia-ctk runtime configure --runtime=docker, then restart "
+                "it); `szbench gpu-check` checks a host."
+            )
+    return source
+
+
+def _open_source(image: str | None, tar: Path | None, local_process: str | None) -> Source:
     from szbench.config import get_settings
 
     if local_process is not None:
@@ -156,10 +182,13 @@ def open_source(image: str | None, tar: Path | None, local_process: str | None) 
     return Source(runner, info.digest, image, "docker sandbox")
 
 
-def use_embedded_mode() -> Path:
+def use_embedded_mode(*, gpus: str | None = None) -> Path:
     """Switch this process to the embedded queue (no Redis) and migrate its database;
-    the data directory."""
+    the data directory. ``gpus``: the GPU this process's worker owns
+    (``SZBENCH_RUNNER_GPUS``, as a gpu-queue worker's), for ``szbench evaluate --gpus``."""
     os.environ["SZBENCH_BROKER_URL"] = ""
+    if gpus is not None:
+        os.environ["SZBENCH_RUNNER_GPUS"] = gpus
     from szbench import db, migrate
     from szbench.config import get_settings
 
@@ -179,8 +208,11 @@ def register(
     dataset_slug: str | None,
     public_sample: bool,
     reuse: bool,
+    wants_gpu: bool = False,
 ) -> tuple[int, bool]:
-    """The evaluation to wait for, and whether it continues one left unfinished earlier."""
+    """The evaluation to wait for, and whether it continues one left unfinished earlier.
+    ``wants_gpu``: the version asks for a GPU, so its evaluation goes to the gpu queue and
+    each run gets the worker's GPU, as an upload that wants one does."""
     from szbench.algorithms import service as algorithms
     from szbench.auth import service as users
     from szbench.datasets import service as datasets
@@ -203,6 +235,7 @@ def register(
         digest=source.digest,
         reference=source.reference,
         message="Registered by szbench evaluate.",
+        wants_gpu=wants_gpu,
     )
     try:
         _, checksum = datasets.read_manifest(prepared)
@@ -264,6 +297,7 @@ def run_evaluation(
     say: Say,
     on_started: Callable[[int], None],
     on_progress: OnProgress,
+    wants_gpu: bool = False,
 ) -> int:
     """Register everything, drive the embedded worker until the evaluation is finished; its id.
 
@@ -297,6 +331,7 @@ def run_evaluation(
                     dataset_slug=dataset_slug,
                     public_sample=public_sample,
                     reuse=reuse,
+                    wants_gpu=wants_gpu,
                 )
             if not continued:
                 _start_here(evaluation_id, sent)
@@ -398,6 +433,7 @@ def result_of(evaluation_id: int, *, strip_eeg_prefix: bool) -> LocalResult:
                     peak_memory_bytes=run.peak_memory_bytes,
                     event={"tp": run.event_tp, "fp": run.event_fp, "fn": run.event_fn},
                     detections=_detections(run),
+                    gpu=", driver ".join(x for x in (run.gpu_model, run.gpu_driver) if x),
                 )
             )
         return LocalResult(

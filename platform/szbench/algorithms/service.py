@@ -318,7 +318,11 @@ def preflight(
         )
         if taken is not None:
             raise Conflict(f"version: {algorithm.name} already has a version {version!r}")
-    check_quota(session, user=user, phase=_phase(session, phase))
+    # The submission's own quota decision: the caller's, and the team's when the version
+    # goes to a team's algorithm (a team's spent phase quota refuses here, not after the
+    # upload).
+    team_id = algorithm.team_id if algorithm is not None else None
+    check_quota(session, user=user, phase=_phase(session, phase), team_id=team_id)
     if size_bytes is not None or filename is not None:
         uploads.check_archive_declared(filename or "", size_bytes or 0)
     return algorithm
@@ -332,28 +336,39 @@ def find_algorithm(session: Session, *, owner: User, name: str) -> Algorithm | N
 
 
 def register_trusted_version(
-    session: Session, *, algorithm: Algorithm, digest: str, reference: str, message: str
+    session: Session,
+    *,
+    algorithm: Algorithm,
+    digest: str,
+    reference: str,
+    message: str,
+    wants_gpu: bool = False,
 ) -> AlgorithmVersion:
     """The version of ``algorithm`` that runs the image ``digest``, made active at once.
 
     For the operator's own machine (``szbench evaluate``): the image runs on the operator's
     data only, so no smoke test, quota or allow-list stands between it and the run. The
-    same digest again is the same version, so its finished runs are reused.
+    same digest again is the same version, so its finished runs are reused. ``wants_gpu``
+    (``--gpus``): a version of its own, on the gpu queue, next to the one without a GPU.
     """
     existing = session.scalars(
         select(AlgorithmVersion).where(
-            AlgorithmVersion.algorithm_id == algorithm.id, AlgorithmVersion.image_digest == digest
+            AlgorithmVersion.algorithm_id == algorithm.id,
+            AlgorithmVersion.image_digest == digest,
+            AlgorithmVersion.wants_gpu.is_(wants_gpu),
         )
     ).first()
     if existing is not None:
         return existing
+    label = digest.rsplit(":", 1)[-1][:16]
     row = AlgorithmVersion(
         algorithm_id=algorithm.id,
-        version=digest.rsplit(":", 1)[-1][:16],
+        version=f"{label}-gpu" if wants_gpu else label,
         image_digest=digest,
         image_reference=reference,
         status=VersionStatus.ACTIVE,
         status_message=message,
+        wants_gpu=wants_gpu,
     )
     session.add(row)
     session.flush()

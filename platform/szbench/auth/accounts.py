@@ -14,13 +14,13 @@ A verification link signs the user's id and address; following it records
 
 from __future__ import annotations
 
-import unicodedata
 from datetime import UTC, datetime, timedelta
 
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench import names
 from szbench.auth import cookies, mail, service, throttle
 from szbench.auth.passwords import check_new_password
 
@@ -100,8 +100,10 @@ def verification_token(user: User) -> str:
     return _serializer(_VERIFY_SALT).dumps({"u": user.id, "e": user.email})
 
 
-def verify_email(session: Session, token: str) -> User:
-    """Record that the user read mail at their address; :class:`BadRequest` otherwise."""
+def verify_email(session: Session, token: str, *, client: str | None = None) -> User:
+    """Record that the user read mail at their address; :class:`BadRequest` otherwise. The
+    first confirmation gives ``client`` (the address it came from) one sign-up back
+    (:func:`~szbench.auth.throttle.signup_confirmed`)."""
     if len(token) > 2000:
         raise BadRequest(INVALID_VERIFICATION)
     try:
@@ -116,6 +118,7 @@ def verify_email(session: Session, token: str) -> User:
     if user.email_verified_at is None:
         user.email_verified_at = _now()
         session.flush()
+        throttle.signup_confirmed(session, client=client)
     return user
 
 
@@ -230,29 +233,16 @@ def is_web_session(token: ApiToken) -> bool:
     return token.name == cookies.WEB_SESSION_NAME
 
 
-# ASCII characters read as another in a name ("web sess1on", "vveb session"); both sides of
-# the comparison are mapped, so the map only has to send each look-alike to one letter.
-_LOOKALIKES = str.maketrans({"0": "o", "1": "i", "l": "i", "|": "i", "3": "e", "5": "s", "8": "b"})
-
-
-def _skeleton(name: str) -> str:
-    """``name`` as it reads: compatibility forms folded (full-width letters, ligatures), case
-    folded, only letters and digits kept (no blanks, punctuation, soft hyphens, zero-width
-    or combining characters), ASCII look-alikes made one."""
-    folded = unicodedata.normalize("NFKC", name).casefold()
-    kept = "".join(c for c in folded if unicodedata.category(c)[0] in "LN")
-    return kept.translate(_LOOKALIKES).replace("vv", "w")
-
-
-_RESERVED = _skeleton(cookies.WEB_SESSION_NAME)
+_RESERVED = names.skeleton(cookies.WEB_SESSION_NAME)
 
 
 def check_token_name(name: str) -> None:
     """API tokens may not take the web sign-ins' name, which would list them as sign-ins,
-    nor any spelling that reads as it: the names are compared by :func:`_skeleton`, and a
+    nor any spelling that reads as it: the names are compared by their skeletons
+    (:func:`szbench.names.skeleton`, as team names are), and a
     letter outside ASCII counts as whichever letter stands at its place (a Cyrillic small ie,
     U+0435, for the "e" of "web"), so no table of confusable letters is needed."""
-    skeleton = _skeleton(name)
+    skeleton = names.skeleton(name)
     if len(skeleton) == len(_RESERVED) and all(
         mine == reserved or not mine.isascii()
         for mine, reserved in zip(skeleton, _RESERVED, strict=True)
@@ -286,6 +276,17 @@ def api_tokens(session: Session, user: User) -> list[ApiToken]:
             .where(ApiToken.user_id == user.id, ApiToken.name != cookies.WEB_SESSION_NAME)
             .order_by(ApiToken.id.desc())
         )
+    )
+
+
+def live_api_token_count(session: Session, user: User) -> int:
+    """How many of the user's API tokens still work (not revoked, not expired): after a
+    password reset, none."""
+    now = _now()
+    return sum(
+        1
+        for t in api_tokens(session, user)
+        if t.revoked_at is None and not service.is_expired(t, now)
     )
 
 

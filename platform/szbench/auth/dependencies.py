@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from szbench.api.deps import SessionDep, get_side_session
+from szbench.api.deps import SessionDep, SideSessionDep, get_side_session
 from szbench.api.openapi import no_credentials
 from szbench.auth import accounts, service
 from szbench.auth.cookies import read_session_cookie
@@ -227,13 +227,17 @@ async def worker_only(
 
 def submitter_outside_request_session(
     request: Request,
-    session: Annotated[Session, Depends(get_side_session)],
+    session: SideSessionDep,
     _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """:func:`submitter`, checked in a side session whose connection is released at once.
 
     For routes that stream for a long time (uploads): they must not hold a database
-    connection, or one of the request session slots, while the bytes arrive.
+    connection, or one of the request session slots, while the bytes arrive. The route
+    takes the same ``SideSessionDep`` (one dependency, so FastAPI gives both the same
+    session): the caller's user object loads what it lacks (its teams) in the route's
+    session. With two sessions, SQLite's one writer made a team member's submit wait for
+    itself (the route's transaction held the lock the lazy load needed; issue 30.3).
     """
     principal = _resolve(request, session, _credential(request))
     principal = _require_submitter(_require_signed_in(request, principal))

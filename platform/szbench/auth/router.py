@@ -186,6 +186,7 @@ def request_password_reset(
 
 
 @router.post("/auth/verify", response_model=UserOut)
-def verify_email(body: VerifyIn, session: SessionDep) -> UserOut:
+def verify_email(body: VerifyIn, request: Request, session: SessionDep) -> UserOut:
     """Confirm an e-mail address with the token of the link sent to it."""
-    return UserOut.model_validate(accounts.verify_email(session, body.token))
+    client = client_address(request)
+    return UserOut.model_validate(accounts.verify_email(session, body.token, client=client))

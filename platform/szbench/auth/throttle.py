@@ -130,6 +130,27 @@ def _locked_row(session: Session, key: str, now: datetime) -> SigninThrottle:
     raise RuntimeError("sign-in throttle row vanished twice")  # pragma: no cover
 
 
+def wait_words(seconds: int, until: datetime) -> str:
+    """A wait as a person reads it: ``in 40 seconds``, ``in 2 hours (at 21:40 UTC)``; the
+    Retry-After header keeps the seconds for programs.
+
+    >>> from datetime import datetime, UTC
+    >>> wait_words(7200, datetime(2025, 5, 1, 21, 40, tzinfo=UTC))
+    'in 2 hours (at 21:40 UTC)'
+    >>> wait_words(1, datetime(2025, 5, 1, 21, 40, tzinfo=UTC))
+    'in 1 second'
+    """
+    if seconds < 90:
+        return f"in {seconds} second{'s' if seconds != 1 else ''}"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        amount = f"{minutes} minutes"
+    else:
+        hours = round(minutes / 60, 1)
+        amount = f"{hours:g} hour{'s' if hours != 1 else ''}"
+    return f"in {amount} (at {until:%H:%M} UTC)"
+
+
 def _wait_s(failures: int, free: int, base_s: float, max_s: float) -> float | None:
     over = failures - free
     if over <= 0:
@@ -173,9 +194,11 @@ def _count(
         if row.blocked_until is not None and _aware(row.blocked_until) > now
     ]
     if waits:
-        retry_after_s = max(1, math.ceil((max(waits) - now).total_seconds()))
+        until = max(waits)
+        retry_after_s = max(1, math.ceil((until - now).total_seconds()))
         raise TooManyAttempts(
-            f"too many {what}; try again in {retry_after_s} s", retry_after_s=retry_after_s
+            f"too many {what}; try again {wait_words(retry_after_s, until)}",
+            retry_after_s=retry_after_s,
         )
     counted = []
     for key, free in keys:
@@ -218,13 +241,57 @@ def begin_signup(session: Session, *, client: str | None) -> None:
     if not client:
         return
     settings = get_settings()
-    _count(
-        session,
-        [(_digest("signup", client_key(client)), settings.signup_free_per_client)],
-        base_s=settings.signup_backoff_base_s,
-        max_s=settings.signup_backoff_max_s,
-        what="sign-ups from your address",
+    try:
+        _count(
+            session,
+            [(_signup_key(client), settings.signup_free_per_client)],
+            base_s=settings.signup_backoff_base_s,
+            max_s=settings.signup_backoff_max_s,
+            what="new accounts from your network's address",
+        )
+    except TooManyAttempts as exc:
+        raise TooManyAttempts(
+            f"{exc.detail}. {_SHARED_ADDRESS}", retry_after_s=exc.retry_after_s
+        ) from None
+
+
+#: What people behind one address (a lab, a hospital's network) can do about the sign-up
+#: throttle, which counts addresses, not people.
+_SHARED_ADDRESS = (
+    "People who share one internet address (a lab, an institute) are counted together: "
+    "each new account frees its place once its owner confirms their e-mail address, and an "
+    "administrator can make accounts for a whole group"
+)
+
+
+def _signup_key(client: str) -> str:
+    return _digest("signup", client_key(client))
+
+
+def signup_confirmed(session: Session, *, client: str | None) -> None:
+    """An account made by sign-up has confirmed its e-mail address, from ``client``: take
+    one sign-up back from that address's count, so that people behind one address (a lab)
+    are held to one place per *unconfirmed* account, not one per person. What the throttle
+    guards (each account brings its own quotas) is then guarded by the mailbox: held-out
+    work needs a confirmed address (docs/security.md, "Sign-ups")."""
+    if not client:
+        return
+    now = clock.now()
+    settings = get_settings()
+    row = session.scalar(
+        select(SigninThrottle).where(SigninThrottle.key == _signup_key(client)).with_for_update()
     )
+    if row is None or row.failures <= 0:
+        return
+    row.failures -= 1
+    wait_s = _wait_s(
+        row.failures,
+        settings.signup_free_per_client,
+        settings.signup_backoff_base_s,
+        settings.signup_backoff_max_s,
+    )
+    row.blocked_until = now + timedelta(seconds=wait_s) if wait_s is not None else None
+    session.flush()
 
 
 def spaced(session: Session, *, kind: str, value: str, interval_s: float) -> bool:

@@ -61,15 +61,28 @@ def evaluate(
         help="Register a new dataset as a public sample: its annotations and the detections "
         "are shown on the web pages (timelines) to anyone who may read them.",
     ),
+    gpus: str | None = typer.Option(
+        None,
+        "--gpus",
+        help="Give the image this GPU (an index or GPU-<uuid>), as a worker of the gpu queue "
+        "does: the same device request, each run recording the GPU's model and driver. Every "
+        "recording runs again (no result of a run without this GPU is reused).",
+    ),
 ) -> None:
     """Run an algorithm on every recording of a local dataset, score it, print the results."""
     chosen = [x for x in (image, tar, local_process) if x is not None]
     if len(chosen) != 1:
         console.print("[red]Give exactly one of --image, --tar or --local-process.[/red]")
         raise typer.Exit(2)
+    if gpus is not None and (local_process is not None or not gpus.strip() or "," in gpus):
+        console.print(
+            "[red]--gpus takes one GPU (an index or GPU-<uuid>), as a worker owns one, and "
+            "needs --image or --tar: a local process gets no device.[/red]"
+        )
+        raise typer.Exit(2)
     from szbench_worker import local_eval
 
-    data_dir = local_eval.use_embedded_mode()
+    data_dir = local_eval.use_embedded_mode(gpus=gpus.strip() if gpus else None)
     progress = Progress(
         TextColumn("[bold]Recordings"),
         BarColumn(),
@@ -82,7 +95,9 @@ def evaluate(
     bar = progress.add_task("run", total=None, status="queued", start=False)
     try:
         prepared, was_raw = local_eval.prepared_dataset(dataset.resolve(), data_dir, _say)
-        source = local_eval.open_source(image, tar, local_process)
+        source = local_eval.open_source(
+            image, tar, local_process, gpus=(gpus.strip(),) if gpus else ()
+        )
 
         def started(evaluation_id: int) -> None:
             console.print(
@@ -104,7 +119,8 @@ def evaluate(
                 name=name,
                 dataset_slug=dataset_name,
                 public_sample=public_sample,
-                reuse=reuse,
+                reuse=reuse and gpus is None,
+                wants_gpu=gpus is not None,
                 say=_say,
                 on_started=started,
                 on_progress=moved,
@@ -123,6 +139,11 @@ def evaluate(
         from szbench.cli.results_table import report_table
 
         make_console().print(report_table(result.report, title=f"SzCORE scores, {source.sandbox}"))
+    for provenance in sorted({r.gpu for r in result.recordings if r.gpu}):
+        # What each run recorded of its GPU, as a worker's runs record it.
+        console.print(Text(f"GPU of the runs: {provenance}"))
+    if gpus is not None and not any(r.gpu for r in result.recordings):
+        console.print(Text(f"No run recorded GPU {gpus}.", style="red"))
     for r in result.recordings:
         if r.outcome != "ok":
             # The message may quote what the container wrote: printed literally, never as markup.

@@ -70,15 +70,19 @@ def leaderboard(
     for e in board["items"]:
         ci = (e.get("ci") or {}).get("event_f1")
         interval = f" [{_fmt(ci['low'], 2)}, {_fmt(ci['high'], 2)}]" if ci else ""
+        # A released figure is printed to the precision it was released at ("0.56", not
+        # "0.560", which would claim a third decimal it does not have), as the web page does.
+        exact = e.get("release", "exact") == "exact"
+        digits = 3 if exact else int(board["release"]["decimals"])
         table.add_row(
             str(e["rank"]),
             # Names chosen by submitters: printed literally, never as markup.
             Text(e["algorithm"] + ("" if e["published"] else " (unpublished)")),
             Text(e["algorithm_version"]),
-            _fmt(e["event_f1"]) + interval,
-            _fmt(e["event_sensitivity"]),
-            _fmt(e["event_precision"]),
-            _fmt(e["event_fp_rate"], 2),
+            _fmt(e["event_f1"], digits) + interval,
+            _fmt(e["event_sensitivity"], digits),
+            _fmt(e["event_precision"], digits),
+            _fmt(e["event_fp_rate"], 2 if exact else 1),
             str(e["subjects"]),
         )
     make_console().print(table)

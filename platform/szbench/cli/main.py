@@ -93,6 +93,7 @@ from szbench.cli import centre as _centre  # noqa: E402
 from szbench.cli import dataset as _dataset  # noqa: E402
 from szbench.cli import db as _db  # noqa: E402
 from szbench.cli import evaluate as _evaluate  # noqa: E402
+from szbench.cli import gpu_check as _gpu_check  # noqa: E402
 from szbench.cli import leaderboard as _leaderboard  # noqa: E402
 from szbench.cli import score as _score  # noqa: E402
 from szbench.cli import serve as _serve  # noqa: E402
@@ -104,6 +105,7 @@ from szbench.cli import users as _users  # noqa: E402
 app.add_typer(_dataset.app, name="dataset")
 app.add_typer(_db.app, name="db")
 app.command(name="evaluate")(_evaluate.evaluate)
+app.command(name="gpu-check")(_gpu_check.gpu_check)
 app.command("synth")(_synth.synth)
 app.command("score")(_score.score)
 app.command("serve")(_serve.serve)

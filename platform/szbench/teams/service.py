@@ -15,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from szbench import changes
+from szbench import changes, names
 from szbench.auth import policy
 from szbench.errors import BadRequest, Conflict, Forbidden, NotFound
 from szbench.models import (
@@ -27,24 +27,38 @@ from szbench.models import (
     TeamRole,
     User,
 )
+from szbench.quotas import service as quotas
 
 NAME_MAX = 100
 
 
 def _clean_name(name: str) -> str:
-    name = " ".join(name.split())
-    if not name:
-        raise BadRequest("name: a team needs a name")
+    """The name as stored and shown (:func:`szbench.names.cleaned`: no invisible or
+    bidirectional characters), or :class:`BadRequest`."""
+    name = names.cleaned(name)
+    if not names.skeleton(name):
+        raise BadRequest("name: a team needs a name with a letter or a digit in it")
     if len(name) > NAME_MAX:
         raise BadRequest(f"name: at most {NAME_MAX} characters")
     return name
 
 
 def create_team(session: Session, *, owner: User, name: str) -> Team:
-    """A new team with ``owner`` as its first owner."""
+    """A new team with ``owner`` as its first owner.
+
+    Its name may not read as the name of a team ``owner`` is in already
+    (:func:`szbench.names.reads_as`: case, compatibility forms, invisible characters,
+    look-alike letters), so that nobody has two teams they cannot tell apart. Names are not
+    unique across the platform: a refusal because some other team, which ``owner`` cannot
+    see, has the name would tell them that it exists (and who is behind a name)."""
     name = _clean_name(name)
-    if session.scalar(select(Team.id).where(func.lower(Team.name) == name.lower())) is not None:
-        raise Conflict(f"name: a team called {name!r} already exists")
+    quotas.lock_user(session, owner)  # one decision at a time per user (two tabs, two calls)
+    for mine in teams_of(session, owner):
+        if names.reads_as(name, mine.name):
+            raise Conflict(
+                f"name: you are in a team called {mine.name!r} already, which {name!r} reads "
+                "as; choose a name you can tell apart"
+            )
     team = Team(name=name)
     team.members.append(TeamMember(user_id=owner.id, role=TeamRole.OWNER))
     session.add(team)

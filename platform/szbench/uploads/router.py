@@ -16,10 +16,9 @@ import re
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Depends, Query, Request, Response, status
-from sqlalchemy.orm import Session
+from fastapi import APIRouter, Query, Request, Response, status
 
-from szbench.api.deps import SessionDep, get_side_session
+from szbench.api.deps import SessionDep, SideSessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import Page, PageDep
 from szbench.auth.dependencies import StreamingSubmitter, Submitter
@@ -111,8 +110,9 @@ async def put_chunk(
     upload_id: str,
     request: Request,
     caller: StreamingSubmitter,
-    # The side session the caller was resolved in: read the session row, then release it.
-    session: Annotated[Session, Depends(get_side_session)],
+    # The side session the caller was resolved in (the same dependency, so the same
+    # session): read the upload's row, then release it.
+    session: SideSessionDep,
     offset: Annotated[
         int | None, Query(ge=0, le=2**50, description="Byte offset of this chunk.")
     ] = None,

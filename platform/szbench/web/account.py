@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, BackgroundTasks, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -23,7 +24,7 @@ from szbench.evaluations import queries as evaluations
 from szbench.evaluations import router as evaluations_api
 from szbench.evaluations.schemas import EvaluationCreate
 from szbench.leaderboards.service import failures_rule
-from szbench.models import AlgorithmVersion
+from szbench.models import AlgorithmVersion, Evaluation, EvaluationKind, EvaluationStatus
 from szbench.phases import service as phases
 from szbench.quotas import service as quotas
 from szbench.results import queries as results
@@ -208,7 +209,7 @@ def _account(
         "account": caller.user,
         "sessions": accounts.web_sessions(session, caller.user),
         "current_token_id": caller.token.id if caller.token else None,
-        "api_token_count": len(accounts.api_tokens(session, caller.user)),
+        "api_token_count": accounts.live_api_token_count(session, caller.user),
         "mail_enabled": mail.enabled(),
         "needs_verification": accounts.needs_verification(caller.user),
         **(typed.context() if typed else forms.empty({"name": caller.user.name})),
@@ -283,7 +284,7 @@ def send_verification(
 @router.get("/verify", response_class=HTMLResponse)
 def verify(request: Request, session: SessionDep, caller: Caller, token: str = "") -> Response:
     """Follow an e-mailed verification link."""
-    user = accounts.verify_email(session, token[:2001])
+    user = accounts.verify_email(session, token[:2001], client=cookies.client_address(request))
     message = f"Your address {user.email} is confirmed."
     return redirect("/account" if caller.user else "/login", message)
 
@@ -343,6 +344,10 @@ def reset(
     return response
 
 
+class ForgotForm(FormModel):
+    email: str = Field(min_length=1, max_length=320)
+
+
 @router.get("/password/forgot", response_class=HTMLResponse)
 def forgot_page(request: Request, caller: Caller) -> Response:
     """Ask for a reset link by e-mail (or learn whom to ask)."""
@@ -357,9 +362,14 @@ def forgot(
     caller: Caller,
     _csrf: CsrfChecked,
     background: BackgroundTasks,
-    email: Annotated[str, Form(max_length=320)] = "",
+    email: Annotated[str, Form()] = "",
 ) -> Response:
     """E-mail a reset link; the answer is the same whether or not the address has an account."""
+    typed = forms.check(ForgotForm, {"email": email})
+    if not typed.ok:
+        context = {"title": "Forgot your password?", "mail_enabled": mail.enabled()}
+        context.update(typed.context())
+        return render(request, "password_forgot.html", caller, context, status_code=400)
     if mail.enabled():
         mail.send_after(background, accounts.request_reset_mail(session, email))
     context = {"title": "Forgot your password?", "mail_enabled": mail.enabled(), "sent": True}
@@ -435,22 +445,38 @@ def submissions_progress(session: SessionDep, caller: SignedIn) -> JSONResponse:
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
 
+#: Where a Cancel or Re-run button sends its user back to: the page the button was on (the
+#: form's ``back`` field). My submissions is the default, as its list holds both buttons.
+_BACK_TO_EVALUATION = "evaluation"
+
+
 @router.post("/evaluations/{evaluation_id}/cancel")
 def cancel(
-    evaluation_id: int, session: SessionDep, caller: Submitter, _csrf: CsrfChecked
+    evaluation_id: int,
+    session: SessionDep,
+    caller: Submitter,
+    _csrf: CsrfChecked,
+    back: Annotated[str, Form(max_length=20)] = "",
 ) -> Response:
     """Cancel a queued or running evaluation (owner or admin)."""
     evaluations_api.cancel_evaluation(evaluation_id, session, caller)
-    return redirect("/submissions", f"Evaluation {evaluation_id} cancelled.")
+    page = f"/evaluations/{evaluation_id}" if back == _BACK_TO_EVALUATION else "/submissions"
+    return redirect(page, f"Evaluation {evaluation_id} cancelled.")
 
 
 @router.post("/evaluations/{evaluation_id}/rerun")
 def rerun(
-    evaluation_id: int, session: SessionDep, caller: Submitter, _csrf: CsrfChecked
+    evaluation_id: int,
+    session: SessionDep,
+    caller: Submitter,
+    _csrf: CsrfChecked,
+    back: Annotated[str, Form(max_length=20)] = "",
 ) -> Response:
     """Run the same image again with fresh container runs."""
     new = evaluations_api.rerun_evaluation(evaluation_id, session, caller)
-    return redirect("/submissions", f"Re-run queued as evaluation {new.id}.")
+    # From an evaluation's page, on to the new evaluation's: that is the one to follow.
+    page = f"/evaluations/{new.id}" if back == _BACK_TO_EVALUATION else "/submissions"
+    return redirect(page, f"Re-run queued as evaluation {new.id}.")
 
 
 @router.post("/versions/{version_id}/evaluate")
@@ -494,5 +520,23 @@ def evaluation_page(
         "rerun_refused": web_queries.rerun_refusal(session, caller.user, evaluation),
         "failures_rule": failures_rule(evaluation).value,
         "smoke_reason": web_queries.smoke_rejection(evaluation, version),
+        "board_url": _board_url(evaluation, version),
     }
     return render(request, "evaluation.html", caller, context)
+
+
+def _board_url(evaluation: Evaluation, version: AlgorithmVersion | None) -> str | None:
+    """The leaderboard a finished full evaluation is ranked on, as the way on from its page:
+    the dataset version it ran on, every algorithm version shown when this one is not its
+    algorithm's newest (the board shows each algorithm's newest by default)."""
+    if (
+        evaluation.kind != EvaluationKind.FULL
+        or evaluation.status != EvaluationStatus.DONE
+        or version is None
+        or version.algorithm.withdrawn_at is not None
+    ):
+        return None
+    dv = evaluation.dataset_version
+    newest = max(v.id for v in version.algorithm.versions)
+    shown = "" if version.id == newest else "&versions=all"
+    return f"/leaderboards/{quote(dv.dataset.slug)}?version={quote(dv.version)}{shown}"

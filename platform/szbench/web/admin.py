@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import Field, ValidationError
 
 from szbench.api.deps import SessionDep
-from szbench.api.errors import describe_validation_errors
 from szbench.auth import accounts, mail
 from szbench.auth import service as auth
 from szbench.auth.dependencies import AdminOnly
@@ -40,6 +39,12 @@ from szbench.web.forms import FormModel, Submitted
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
+#: What a short name (of a dataset or a phase) takes, said under the field when it is wrong.
+_SLUG_HINT = (
+    "Use lower-case letters, digits, dots, underscores and hyphens, starting with a letter "
+    "or a digit (at most 100 characters)."
+)
+
 
 @router.get("", response_class=HTMLResponse)
 def admin_home(request: Request, session: SessionDep, caller: AdminOnly) -> Response:
@@ -60,8 +65,11 @@ def _datasets_page(
     check: object | None = None,
     form: dict[str, str] | None = None,
     new: Submitted[DatasetForm] | None = None,
+    row: tuple[str, Submitted[Any]] | None = None,
     status_code: int = 200,
 ) -> Response:
+    """The datasets page; ``new``: the new-dataset form as typed, with its errors by field;
+    ``row``: one dataset's own form (make public, register a version) as typed, with its."""
     rows, _ = datasets.list_datasets(session, limit=500, offset=0)
     counts = {d.id: datasets.recording_counts(session, d) for d in rows}
     context = {
@@ -76,9 +84,13 @@ def _datasets_page(
         # The new-dataset form, as typed, and its errors by field.
         "new": new.values if new else {"kind": DatasetKind.HELD_OUT.value},
         "new_errors": new.errors if new else {},
+        "row_slug": row[0] if row else None,
+        "row_form": row[1].values if row else {},
+        "row_errors": row[1].errors if row else {},
     }
-    if new is not None:
-        status_code = new.status_code
+    for typed in (new, row[1] if row else None):
+        if typed is not None and typed.errors:
+            status_code = typed.status_code
     return render(request, "admin/datasets.html", caller, context, status_code=status_code)
 
 
@@ -94,6 +106,35 @@ class DatasetForm(FormModel):
     description: str = Field(default="", max_length=5000)
     kind: DatasetKind = DatasetKind.HELD_OUT
     confirm_public: str = Field(default="", max_length=100)
+
+
+class MakePublicForm(FormModel):
+    kind: DatasetKind
+    confirm_public: str = Field(default="", max_length=100)
+
+
+class DatasetVersionForm(FormModel):
+    version: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+    prepared_path: str = Field(min_length=1, max_length=1000)
+
+
+#: The dataset forms' words for their fields, in place of the names a service's message uses.
+DATASET_LABELS = {
+    "confirm_public": "the confirmation",
+    "prepared_path": "the prepared folder",
+    "run_limits": "the run limits",
+}
+_VERSION_HINT = (
+    "Use letters, digits, dots, underscores, plus and hyphens, starting with a letter or a "
+    "digit (for example v2 or 2025.1)."
+)
+
+
+def _public_unconfirmed(slug: str) -> str:
+    return (
+        f"Type {slug.strip()[:100]} here to confirm: anyone signed in could then download its "
+        "recordings and annotations."
+    )
 
 
 @router.post("/datasets", response_class=HTMLResponse)
@@ -118,9 +159,15 @@ def create_dataset(
             "kind": kind,
             "confirm_public": confirm_public,
         },
+        labels=DATASET_LABELS,
+        hints={"slug": _SLUG_HINT},
     )
-    if typed.model is None:
+    model = typed.model
+    if model and model.kind == DatasetKind.PUBLIC_SAMPLE and not _confirmed(slug, confirm_public):
+        typed.add("confirm_public", _public_unconfirmed(slug))
+    if not typed.ok:
         return _datasets_page(request, session, caller, new=typed)
+    assert typed.model is not None
     try:
         dataset_service.create_dataset(
             session,
@@ -148,26 +195,28 @@ def set_kind(
     session: SessionDep,
     caller: AdminOnly,
     _csrf: CsrfChecked,
-    kind: Annotated[str, Form(max_length=30)] = "",
-    confirm_public: Annotated[str, Form(max_length=100)] = "",
+    kind: Annotated[str, Form()] = "",
+    confirm_public: Annotated[str, Form()] = "",
 ) -> Response:
     """Make a dataset held-out, or (confirmed by its slug) a downloadable public sample."""
-    try:
-        kind_value = DatasetKind(kind)
-    except ValueError:
-        return _datasets_page(
-            request, session, caller, error=f"kind: unknown kind {kind[:30]!r}", status_code=400
-        )
     dataset = datasets.get_dataset(session, slug)
+    typed = forms.check(
+        MakePublicForm, {"kind": kind, "confirm_public": confirm_public}, labels=DATASET_LABELS
+    )
+    model = typed.model
+    if model and model.kind == DatasetKind.PUBLIC_SAMPLE and not _confirmed(slug, confirm_public):
+        typed.add("confirm_public", _public_unconfirmed(slug))
+    if not typed.ok:
+        return _datasets_page(request, session, caller, row=(slug, typed))
+    assert typed.model is not None
+    kind_value = typed.model.kind
     try:
         dataset_service.set_kind(
             session, dataset, kind_value, confirm_public=_confirmed(slug, confirm_public)
         )
     except SzbenchError as exc:
         session.rollback()
-        return _datasets_page(
-            request, session, caller, error=exc.detail, status_code=exc.status_code
-        )
+        return _datasets_page(request, session, caller, row=(slug, typed.fail(exc)))
     told = {
         DatasetKind.HELD_OUT: "is held-out: its data is for admins only",
         DatasetKind.PUBLIC_SAMPLE: "is a public sample: anyone signed in may download it",
@@ -235,26 +284,30 @@ def register_version(
     session: SessionDep,
     caller: AdminOnly,
     _csrf: CsrfChecked,
-    version: Annotated[str, Form(max_length=100)] = "",
-    prepared_path: Annotated[str, Form(max_length=1000)] = "",
+    version: Annotated[str, Form()] = "",
+    prepared_path: Annotated[str, Form()] = "",
     action: Annotated[str, Form(max_length=20)] = "check",
 ) -> Response:
     """Check a prepared version (dry run: who would be queued), or register it and queue."""
     form = {"slug": slug, "version": version, "prepared_path": prepared_path}
+    typed = forms.check(
+        DatasetVersionForm,
+        {"version": version.strip(), "prepared_path": prepared_path.strip()},
+        labels=DATASET_LABELS,
+        hints={"version": _VERSION_HINT},
+    )
+    if typed.model is None:
+        return _datasets_page(request, session, caller, row=(slug, typed))
     try:
-        if not version.strip() or not prepared_path.strip():
-            raise BadRequest("version and prepared_path: both are required")
-        body = DatasetVersionCreate(version=version.strip(), prepared_path=prepared_path.strip())
+        body = DatasetVersionCreate(
+            version=typed.model.version, prepared_path=typed.model.prepared_path
+        )
         result = datasets_api.register_version(
             slug, body, session, caller, dry_run=(action != "register")
         )
     except SzbenchError as exc:
         session.rollback()
-        return _datasets_page(
-            request, session, caller, error=exc.detail, form=form, status_code=exc.status_code
-        )
-    except ValueError as exc:  # pydantic validation of the body
-        return _datasets_page(request, session, caller, error=str(exc), form=form, status_code=400)
+        return _datasets_page(request, session, caller, row=(slug, typed.fail(exc)))
     if action != "register":
         return _datasets_page(request, session, caller, check=result, form=form)
     return redirect(
@@ -294,7 +347,9 @@ def queue_benchmark(
 def _users_page(
     request: Request, session: SessionDep, caller: AdminOnly, *, error: str | None = None,
     status_code: int = 200, reset: dict[str, object] | None = None,
+    new: Submitted[UserForm] | None = None,
 ) -> Response:  # fmt: skip
+    """The users page; ``new``: the new-user form as typed, with its errors by field."""
     users, total = auth.list_users(session, limit=500, offset=0)
     context = {
         "title": "Users",
@@ -304,8 +359,19 @@ def _users_page(
         "error": error,
         "reset": reset,
         "mail_enabled": mail.enabled(),
+        "new": new.values if new else {"role": Role.RESEARCHER.value},
+        "new_errors": new.errors if new else {},
     }
+    if new is not None and new.errors:
+        status_code = new.status_code
     return render(request, "admin/users.html", caller, context, status_code=status_code)
+
+
+class UserForm(FormModel):
+    email: str = Field(min_length=1, max_length=320)
+    name: str = Field(default="", max_length=200)
+    password: str = Field(default="", max_length=1000)
+    role: Role = Role.RESEARCHER
 
 
 @router.get("/users", response_class=HTMLResponse)
@@ -320,23 +386,30 @@ def create_user(
     session: SessionDep,
     caller: AdminOnly,
     _csrf: CsrfChecked,
-    email: Annotated[str, Form(max_length=320)] = "",
-    name: Annotated[str, Form(max_length=200)] = "",
-    password: Annotated[str, Form(max_length=1000)] = "",
-    role: Annotated[str, Form(max_length=20)] = Role.RESEARCHER.value,
+    email: Annotated[str, Form()] = "",
+    name: Annotated[str, Form()] = "",
+    password: Annotated[str, Form()] = "",
+    role: Annotated[str, Form()] = Role.RESEARCHER.value,
 ) -> Response:
     """Create a user with any role."""
+    typed = forms.check(
+        UserForm,
+        {"email": email.strip(), "name": name, "password": password, "role": role},
+        keep_secret=("password",),
+    )
+    if typed.model is None:
+        return _users_page(request, session, caller, new=typed)
     try:
         auth.create_user(
-            session, email=email, password=password or None, name=name, role=Role(role)
-        )
-    except ValueError:
-        return _users_page(
-            request, session, caller, error=f"role: unknown role {role!r}", status_code=400
+            session,
+            email=typed.model.email,
+            password=password or None,
+            name=name,
+            role=typed.model.role,
         )
     except SzbenchError as exc:
         session.rollback()
-        return _users_page(request, session, caller, error=exc.detail, status_code=exc.status_code)
+        return _users_page(request, session, caller, new=typed.fail(exc))
     return redirect("/admin/users", f"User {email} created.")
 
 
@@ -490,9 +563,23 @@ def _named_versions(session: SessionDep, ids: list[int]) -> list[DatasetVersion]
     for i, dv_id in enumerate(ids):
         dv = session.get(DatasetVersion, dv_id)
         if dv is None:
-            raise BadRequest(f"dataset_version[{i}]: no dataset version {dv_id}")
+            raise BadRequest(
+                f"Dataset version {dv_id} (ticked {i + 1}.) no longer exists: reload the page "
+                "and tick the data again."
+            )
         found.append(dv)
     return found
+
+
+#: The phase forms' words for their fields, in place of the names a service's message uses.
+PHASE_LABELS = {
+    "opens_at": "the opening time",
+    "closes_at": "the deadline",
+    "submission_quota": "the quota",
+    "release_rule": "the release rule",
+    "ladder_step": "the Ladder step",
+    "slug": "the short name",
+}
 
 
 def _phases_page(
@@ -501,9 +588,12 @@ def _phases_page(
     caller: AdminOnly,
     *,
     error: str | None = None,
-    form: dict[str, str] | None = None,
+    new: Submitted[PhaseForm] | None = None,
+    card: tuple[str, Submitted[PhaseForm]] | None = None,
     status_code: int = 200,
 ) -> Response:
+    """The phases page; ``new``: the new-phase form as typed, with its errors by field;
+    ``card``: one phase's own forms (dates, quota, release) as typed, with theirs."""
     rows = web_queries.all_phases(session)
     all_datasets, _ = datasets.list_datasets(session, limit=500, offset=0)
     context = {
@@ -517,8 +607,15 @@ def _phases_page(
         ],
         "levels": list(Disclosure),
         "error": error,
-        "form": form or {},
+        "form": new.values if new else {},
+        "errors": new.errors if new else {},
+        "card_slug": card[0] if card else None,
+        "card_form": card[1].values if card else {},
+        "card_errors": card[1].errors if card else {},
     }
+    for typed in (new, card[1] if card else None):
+        if typed is not None and typed.errors:
+            status_code = typed.status_code
     return render(request, "admin/phases.html", caller, context, status_code=status_code)
 
 
@@ -528,7 +625,45 @@ def phases_page(request: Request, session: SessionDep, caller: AdminOnly) -> Res
     return _phases_page(request, session, caller)
 
 
-PhaseText = Annotated[str, Form(max_length=40)]
+class PhaseForm(FormModel):
+    """A phase's form fields as typed; dates, quota, rule and step are read by
+    :func:`_phase_values`, each error put under its field."""
+
+    slug: str = Field(default="", max_length=100)
+    title: str = Field(default="", max_length=200)
+    opens_at: str = Field(default="", max_length=40)
+    closes_at: str = Field(default="", max_length=40)
+    submission_quota: str = Field(default="", max_length=40)
+    disclosure: str = Field(default="", max_length=40)
+    hidden: str = Field(default="", max_length=40)
+    release_rule: str = Field(default="", max_length=40)
+    ladder_step: str = Field(default="", max_length=40)
+
+
+_PHASE_READERS: dict[str, Any] = {
+    "opens_at": lambda text: _moment("opens_at", text),
+    "closes_at": lambda text: _moment("closes_at", text),
+    "submission_quota": _quota,
+    "disclosure": _level,
+    "release_rule": _rule,
+    "ladder_step": _step,
+}
+
+
+def _phase_values(typed: Submitted[PhaseForm], names: tuple[str, ...]) -> dict[str, Any]:
+    """The typed ``names`` read as dates, quota, level, rule and step; a value that cannot
+    be read is an error under its field (every one of them, not only the first)."""
+    read: dict[str, Any] = {}
+    for name in names:
+        try:
+            read[name] = _PHASE_READERS[name](str(typed.values.get(name, "")))
+        except SzbenchError as exc:
+            typed.fail(exc)
+    return read
+
+
+def _phase_form(values: dict[str, str]) -> Submitted[PhaseForm]:
+    return forms.check(PhaseForm, values, labels=PHASE_LABELS, hints={"slug": _SLUG_HINT})
 
 
 @router.post("/phases", response_class=HTMLResponse)
@@ -537,48 +672,44 @@ def create_phase(
     session: SessionDep,
     caller: AdminOnly,
     _csrf: CsrfChecked,
-    slug: Annotated[str, Form(max_length=100)] = "",
-    title: Annotated[str, Form(max_length=200)] = "",
-    opens_at: PhaseText = "",
-    closes_at: PhaseText = "",
-    submission_quota: PhaseText = "",
-    disclosure: PhaseText = "",
-    hidden: PhaseText = "",
-    release_rule: PhaseText = "",
-    ladder_step: PhaseText = "",
+    slug: Annotated[str, Form()] = "",
+    title: Annotated[str, Form()] = "",
+    opens_at: Annotated[str, Form()] = "",
+    closes_at: Annotated[str, Form()] = "",
+    submission_quota: Annotated[str, Form()] = "",
+    disclosure: Annotated[str, Form()] = "",
+    hidden: Annotated[str, Form()] = "",
+    release_rule: Annotated[str, Form()] = "",
+    ladder_step: Annotated[str, Form()] = "",
     dataset_version: Annotated[list[int] | None, Form(max_length=200)] = None,
 ) -> Response:
     """Create a phase."""
-    form = {
-        "slug": slug, "title": title, "opens_at": opens_at, "closes_at": closes_at,
-        "submission_quota": submission_quota, "disclosure": disclosure, "hidden": hidden,
-        "release_rule": release_rule, "ladder_step": ladder_step,
+    values = {
+        "slug": slug.strip(), "title": title.strip(), "opens_at": opens_at,
+        "closes_at": closes_at, "submission_quota": submission_quota, "disclosure": disclosure,
+        "hidden": hidden, "release_rule": release_rule, "ladder_step": ladder_step,
     }  # fmt: skip
+    typed = _phase_form(values)
+    read = _phase_values(typed, tuple(_PHASE_READERS))
+    if not typed.ok:
+        return _phases_page(request, session, caller, new=typed)
     try:
-        body = PhaseCreate(
-            slug=slug.strip(),
-            title=title.strip(),
-            hidden=hidden == "true",
-            submission_quota=_quota(submission_quota),
-            disclosure=_level(disclosure),
-            release_rule=_rule(release_rule),
-            ladder_step=_step(ladder_step),
-            opens_at=_moment("opens_at", opens_at),
-            closes_at=_moment("closes_at", closes_at),
-        )
+        body = PhaseCreate(slug=slug.strip(), title=title.strip(), hidden=hidden == "true", **read)
+    except ValidationError as exc:
+        typed.errors.update(forms.messages(exc.errors()))
+        if typed.errors.get("slug") == forms.PATTERN_MISMATCH:
+            typed.errors["slug"] = _SLUG_HINT
+        typed.status_code = 400
+        return _phases_page(request, session, caller, new=typed)
+    try:
         phases.create_phase(
             session,
             **body.model_dump(exclude={"dataset_versions"}),
             dataset_versions=_named_versions(session, dataset_version or []),
         )
-    except ValidationError as exc:
-        detail = describe_validation_errors([dict(e) for e in exc.errors()])
-        return _phases_page(request, session, caller, error=detail, form=form, status_code=400)
     except SzbenchError as exc:
         session.rollback()
-        return _phases_page(
-            request, session, caller, error=exc.detail, form=form, status_code=exc.status_code
-        )
+        return _phases_page(request, session, caller, new=typed.fail(exc))
     return redirect("/admin/phases", f"Phase {slug.strip()} created.")
 
 
@@ -589,25 +720,25 @@ def edit_phase(
     session: SessionDep,
     caller: AdminOnly,
     _csrf: CsrfChecked,
-    opens_at: PhaseText = "",
-    closes_at: PhaseText = "",
-    submission_quota: PhaseText = "",
+    opens_at: Annotated[str, Form()] = "",
+    closes_at: Annotated[str, Form()] = "",
+    submission_quota: Annotated[str, Form()] = "",
 ) -> Response:
     """Change a phase's dates and quota (empty: no bound, no quota)."""
     phase = phases.get_phase(session, slug)
+    typed = _phase_form(
+        {"opens_at": opens_at, "closes_at": closes_at, "submission_quota": submission_quota}
+    )
+    read = _phase_values(typed, ("opens_at", "closes_at", "submission_quota"))
+    if not typed.ok:
+        return _phases_page(request, session, caller, card=(slug, typed))
     try:
-        quota = _quota(submission_quota)
-        phases.update_phase(
-            session,
-            phase,
-            opens_at=_moment("opens_at", opens_at),
-            closes_at=_moment("closes_at", closes_at),
-        )
-        phase.submission_quota = quota
+        phases.update_phase(session, phase, opens_at=read["opens_at"], closes_at=read["closes_at"])
+        phase.submission_quota = read["submission_quota"]
         session.flush()
     except SzbenchError as exc:
         session.rollback()
-        return _phases_page(request, session, caller, error=exc.detail, status_code=exc.status_code)
+        return _phases_page(request, session, caller, card=(slug, typed.fail(exc)))
     return redirect("/admin/phases", f"Phase {slug} updated.")
 
 
@@ -657,19 +788,24 @@ def set_phase_datasets(
     return redirect("/admin/phases", f"Phase {slug}'s rules now apply to {shown}.")
 
 
-@router.post("/phases/{slug}/release")
+@router.post("/phases/{slug}/release", response_class=HTMLResponse)
 def set_phase_release(
+    request: Request,
     slug: str,
     session: SessionDep,
     caller: AdminOnly,
     _csrf: CsrfChecked,
-    release_rule: PhaseText = "",
-    ladder_step: PhaseText = "",
+    release_rule: Annotated[str, Form()] = "",
+    ladder_step: Annotated[str, Form()] = "",
 ) -> Response:
     """How a phase releases held-out scores while open (empty: the default)."""
     phase = phases.get_phase(session, slug)
+    typed = _phase_form({"release_rule": release_rule, "ladder_step": ladder_step})
+    read = _phase_values(typed, ("release_rule", "ladder_step"))
+    if not typed.ok:
+        return _phases_page(request, session, caller, card=(slug, typed))
     phases.update_phase(
-        session, phase, release_rule=_rule(release_rule), ladder_step=_step(ladder_step)
+        session, phase, release_rule=read["release_rule"], ladder_step=read["ladder_step"]
     )
     rules = rules_of(phase)
     return redirect("/admin/phases", f"Phase {slug} now releases scores: {rules.release.value}.")

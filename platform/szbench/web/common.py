@@ -38,7 +38,7 @@ from szbench.auth.dependencies import Principal, browser_principal, get_principa
 from szbench.config import get_settings
 from szbench.errors import Forbidden, SzbenchError
 from szbench.evaluations.queries import shown_state
-from szbench.web import charts
+from szbench.web import charts, forms
 
 HERE = Path(__file__).resolve().parent
 CSRF_COOKIE = "szbench_csrf"
@@ -287,9 +287,9 @@ def validation_sentence(errors: list[dict[str, Any]]) -> str:
     field = ".".join(loc[1:]) or "a value"
     value = error.get("input")
     given = f" as {str(value)[:60]!r}" if isinstance(value, str | int | float) else ""
-    reason = str(error.get("msg", "it is not valid")).split(",")[0]
-    reason = reason.replace("Input should be", "it should be").replace("Field required", "")
-    because = f": {reason}" if reason else ""
+    # The forms' plain words ("at most 100 characters"), not the validator's.
+    reason = forms.message(error).rstrip(".")
+    because = f": {reason[:1].lower() + reason[1:]}" if reason else ""
     more = f" ({len(errors) - 1} more value(s) are wrong too.)" if len(errors) > 1 else ""
     fix = f" Go back, or remove {field} from the address." if loc and loc[0] == "query" else ""
     if error.get("type") == "missing":
@@ -297,24 +297,74 @@ def validation_sentence(errors: list[dict[str, Any]]) -> str:
     return f"{place} gives {field}{given}, which this page cannot use{because}.{fix}{more}"
 
 
+_TITLES = {
+    400: "This request cannot be used",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Not found",
+    409: "Already done or taken",
+    413: "Too large",
+    429: "Please wait",
+}
+
+
+def _sentence(text: str) -> str:
+    """A service's detail as a sentence on a page: capital first, full stop last."""
+    text = text.strip()
+    if not text:
+        return text
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "?", ")")) else text + "."
+
+
+def _back(request: Request) -> str | None:
+    """The page the visitor came from, when it is one of this site's (its path only)."""
+    referer = request.headers.get("referer", "")
+    origin = f"{request.url.scheme}://{request.url.netloc}"
+    if referer.startswith(origin + "/"):
+        path = referer[len(origin) :]
+        if path.split("?")[0] != request.url.path:
+            return path
+    return None
+
+
+def next_steps(request: Request, status_code: int, signed_in: bool) -> list[tuple[str, str]]:
+    """Where an error page sends its visitor on (address, words), most useful first."""
+    steps: list[tuple[str, str]] = []
+    back = _back(request)
+    if back is not None:
+        steps.append((back, "Go back to the page you came from"))
+    here = quote(request.url.path)
+    if status_code == 403 and not signed_in:
+        steps.append((f"/login?next={here}", "Sign in"))
+    elif status_code == 403:
+        steps.append((f"/login?next={here}", "Sign in with another account"))
+    if status_code == 429 and signed_in:
+        steps.append(("/submissions", "See your submissions and what they used"))
+    if status_code in (404, 405) and signed_in:
+        steps.append(("/submissions", "My submissions"))
+    if status_code >= 500:
+        steps.append((request.url.path, "Try this page again in a moment"))
+    steps.append(("/", "The leaderboards"))
+    steps.append(("/how-to-submit", "How to submit an algorithm"))
+    return steps
+
+
 def _error_page(request: Request, status_code: int, name: str, detail: str) -> HTMLResponse:
-    titles = {
-        400: "Bad request",
-        403: "Not allowed",
-        404: "Not found",
-        409: "Conflict",
-        429: "Quota used up",
-    }
+    # ``name`` (the error's class) is for the API's envelope and the logs; the page says in
+    # words what happened and where to go from here.
+    del name
     nav = getattr(request.state, "nav", None)
+    signed_in = getattr(request.state, "user_id", None) is not None
     context = {
-        "signed_in": getattr(request.state, "user_id", None) is not None,
+        "signed_in": signed_in,
         # The signed-in navigation, from the values the caller's check left (see NavCaller).
         "user": nav,
         "is_admin": bool(nav and nav.is_admin),
-        "title": titles.get(status_code, "Something went wrong"),
+        "title": _TITLES.get(status_code, "Something went wrong"),
         "status": status_code,
-        "name": name,
-        "detail": detail,
+        "detail": _sentence(detail),
+        "steps": next_steps(request, status_code, signed_in),
     }
     # The caller is not resolved again here (that could fail the same way); the navigation
     # knows from the request state who is signed in.

@@ -150,7 +150,11 @@ def compare_page(
             context["hidden"] = disclosure.comparison_withheld(views)
         else:
             comparison = service.compare(session, chosen, viewer=caller.user, metric=metric)
-            names = [f"{e.algorithm} {e.algorithm_version}" for e in comparison.evaluations]
+            # An entry is called what the leaderboard and its own page call it: its title
+            # (its short name when it has none), then its version.
+            names = [
+                f"{e.title or e.algorithm} {e.algorithm_version}" for e in comparison.evaluations
+            ]
             label = METRIC_LABELS.get(metric, metric)
             context["comparison"] = comparison
             context["digits"] = (

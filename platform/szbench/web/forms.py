@@ -13,6 +13,7 @@ again with ``form`` (the values) and ``errors``; the templates show them with th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -23,6 +24,8 @@ from szbench.errors import SzbenchError
 
 #: The key of an error that belongs to the whole form, not to one field.
 FORM = "form"
+#: A value that does not match its field's pattern, when the form gives no hint of its own.
+PATTERN_MISMATCH = "Not in the expected form."
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -63,7 +66,7 @@ def message(error: Mapping[str, Any]) -> str:
     if kind in ("enum", "literal_error"):
         return f"Choose one of {ctx.get('expected', 'the values offered')}."
     if kind == "string_pattern_mismatch":
-        return "Not in the expected form."
+        return PATTERN_MISMATCH
     text = str(error.get("msg", "Not valid."))
     text = text.removeprefix("Value error, ").removeprefix("Assertion failed, ")
     return _first_upper(text.rstrip(".") + ".")
@@ -82,15 +85,27 @@ def messages(errors: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return out
 
 
-def service_errors(exc: SzbenchError, fields: Iterable[str]) -> dict[str, str]:
+def plain(text: str, labels: Mapping[str, str] | None = None) -> str:
+    """``text`` with the internal field names it mentions replaced by the words the form
+    uses for them (``"is not after opens_at ..."``: ``"is not after the opening time ..."``;
+    ``"(confirm_public)"`` goes)."""
+    for name, label in (labels or {}).items():
+        text = text.replace(f" ({name})", "")
+        text = re.sub(rf"\b{re.escape(name)}\b", label, text)
+    return text
+
+
+def service_errors(
+    exc: SzbenchError, fields: Iterable[str], labels: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """A service error next to the field its detail names first (``"email: ..."``), or for
-    the whole form."""
+    the whole form; internal names in the rest are put in the form's words (``labels``)."""
     name, sep, rest = exc.detail.partition(": ")
     # Services sometimes name a nested field ("run_limits.queue"): the form's field is the head.
     head = name.split(".")[0]
     if sep and rest and head in set(fields):
-        return {head: _first_upper(rest)}
-    return {FORM: exc.detail}
+        return {head: _first_upper(plain(rest, labels))}
+    return {FORM: _first_upper(plain(exc.detail, labels))}
 
 
 @dataclass
@@ -104,6 +119,8 @@ class Submitted(Generic[M]):
     status_code: int = 200
     #: Every field of the form, those not sent back (passwords) included.
     fields: tuple[str, ...] = ()
+    #: The form's words for its fields, put in place of their names in a service's message.
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -114,7 +131,7 @@ class Submitted(Generic[M]):
         ``aliases`` maps a service's name of a field to the form's (``password`` to
         ``new_password``)."""
         aliases = aliases or {}
-        errors = service_errors(exc, [*self.fields, *self.values, *aliases])
+        errors = service_errors(exc, [*self.fields, *self.values, *aliases], self.labels)
         self.errors.update({aliases.get(k, k): v for k, v in errors.items()})
         self.status_code = exc.status_code
         return self
@@ -130,17 +147,31 @@ class Submitted(Generic[M]):
 
 
 def check(
-    model: type[M], values: Mapping[str, Any], *, keep_secret: Iterable[str] = ()
+    model: type[M],
+    values: Mapping[str, Any],
+    *,
+    keep_secret: Iterable[str] = (),
+    labels: Mapping[str, str] | None = None,
+    hints: Mapping[str, str] | None = None,
 ) -> Submitted[M]:
     """Validate ``values`` against ``model``. Fields named in ``keep_secret`` (passwords) are
-    not sent back into the page."""
+    not sent back into the page. ``labels``: the form's words for its fields (see
+    :func:`plain`); ``hints``: what a field takes, said instead of "Not in the expected
+    form." when its value does not match the field's pattern."""
     shown = {k: v for k, v in values.items() if k not in set(keep_secret)}
     names = tuple(values)
+    words = dict(labels or {})
     try:
-        return Submitted(values=shown, model=model.model_validate(dict(values)), fields=names)
+        valid = model.model_validate(dict(values))
+        return Submitted(values=shown, model=valid, fields=names, labels=words)
     except ValidationError as exc:
         errors = messages(exc.errors())
-        return Submitted(values=shown, model=None, errors=errors, status_code=400, fields=names)
+        for name, hint in (hints or {}).items():
+            if errors.get(name) == PATTERN_MISMATCH:
+                errors[name] = hint
+        return Submitted(
+            values=shown, model=None, errors=errors, status_code=400, fields=names, labels=words
+        )
 
 
 def empty(values: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -58,7 +58,8 @@ def home(request: Request, session: SessionDep, caller: Anyone) -> Response:
         request,
         "home.html",
         caller,
-        {"boards": boards, "datasets": all_datasets, "title": "szbench"},
+        # The page's own heading: the site's name follows every title already.
+        {"boards": boards, "datasets": all_datasets, "title": "Seizure-detection leaderboards"},
     )
 
 
@@ -80,12 +81,16 @@ def login(
     session: SessionDep,
     caller: Caller,
     _csrf: CsrfChecked,
-    email: Annotated[str, Form(max_length=320)] = "",
-    password: Annotated[str, Form(max_length=1000)] = "",
+    email: Annotated[str, Form()] = "",
+    password: Annotated[str, Form()] = "",
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
     """Check the password and set the session cookie."""
     response = RedirectResponse(safe_next(next), status_code=303)
+    typed = forms.check(LoginForm, {"email": email, "password": password}, keep_secret=["password"])
+    if not typed.ok:
+        context = {"next": safe_next(next), "title": "Sign in", **typed.context()}
+        return render(request, "login.html", caller, context, status_code=400)
     try:
         cookies.login_with_password(
             session,
@@ -101,6 +106,13 @@ def login(
             page.headers["Retry-After"] = str(exc.retry_after_s)
         return page
     return response
+
+
+class LoginForm(FormModel):
+    # The lengths an account can have: a longer value is said wrong under its field before
+    # any password is hashed.
+    email: str = Field(max_length=320)
+    password: str = Field(max_length=1000)
 
 
 @router.post("/logout")

@@ -56,7 +56,8 @@ def create_team(
     session: SessionDep,
     caller: Submitter,
     _csrf: CsrfChecked,
-    name: Annotated[str, Form(max_length=200)] = "",
+    # No length limit here: the service's is said under the field, not on an error page.
+    name: Annotated[str, Form()] = "",
 ) -> Response:
     """Start a team; the caller is its first owner."""
     assert caller.user is not None
@@ -147,16 +148,22 @@ def add_member(
     session: SessionDep,
     caller: SignedIn,
     _csrf: CsrfChecked,
-    email: Annotated[str, Form(max_length=320)] = "",
+    email: Annotated[str, Form()] = "",
     role: Annotated[str, Form(max_length=20)] = TeamRole.MEMBER.value,
 ) -> Response:
     """Add an existing account by its e-mail address (the team's owners)."""
 
     def act(team: Team, user: User) -> _Redirect:
+        if len(email) > _EMAIL_MAX:
+            raise BadRequest(f"email: at most {_EMAIL_MAX} characters")
         member = service.add_member(session, team, by=user, email=email, role=_role(role))
         return f"/teams/{team_id}", f"{_who(member)} is now a {member.role.value} of {team.name}."
 
     return _team_form(request, session, caller, team_id, act, {"email": email, "role": role})
+
+
+#: The longest e-mail address (RFC 5321's limit, as the accounts' column).
+_EMAIL_MAX = 320
 
 
 def _role(text: str) -> TeamRole:
@@ -256,7 +263,7 @@ def delete_team(
     session: SessionDep,
     caller: SignedIn,
     _csrf: CsrfChecked,
-    confirm: Annotated[str, Form(max_length=200)] = "",
+    confirm: Annotated[str, Form()] = "",
 ) -> Response:
     """Delete the team (its owners), once its name is typed."""
 

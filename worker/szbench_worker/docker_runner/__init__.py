@@ -23,6 +23,7 @@ from szbench_worker.docker_runner.cannot_start import (
     config_refusal,
 )
 from szbench_worker.docker_runner.client import connect, engine_available
+from szbench_worker.docker_runner.gpu_probe import gpu_refusal
 from szbench_worker.docker_runner.images import (
     ImageInfo,
     TarballIdCache,
@@ -67,6 +68,7 @@ __all__ = [
     "container_name",
     "device_requests",
     "engine_available",
+    "gpu_refusal",
     "inspect_image",
     "load_image_tarball",
     "output_usage",

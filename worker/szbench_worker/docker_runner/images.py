@@ -274,13 +274,30 @@ def platform_image_id(reference: str, client: docker.DockerClient, *, setting: s
     return image_id
 
 
+#: The base image built on this machine without any registry (scripts/build-base-images.sh):
+#: Debian bookworm with python3 and numpy.
+LOCAL_BASE_IMAGE = "szbench/python-numpy:bookworm"
+#: The build argument that selects the base of the bundled examples (examples/baseline,
+#: examples/onnx): a public Debian image by default, for a researcher's machine.
+BASE_IMAGE_ARG = "BASE_IMAGE"
+
+
 def build_image(
-    context_dir: Path, tag: str, client: docker.DockerClient | None = None
+    context_dir: Path,
+    tag: str,
+    client: docker.DockerClient | None = None,
+    *,
+    buildargs: dict[str, str] | None = None,
 ) -> ImageInfo:
-    """Build ``context_dir``'s Dockerfile offline (no pull: its base must be local)."""
+    """Build ``context_dir``'s Dockerfile offline (no pull: its base must be local). A
+    Dockerfile that takes ``BASE_IMAGE`` (the bundled examples) is given the local base,
+    unless ``buildargs`` say otherwise."""
     client = client or connect()
+    args = {BASE_IMAGE_ARG: LOCAL_BASE_IMAGE, **(buildargs or {})}
     try:
-        image, _ = client.images.build(path=str(context_dir), tag=tag, rm=True, pull=False)
+        image, _ = client.images.build(
+            path=str(context_dir), tag=tag, rm=True, pull=False, buildargs=args
+        )
     except (APIError, DockerException) as exc:
         raise ImageError(f"building {context_dir.name} failed: {exc}") from exc
     return _info(image)

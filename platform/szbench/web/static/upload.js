@@ -40,7 +40,81 @@
     errorBox.focus && errorBox.setAttribute("tabindex", "-1");
     errorBox.focus();
   }
-  function clearError() { errorBox.hidden = true; errorBox.textContent = ""; }
+  function clearError() { errorBox.hidden = true; errorBox.textContent = ""; clearFieldErrors(); }
+
+  // What is wrong with a field is said under it (docs/web-ui.md, "Form errors"): in the
+  // page's words (each field's data-hint says what it takes), never in the validator's
+  // wording or under an API name ("body.name: String should match pattern ...").
+  const FIELDS = {
+    name: "name", title: "title", authors: "authors", licence: "licence",
+    description: "description", visibility: "visibility", version: "version", phase: "phase",
+    image_reference: "image-reference", upload_id: "file", filename: "file",
+    size_bytes: "file", file: "file",
+  };
+  class FieldErrors extends Error {
+    constructor(fields) { super("fields"); this.fields = fields; }
+  }
+  // The file input is hidden: its message goes under the drop zone that stands for it.
+  function fieldElement(id) { return id === "file" ? dropZone : document.getElementById(id); }
+  function clearFieldErrors() {
+    form.querySelectorAll("p.field-error[data-for]").forEach((p) => {
+      const el = fieldElement(p.dataset.for);
+      if (el) {
+        el.removeAttribute("aria-invalid");
+        const ids = (el.getAttribute("aria-describedby") || "").split(" ").filter((i) => i && i !== p.id);
+        if (ids.length) el.setAttribute("aria-describedby", ids.join(" ")); else el.removeAttribute("aria-describedby");
+      }
+      p.remove();
+    });
+  }
+  function showFieldErrors(fields) {
+    clearFieldErrors();
+    for (const [id, text] of Object.entries(fields)) {
+      const el = fieldElement(id);
+      const p = document.createElement("p");
+      p.className = "field-error";
+      p.id = id + "-error";
+      p.dataset.for = id;
+      p.textContent = text;
+      el.insertAdjacentElement("afterend", p);
+      el.setAttribute("aria-invalid", "true");
+      const ids = (el.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
+      el.setAttribute("aria-describedby", ids.concat(p.id).join(" "));
+    }
+    const n = Object.keys(fields).length;
+    showError(n > 1 ? "Please correct the fields marked below." : "Please correct the field marked below.");
+  }
+  // A message as a sentence: a full stop at its end (its start may be a name, kept as typed).
+  function sentence(text) {
+    text = text.trim();
+    return text + (/[.!?)]$/.test(text) ? "" : ".");
+  }
+  // An input's own checks (required, pattern, length), in the page's words.
+  function checkInput(id) {
+    const el = document.getElementById(id);
+    if (el.validity.valueMissing) return "Required.";
+    if (el.validity.tooLong) return "At most " + el.maxLength + " characters.";
+    if (el.validity.patternMismatch) return el.dataset.hint || "Not in the expected form.";
+    return null;
+  }
+  // An API refusal that names fields first ("version: ...", or a 422's "body.name: ...; ..."),
+  // as messages by field; null when it names none of this form's (a quota, a phase's dates).
+  function apiFieldErrors(e) {
+    const out = {};
+    for (const part of e.message.split("; ")) {
+      const m = /^(?:body\.|query\.)?([a-z_]+)(?:\.[\w.]+)?: ([\s\S]+)$/.exec(part);
+      if (!m || !(m[1] in FIELDS)) return null;
+      const id = FIELDS[m[1]];
+      if (id in out) continue;
+      const el = fieldElement(id);
+      const limit = /at most (\d+) characters/i.exec(m[2]);
+      if (e.status !== 422) out[id] = sentence(m[2]);  // the platform's own words
+      else if (limit) out[id] = "At most " + limit[1] + " characters.";
+      else if (/required/i.test(m[2])) out[id] = "Required.";
+      else out[id] = (el && el.dataset.hint) || "Not in the expected form.";
+    }
+    return Object.keys(out).length ? out : null;
+  }
   function status(message) { statusBox.textContent = message; }
   function sleep(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
 
@@ -287,12 +361,19 @@
     const version = document.getElementById("version").value.trim();
     const source = form.querySelector("input[name=source]:checked").value;
     const reference = document.getElementById("image-reference").value.trim();
-    if (!version) { showError("version: give this version a label, e.g. 1.0.0"); return; }
-    if (source === "upload" && !file) { showError("image: choose or drop an image archive (.tar or .tar.gz)"); return; }
-    if (source === "reference" && !reference) { showError("image_reference: give a reference pinned by digest"); return; }
-    if (!algorithmSelect.value && !document.getElementById("name").value.trim()) {
-      showError("name: give the new algorithm a short name"); return;
+    // The fields' own checks first, each said under its field.
+    const wrong = {};
+    if (!algorithmSelect.value) {
+      for (const id of ["name", "title", "authors", "licence", "description"]) {
+        const problem = checkInput(id);
+        if (problem) wrong[id] = problem;
+      }
     }
+    const versionProblem = checkInput("version");
+    if (versionProblem) wrong.version = versionProblem;
+    if (source === "upload" && !file) wrong.file = "Choose or drop an image archive (.tar or .tar.gz).";
+    if (source === "reference" && !reference) wrong["image-reference"] = "Required.";
+    if (Object.keys(wrong).length) { showFieldErrors(wrong); return; }
     button.disabled = true;
     try {
       const body = { version: version, wants_gpu: document.getElementById("wants-gpu").checked };
@@ -303,7 +384,7 @@
       if (source === "upload") {
         status("Checking the archive on this computer…");
         const problem = await archiveProblem(file);
-        if (problem) throw new ApiError(400, file.name + ": " + problem);
+        if (problem) throw new FieldErrors({ file: sentence(file.name + ": " + problem) });
       }
       status("Checking quotas, phase and version…");
       const check = { version: version, phase: body.phase || null };
@@ -325,8 +406,11 @@
       try {
         created = await api("POST", "/api/v1/algorithms/" + algorithmId + "/versions", body);
       } catch (e) {
-        // Name the file the server's check refused (its message names the member or field).
-        if (e instanceof ApiError && source === "upload") throw new ApiError(e.status, file.name + ": " + e.message);
+        // The server's archive check refused the file: said under it, naming it.
+        if (e instanceof ApiError && source === "upload" && !apiFieldErrors(e)
+            && e.status !== 429 && e.status < 500) {
+          throw new FieldErrors({ file: sentence(file.name + ": " + e.message) });
+        }
         throw e;
       }
       if (file) window.localStorage.removeItem(resumeKey(file));
@@ -335,7 +419,9 @@
         "Version " + created.version + " submitted; the smoke test starts shortly."));
     } catch (e) {
       status("");
-      showError(e instanceof ApiError ? "Refused: " + e.message : "Network error: " + e.message);
+      const fields = e instanceof FieldErrors ? e.fields : e instanceof ApiError ? apiFieldErrors(e) : null;
+      if (fields) showFieldErrors(fields);
+      else showError(e instanceof ApiError ? "Refused: " + sentence(e.message) : "Network error: " + e.message);
     } finally {
       button.disabled = false;
     }
