@@ -48,8 +48,11 @@ class Limits:
 
 @pytest.fixture(scope="module")
 def code(tmp_path_factory: pytest.TempPathFactory) -> Code:
-    """A small project: a test file, a module of constants, a compose file and a Makefile."""
-    root = tmp_path_factory.mktemp("project")
+    return project(tmp_path_factory.mktemp("project"))
+
+
+def project(root: Path) -> Code:
+    """A small project: tests, a module of constants, a compose file, a Makefile and a doc."""
     for rel, text in {
         "tests/platform/test_things.py": TEST_FILE,
         "tests/web/test_pages.py": "def test_page() -> None: ...\n",
@@ -62,6 +65,7 @@ def code(tmp_path_factory: pytest.TempPathFactory) -> Code:
         "scripts/setup.sh": 'echo "${SZBENCH_SCRIPT_ONLY:-1}"\n',
         "docker-compose.yml": "x: ${SZBENCH_COMPOSE_ONLY:-1}\n",
         "Makefile": "BIN := .venv/bin\n\nlint: setup\n\ttrue\n\nsetup:\n\ttrue\n",
+        "docs/other.md": "# Other\n\n## Worker disk: `/output`\n\n**Names.** Text.\n",
     }.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +74,9 @@ def code(tmp_path_factory: pytest.TempPathFactory) -> Code:
 
 
 def messages(code: Code, text: str) -> list[str]:
+    """The problems of ``text`` as docs/probe.md (a doc in the project, for its own sections)."""
+    (code.root / "docs/probe.md").write_text(text)
+    code.sections.cache_clear()
     return [str(p) for p in check_text(code, "docs/probe.md", text)]
 
 
@@ -205,6 +212,26 @@ the task `szbench.evaluation.start`, the host szbench.example.org; but `szbench.
     ]
 
 
+def test_a_missing_section_or_link_target_fails(code: Code) -> None:
+    text = """# Probe
+
+## Here
+
+See docs/other.md, "Worker disk" (a title's start), (other.md, "Names"), "Here" above,
+[other](other.md), [disk](other.md#worker-disk-output) and [here](#here).
+But docs/other.md, "Worker disks", docs/gone.md, "Any", "Nowhere" below,
+[gone](gone.md) and [a heading](other.md#names).
+"""
+    assert messages(code, text) == [
+        'docs/probe.md:7: docs/other.md, "Worker disks": docs/other.md has no section '
+        "'Worker disks'",
+        'docs/probe.md:7: docs/gone.md, "Any": docs/gone.md does not exist',
+        "docs/probe.md:7: \"Nowhere\" below: docs/probe.md has no section 'Nowhere'",
+        "docs/probe.md:8: the link to gone.md leads nowhere",
+        "docs/probe.md:8: the link to other.md#names: no such heading",
+    ]
+
+
 def test_a_missing_make_target_fails(code: Code) -> None:
     text = "Run `make lint` or `make setup lint`, then\n\n```sh\nmake lnit  # typo\n```\n"
     assert messages(code, text) == ["docs/probe.md:4: make lnit: the Makefile has no such target"]
@@ -232,8 +259,9 @@ def test_values_are_written_one_way(name: str, value: object, unit: str | None, 
 
 
 def test_the_command_reports_and_fails(
-    code: Code, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    code = project(tmp_path)
     # The settings page of this small project (the real one cites the real tree).
     monkeypatch.setattr(settings_doc, "render", lambda: "# Settings\n\n- `SZBENCH_DATA_DIR`\n")
     docs = code.root / "docs"

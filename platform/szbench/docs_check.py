@@ -20,6 +20,9 @@ the generated values and docs/settings.md from the code.
   ``szbench_worker...`` or ``szbench_scoring...`` name is a module, a name a module (or a
   class in it) defines, or a name the code spells as a string (a task's); ``make <target>``
   in code is a target of the Makefile.
+- **Sections.** A doc's section cited by its title (``docs/api.md, "Teams"``, ``"Timing"
+  above``) begins a heading or a bold lead-in there; a relative link leads to a file, and its
+  ``#anchor`` to a heading.
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ _VALUE_OPEN = re.compile(r"<!-- value\b")
 # `SZBENCH_X` 16 MiB in a table cell.
 _LITERAL = r"(?:default:?\s+)?\**(?=\d|true\b|false\b|empty\b|none\b)"
 _HAND_VALUE = re.compile(rf"`?(?:\s*\(\s*{_LITERAL}|,\s*{_LITERAL}|[ \t]+(?=\d))")
+# A section cited by its title, in another doc (`docs/api.md, "Teams"`) or this one
+# (`"Timing" above`), and a relative link with its anchor.
+_SECTION_REF = re.compile(r'((?:\.\./|docs/|benchmarks/)?[\w-]+\.md)`?,?\s+"([^"\n]+)"')
+_SECTION_HERE = re.compile(r'"([^"\n]+)"\)?\s+(?:above|below)\b')
+_LINK = re.compile(r"\]\((?![a-z]+:)([^)#\s]*)(?:#([^)\s]+))?\)")
+_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*$|\*\*([^*\n]+?)\.?\*\*", re.M)
 _MAKE = re.compile(r"(?<![\w./-])make((?:[ \t]+[a-z][\w-]*)+)")
 _FENCE = re.compile(r"^ {0,3}(?:```|~~~)", re.M)
 _SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
@@ -118,9 +127,9 @@ class Code:
             files.extend((self.root / top).rglob("*.py"))
         names: set[str] = set()
         for path in files:
-            if path.is_file():
-                for match in _ENV_READ.finditer(path.read_text(errors="replace")):
-                    names.add(match.group(1) or match.group(2))
+            text = path.read_text(errors="replace") if path.is_file() else ""
+            if "SZBENCH_" in text:
+                names.update(a or b for a, b in _ENV_READ.findall(text))
         return frozenset(names)
 
     @functools.cached_property
@@ -167,6 +176,16 @@ class Code:
             for path in (self.root / package).rglob("*.py"):
                 found.update(re.findall(r"[\"'](szbench[\w.]*)[\"']", path.read_text()))
         return frozenset(found)
+
+    @functools.cache  # noqa: B019
+    def sections(self, path: Path) -> tuple[list[str], set[str]]:
+        """A doc's section titles (headings and bold lead-ins) and its headings' anchors."""
+        titles, anchors = [], set()
+        for heading, lead in _HEADING.findall(path.read_text()):
+            titles.append((heading or lead).replace("`", ""))
+            if heading:
+                anchors.add(re.sub(r"[^\w\- ]", "", titles[-1].lower()).replace(" ", "-"))
+        return titles, anchors
 
     @functools.cache  # noqa: B019
     def module(self, dotted: str) -> tuple[Path, list[str]]:
@@ -319,6 +338,9 @@ class _Reader:
         # (a value marker holds a name; a test file is a path).
         patterns: list[tuple[re.Pattern[str], Callable[[int, re.Match[str]], None]]] = [
             (_VALUE, self._value),
+            (_SECTION_REF, self._section_ref),
+            (_SECTION_HERE, self._section_here),
+            (_LINK, self._link),
             (_TEST_REF, self._test_ref),
             (_TEST_FILE, self._test_file),
             (_TEST_AFTER, self._test_after),
@@ -451,6 +473,33 @@ class _Reader:
             self.report(
                 at, f"{name} is {expected} in the code, the doc says {stated!r}: run {WRITE_HINT}"
             )
+
+    def _doc(self, rel: str) -> Path:
+        """A doc named in this one: from the root (docs/..., benchmarks/...), else beside it."""
+        if rel.startswith(("docs/", "benchmarks/")) or rel == "README.md":
+            return self.code.root / rel
+        return (self.code.root / self.doc).parent / rel
+
+    def _section(self, at: int, path: Path, title: str, cited: str) -> None:
+        if not path.is_file():
+            self.report(at, f"{cited}: {path.relative_to(self.code.root)} does not exist")
+        elif not any(t.startswith(title.replace("`", "")) for t in self.code.sections(path)[0]):
+            where = path.resolve().relative_to(self.code.root.resolve()).as_posix()
+            self.report(at, f"{cited}: {where} has no section {title!r}")
+
+    def _section_ref(self, at: int, match: re.Match[str]) -> None:
+        self._section(at, self._doc(match.group(1)), match.group(2), match.group(0))
+
+    def _section_here(self, at: int, match: re.Match[str]) -> None:
+        self._section(at, self.code.root / self.doc, match.group(1), match.group(0))
+
+    def _link(self, at: int, match: re.Match[str]) -> None:
+        target, anchor = match.groups()
+        path = (self.code.root / self.doc).parent / target if target else self.code.root / self.doc
+        if not path.exists():
+            self.report(at, f"the link to {target} leads nowhere")
+        elif anchor and path.suffix == ".md" and anchor not in self.code.sections(path)[1]:
+            self.report(at, f"the link to {target}#{anchor}: no such heading")
 
     def _make(self, at: int, match: re.Match[str]) -> None:
         for target in match.group(1).split():
