@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from szbench import docs_check, settings_doc
-from szbench.docs_check import Code, check_text, fill_values, render
+from szbench.docs_check import (
+    Code,
+    check_env_example,
+    check_text,
+    fill_values,
+    mark_values,
+    render,
+)
 
 TEST_FILE = """
 import pytest
@@ -154,13 +161,28 @@ def test_a_value_written_by_hand_after_a_setting_fails(code: Code) -> None:
     name, default = a_number_setting(code)
     for hand in (f"`{name}` (20)", f"`{name}`, 20", f"(`{name}`,\ndefault **20**)", f"`{name}` 20"):
         assert messages(code, hand) == [
-            f"docs/probe.md:1: {name} has a value written by hand after it (the code says "
-            f"{default:,}): write it as <!-- value: {name} -->...<!-- /value --> and run "
-            "python -m szbench.docs_check --write"
+            f"docs/probe.md:1: {name} has a value written by hand after it; the code says "
+            f"{default:,}. A default goes in <!-- value: {name} -->...<!-- /value --> "
+            "(python -m szbench.docs_check --write puts one that is the code's there); "
+            "anything else, reword"
         ], hand
     # Setting it, a condition on it, or an example in a code block is no default.
     assert messages(code, f"`{name}=20`, `{name}` empty, (`{name}` times)\n") == []
     assert messages(code, f"```sh\n{name} 20 szbench serve\n```\n") == []
+
+
+def test_write_marks_hand_values_that_are_the_codes_and_leaves_the_others(code: Code) -> None:
+    name, default = a_number_setting(code)
+    text = (
+        f"`{name}` ({default}), `{name}`, default **{default + 1}**:\n```\n{name} {default}\n```\n"
+    )
+    marked = mark_values(code, text)
+    assert marked == text.replace(
+        f"({default})", f"(<!-- value: {name} -->{default:,}<!-- /value -->)", 1
+    )
+    assert [m.split(": ", 1)[1][:40] for m in messages(code, marked)] == [
+        f"{name} has a value written by hand after it"[:40]
+    ]
 
 
 def test_module_constants_are_read_from_their_source(code: Code) -> None:
@@ -230,6 +252,18 @@ But docs/other.md, "Worker disks", docs/gone.md, "Any", "Nowhere" below,
         "docs/probe.md:8: the link to gone.md leads nowhere",
         "docs/probe.md:8: the link to other.md#names: no such heading",
     ]
+
+
+def test_the_env_template_lists_every_setting_and_nothing_else(code: Code) -> None:
+    names = list(code.settings)
+    template = "".join(f"# {name}=\n" for name in names[1:]) + "SZBENCH_GONE=1\n"
+    assert [str(p) for p in check_env_example(code, template)] == [
+        f".env.example:{len(names)}: SZBENCH_GONE is not a setting (szbench.config.Settings) "
+        "nor a variable the code reads (compose files, scripts, Dockerfiles, os.environ)",
+        f".env.example:1: {names[0]} is a setting the template does not list",
+    ]
+    listed = f"{names[0]}=x\n" + template.replace("SZBENCH_GONE=1\n", "SZBENCH_COMPOSE_ONLY=2\n")
+    assert check_env_example(code, listed) == []
 
 
 def test_a_missing_make_target_fails(code: Code) -> None:

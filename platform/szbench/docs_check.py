@@ -1,5 +1,5 @@
-"""Docs that cannot drift: what README.md, docs/*.md and benchmarks/RESULTS.md cite is
-resolved against the code, never trusted. ``python -m szbench.docs_check`` (``make lint``,
+"""Docs that cannot drift: what README.md, docs/*.md, benchmarks/RESULTS.md and .env.example
+cite is resolved against the code, never trusted. ``python -m szbench.docs_check`` (``make lint``,
 pre-commit) prints one line per problem, ``doc:line: what is wrong``; ``--write`` fills in
 the generated values and docs/settings.md from the code.
 
@@ -15,11 +15,13 @@ the generated values and docs/settings.md from the code.
   setting's default, or a module constant (``szbench.module.CONSTANT``, evaluated from its
   source). The unit follows the name (``_BYTES``: KiB, MiB, GiB; ``_S``: seconds) unless the
   marker names one (``<!-- value: NAME h -->``). A value written by hand right after a
-  setting's name (`` `SZBENCH_X` (5) ``, `` `SZBENCH_X`, 5 ``) is refused: it would drift.
+  setting's name (`` `SZBENCH_X` (5) ``, `` `SZBENCH_X`, 5 ``) is refused: it would drift
+  (``--write`` marks it where it already is the code's value).
 - **Code.** A path under the project's top folders exists; a dotted ``szbench...``,
   ``szbench_worker...`` or ``szbench_scoring...`` name is a module, a name a module (or a
   class in it) defines, or a name the code spells as a string (a task's); ``make <target>``
   in code is a target of the Makefile.
+- **.env.example** names every setting, and nothing that is neither a setting nor read.
 - **Sections.** A doc's section cited by its title (``docs/api.md, "Teams"``, ``"Timing"
   above``) begins a heading or a bold lead-in there; a relative link leads to a file, and its
   ``#anchor`` to a heading.
@@ -71,6 +73,9 @@ _SECTION_REF = re.compile(r'((?:\.\./|docs/|benchmarks/)?[\w-]+\.md)`?,?\s+"([^"
 _SECTION_HERE = re.compile(r'"([^"\n]+)"\)?\s+(?:above|below)\b')
 _LINK = re.compile(r"\]\((?![a-z]+:)([^)#\s]*)(?:#([^)\s]+))?\)")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*$|\*\*([^*\n]+?)\.?\*\*", re.M)
+_STATED = re.compile(
+    r"\d+(?:[,.]\d+)*(?: (s|min|h|days|bytes|KiB|MiB|GiB|TiB)\b)?|true|false|empty|none"
+)
 _MAKE = re.compile(r"(?<![\w./-])make((?:[ \t]+[a-z][\w-]*)+)")
 _FENCE = re.compile(r"^ {0,3}(?:```|~~~)", re.M)
 _SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
@@ -457,9 +462,10 @@ class _Reader:
         ):
             self.report(
                 at,
-                f"{name} has a value written by hand after it (the code says "
-                f"{render(name, self.code.settings[name])}): write it as "
-                f"<!-- value: {name} -->...<!-- /value --> and run {WRITE_HINT}",
+                f"{name} has a value written by hand after it; the code says "
+                f"{render(name, self.code.settings[name])}. A default goes in "
+                f"<!-- value: {name} -->...<!-- /value --> ({WRITE_HINT} puts one that is the "
+                "code's there); anything else, reword",
             )
 
     def _value(self, at: int, match: re.Match[str]) -> None:
@@ -529,13 +535,52 @@ def fill_values(code: Code, text: str) -> str:
     return _VALUE.sub(fill, text)
 
 
+def mark_values(code: Code, text: str) -> str:
+    """``text`` with each value written by hand after a setting's name put in a marker where
+    it already is the code's value (``(3600 s)`` as ``3,600 s``); one that differs is left for
+    a person to judge (the check names it)."""
+    fenced = _Regions(text).fenced
+    out, done = [], 0
+    for match in _SETTING.finditer(text):
+        name = match.group(0)
+        hand = _HAND_VALUE.match(text, match.end())
+        stated = hand and _STATED.match(text, hand.end())
+        if not stated or name not in code.settings or _Regions.holds(fenced, match.start()):
+            continue
+        unit = stated.group(1) if stated.group(1) in ("min", "h", "days") else None
+        value = render(name, code.settings[name], unit)
+        if stated.group(0).replace(",", "").removesuffix(" s") == value.replace(
+            ",", ""
+        ).removesuffix(" s"):
+            out += [
+                text[done : stated.start()],
+                f"<!-- value: {name}{f' {unit}' if unit else ''} -->{value}<!-- /value -->",
+            ]
+            done = stated.end()
+    return "".join(out) + text[done:]
+
+
+def check_env_example(code: Code, text: str) -> list[Problem]:
+    """.env.example, the annotated template: what it names exists, and it names every setting."""
+    problems = check_text(code, ".env.example", text)
+    listed = set(re.findall(r"^#?\s*(SZBENCH_[A-Z0-9_]+)=", text, flags=re.M))
+    problems += [
+        Problem(".env.example", 1, f"{name} is a setting the template does not list")
+        for name in code.settings
+        if name not in listed
+    ]
+    return problems
+
+
 def check(code: Code) -> list[Problem]:
-    """Every problem of every doc, and docs/settings.md against the settings class."""
+    """Every problem of every doc, of .env.example, and docs/settings.md against the settings."""
     from szbench import settings_doc
 
     problems = []
     for path in doc_paths(code.root):
         problems += check_text(code, path.relative_to(code.root).as_posix(), path.read_text())
+    if (env_example := code.root / ".env.example").is_file():
+        problems += check_env_example(code, env_example.read_text())
     if (code.root / "docs/settings.md").read_text() != settings_doc.render():
         problems.append(
             Problem("docs/settings.md", 1, f"not what the settings say: run {WRITE_HINT}")
@@ -548,7 +593,7 @@ def write(code: Code) -> None:
 
     for path in doc_paths(code.root):
         text = path.read_text()
-        if (filled := fill_values(code, text)) != text:
+        if (filled := fill_values(code, mark_values(code, text))) != text:
             path.write_text(filled)
     (code.root / "docs/settings.md").write_text(settings_doc.render())
 
