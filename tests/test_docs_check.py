@@ -11,7 +11,6 @@ import pytest
 from szbench import docs_check, settings_doc
 from szbench.docs_check import (
     Code,
-    check_env_example,
     check_text,
     fill_values,
     mark_values,
@@ -252,18 +251,6 @@ But docs/other.md, "Worker disks", docs/gone.md, "Any", "Nowhere" below,
         "docs/probe.md:8: the link to gone.md leads nowhere",
         "docs/probe.md:8: the link to other.md#names: no such heading",
     ]
-
-
-def test_the_env_template_lists_every_setting_and_nothing_else(code: Code) -> None:
-    names = list(code.settings)
-    template = "".join(f"# {name}=\n" for name in names[1:]) + "SZBENCH_GONE=1\n"
-    assert [str(p) for p in check_env_example(code, template)] == [
-        f".env.example:{len(names)}: SZBENCH_GONE is not a setting (szbench.config.Settings) "
-        "nor a variable the code reads (compose files, scripts, Dockerfiles, os.environ)",
-        f".env.example:1: {names[0]} is a setting the template does not list",
-    ]
-    listed = f"{names[0]}=x\n" + template.replace("SZBENCH_GONE=1\n", "SZBENCH_COMPOSE_ONLY=2\n")
-    assert check_env_example(code, listed) == []
 
 
 def test_a_missing_make_target_fails(code: Code) -> None:

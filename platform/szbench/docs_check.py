@@ -1,5 +1,5 @@
-"""Docs that cannot drift: what README.md, docs/*.md, benchmarks/RESULTS.md and .env.example
-cite is resolved against the code, never trusted. ``python -m szbench.docs_check`` (``make lint``,
+"""Docs that cannot drift: what README.md, docs/*.md and benchmarks/RESULTS.md cite is
+resolved against the code, never trusted. ``python -m szbench.docs_check`` (``make lint``,
 pre-commit) prints one line per problem, ``doc:line: what is wrong``; ``--write`` fills in
 the generated values and docs/settings.md from the code.
 
@@ -21,7 +21,6 @@ the generated values and docs/settings.md from the code.
   ``szbench_worker...`` or ``szbench_scoring...`` name is a module, a name a module (or a
   class in it) defines, or a name the code spells as a string (a task's); ``make <target>``
   in code is a target of the Makefile.
-- **.env.example** names every setting, and nothing that is neither a setting nor read.
 - **Sections.** A doc's section cited by its title (``docs/api.md, "Teams"``, ``"Timing"
   above``) begins a heading or a bold lead-in there; a relative link leads to a file, and its
   ``#anchor`` to a heading.
@@ -560,27 +559,13 @@ def mark_values(code: Code, text: str) -> str:
     return "".join(out) + text[done:]
 
 
-def check_env_example(code: Code, text: str) -> list[Problem]:
-    """.env.example, the annotated template: what it names exists, and it names every setting."""
-    problems = check_text(code, ".env.example", text)
-    listed = set(re.findall(r"^#?\s*(SZBENCH_[A-Z0-9_]+)=", text, flags=re.M))
-    problems += [
-        Problem(".env.example", 1, f"{name} is a setting the template does not list")
-        for name in code.settings
-        if name not in listed
-    ]
-    return problems
-
-
 def check(code: Code) -> list[Problem]:
-    """Every problem of every doc, of .env.example, and docs/settings.md against the settings."""
+    """Every problem of every doc, and docs/settings.md against the settings class."""
     from szbench import settings_doc
 
     problems = []
     for path in doc_paths(code.root):
         problems += check_text(code, path.relative_to(code.root).as_posix(), path.read_text())
-    if (env_example := code.root / ".env.example").is_file():
-        problems += check_env_example(code, env_example.read_text())
     if (code.root / "docs/settings.md").read_text() != settings_doc.render():
         problems.append(
             Problem("docs/settings.md", 1, f"not what the settings say: run {WRITE_HINT}")
