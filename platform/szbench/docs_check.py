@@ -169,7 +169,7 @@ class Code:
             rel
             for paths in self.test_files.values()
             for rel in paths
-            if pattern.search((self.root / rel).read_text())
+            if pattern.search((self.root / rel).read_text()) and name in self.tests(rel)
         ]
 
     @functools.cached_property
