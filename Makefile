@@ -21,12 +21,13 @@ test: ## the whole test suite (what CI runs: scripts/test.sh)
 test-fast: ## the fast stage: no Docker engine, no browser, nothing slow
 	./scripts/test.sh --fast $(PYTEST_ARGS)
 
-lint: setup ## ruff, mypy, the import contracts and the dead-code check (.pre-commit-config.yaml: the same)
+lint: setup ## ruff, mypy, the import contracts, the dead-code check and the docs check (.pre-commit-config.yaml: the same)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/vulture
+	$(BIN)/python -m szbench.docs_check
 
 format: setup
 	$(BIN)/ruff format .
