@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
-import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -160,29 +158,15 @@ def score_dataset(
     p = params or ScoringParams()
     subjects, recordings = find_recordings(ref_dir, hyp_dir, pattern)
     results: list[RecordingResult] = []
-    with _gc_paused():
-        batch = _Batch()
-        for rec in recordings:
-            batch.add(rec)
-            if batch.size >= _BATCH_BYTES:
-                results += batch.score(p, strict)
-                batch = _Batch()
-        if batch.files:
+    batch = _Batch()
+    for rec in recordings:
+        batch.add(rec)
+        if batch.size >= _BATCH_BYTES:
             results += batch.score(p, strict)
-        return aggregate(results, subjects=subjects, params=p)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: scoring creates many small objects that all stay
-    alive and no reference cycles, so its scans would only cost time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+            batch = _Batch()
+    if batch.files:
+        results += batch.score(p, strict)
+    return aggregate(results, subjects=subjects, params=p)
 
 
 def _read(path: str) -> bytes:
