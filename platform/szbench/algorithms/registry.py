@@ -202,7 +202,7 @@ def push_archive(path: Path, image_id: str, settings: Settings | None = None) ->
     else:
         list(config)  # counted and hashed all the same
     blobs: dict[str, tuple[str, int, str]] = {}
-    for name, fh in iter_members(path, set(parts.layers)):
+    for name, _, fh in iter_members(path, set(parts.layers)):
         if name in blobs:
             continue
         layer = _Hashing(fh)
