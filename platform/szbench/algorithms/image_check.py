@@ -265,10 +265,11 @@ class _Budget:
 @dataclass(frozen=True)
 class ImageParts:
     """Where an archive's one image is: its config (bytes, as hashed for the image id) and
-    its layers in order, as archive member names with links followed."""
+    its layers in order, as archive member names with links followed, with their sizes."""
 
     config: bytes
     layers: tuple[str, ...]
+    sizes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -792,7 +793,8 @@ def _parts(config: bytes, layers: list[str], members: dict[str, tarfile.TarInfo]
         if name not in members or not members[name].isfile():
             raise InvalidSubmission(f"manifest.json: layer {layer!r} is missing from the archive")
         real.append(name)
-    return ImageParts(config=config, layers=tuple(real))
+    sizes = tuple(members[name].size for name in real)
+    return ImageParts(config=config, layers=tuple(real), sizes=sizes)
 
 
 def iter_members(path: Path, wanted: set[str]) -> Iterator[tuple[str, int, IO[bytes]]]:

@@ -208,7 +208,11 @@ def check_upload(upload: UploadSession) -> CheckedUpload:
         raise Conflict(f"upload_id: upload {upload.id} has already been submitted (or was deleted)")
     settings = get_settings()
     info = check_image_archive(archive, allow_root=settings.allow_root_images)
-    pushed = registry.push_archive(archive, info.digest, settings) if settings.registry else None
+    pushed = (
+        registry.push_archive(archive, info.digest, settings, parts=info.parts)
+        if settings.registry
+        else None
+    )
     return CheckedUpload(upload, archive, info, pushed.digest if pushed else None)
 
 
