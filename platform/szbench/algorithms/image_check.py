@@ -151,11 +151,15 @@ class _Meter:
 
 
 class _ArchiveFile(io.RawIOBase):
-    """The archive file, telling the meter the furthest byte read."""
+    """The archive file, telling the meter (when there is one) the furthest byte read, and
+    ``report`` (when given) where the reading is."""
 
-    def __init__(self, fh: IO[bytes], meter: _Meter) -> None:
+    def __init__(
+        self, fh: IO[bytes], meter: _Meter | None, report: Callable[[int], None] | None = None
+    ) -> None:
         self._fh = fh
         self._meter = meter
+        self._report = report
 
     def readable(self) -> bool:
         return True
@@ -165,7 +169,10 @@ class _ArchiveFile(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         count = self._fh.readinto(buffer)  # type: ignore[attr-defined]
-        self._meter.read = max(self._meter.read, self._fh.tell())
+        if self._meter is not None:
+            self._meter.read = max(self._meter.read, self._fh.tell())
+        if self._report is not None:
+            self._report(self._fh.tell())
         return int(count or 0)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
@@ -444,17 +451,17 @@ def _scan(
 
 
 def _read(
-    path: Path, budget: _Budget | None
+    path: Path, budget: _Budget | None, report: Callable[[int], None] | None = None
 ) -> tuple[bool, dict[str, tarfile.TarInfo], dict[str, bytes], set[str]]:
     """The one pass over the archive every reader makes (:func:`_scan`); whether it is
-    gzip-compressed first."""
+    gzip-compressed first. ``report(position)``: how far the file has been read."""
     compressed = _is_gzip(path)
     try:
         with path.open("rb") as raw:
             source: IO[bytes] | gzip.GzipFile = raw
             if budget is not None:
                 # Checked: every byte decompressed is charged to the budget's meter.
-                source = io.BufferedReader(_ArchiveFile(raw, budget.meter))
+                source = io.BufferedReader(_ArchiveFile(raw, budget.meter, report))
                 if compressed:
                     source = _expanded(gzip.GzipFile(fileobj=source, mode="rb"), budget.meter)
             elif compressed:
@@ -669,14 +676,24 @@ def _layer_passwd(layer: IO[bytes]) -> tuple[str, bytes | None]:
 
 
 def _image_passwd(
-    path: Path, gzip: bool, layers: list[str], members: dict[str, tarfile.TarInfo]
+    path: Path,
+    gzip: bool,
+    layers: list[str],
+    members: dict[str, tarfile.TarInfo],
+    report: Callable[[int], None] | None = None,
 ) -> bytes | None:
     """The image's ``/etc/passwd`` as the running container sees it (the topmost layer that
     writes or deletes it wins); ``None`` when no layer leaves one. One streaming pass."""
     order = {_resolve(_clean(layer), members): i for i, layer in enumerate(layers)}
     found: dict[int, tuple[str, bytes | None]] = {}
     try:
-        with tarfile.open(path, mode="r|gz" if gzip else "r|") as tar:
+        with (
+            path.open("rb") as raw,
+            tarfile.open(
+                fileobj=io.BufferedReader(_ArchiveFile(raw, None, report)),
+                mode="r|gz" if gzip else "r|",
+            ) as tar,
+        ):
             for member in tar:
                 index = order.get(_clean(member.name))
                 if index is None or not member.isfile():
@@ -698,14 +715,32 @@ def _image_passwd(
     return None
 
 
+#: ``progress(step, done, total)``: the check's step (``checking``: the pass that reads and
+#: counts everything; ``checking-user``: a second pass for a named ``User``, reading the
+#: image's ``/etc/passwd``) and the bytes of the archive file read of ``total``.
+Progress = Callable[[str, int, int], None]
+
+
 def check_image_archive(
-    path: Path, *, allow_root: bool = False, limits: ArchiveLimits | None = None
+    path: Path,
+    *,
+    allow_root: bool = False,
+    limits: ArchiveLimits | None = None,
+    progress: Progress | None = None,
 ) -> ImageInfo:
     """Check the ``docker save`` archive at ``path``; its :class:`ImageInfo`, else
     :class:`~szbench.errors.InvalidSubmission` naming the problem, or
-    :class:`~szbench.errors.PayloadTooLarge` naming the limit (default: the settings')."""
+    :class:`~szbench.errors.PayloadTooLarge` naming the limit (default: the settings').
+    ``progress``: told how far each pass over the file has read (:data:`Progress`)."""
     budget = _Budget(limits or ArchiveLimits.from_settings())
-    gzip, members, kept, tars = _read(path, budget)
+    size = path.stat().st_size if progress is not None else 0
+
+    def reporter(step: str) -> Callable[[int], None] | None:
+        if progress is None:
+            return None
+        return lambda done: progress(step, done, size)
+
+    gzip, members, kept, tars = _read(path, budget, reporter("checking"))
     layout, config_name, layers, tags = _image_entry(members, kept)
     if not layers:
         raise InvalidSubmission("manifest.json: the image has no layers")
@@ -737,7 +772,7 @@ def check_image_archive(
     runtime = config.get("config") or {}
     user = str(runtime.get("User") or "") if isinstance(runtime, dict) else ""
     if not allow_root:
-        _check_user(path, gzip, config_name, user, layers, members)
+        _check_user(path, gzip, config_name, user, layers, members, reporter("checking-user"))
     return ImageInfo(
         digest=f"sha256:{digest_hex}",
         architecture=str(arch),
@@ -820,6 +855,7 @@ def _check_user(
     user: str,
     layers: list[str],
     members: dict[str, tarfile.TarInfo],
+    report: Callable[[int], None] | None = None,
 ) -> None:
     """Refuse an image the engine would run as uid 0, or whose user it cannot prove is not."""
 
@@ -829,7 +865,7 @@ def _check_user(
         if read:
             return read[0]
         try:
-            read.append(_image_passwd(path, gzip, layers, members))
+            read.append(_image_passwd(path, gzip, layers, members, report))
         except _Unprovable as exc:
             raise InvalidSubmission(
                 f"{config_name}: cannot tell which uid User {user!r} is ({exc}); "
