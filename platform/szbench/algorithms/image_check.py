@@ -734,13 +734,22 @@ def check_image_archive(
     ``progress``: told how far each pass over the file has read (:data:`Progress`)."""
     budget = _Budget(limits or ArchiveLimits.from_settings())
     size = path.stat().st_size if progress is not None else 0
+    passes: list[str] = []
 
     def reporter(step: str) -> Callable[[int], None] | None:
         if progress is None:
             return None
-        return lambda done: progress(step, done, size)
+
+        def report(done: int) -> None:
+            if not passes or passes[-1] != step:
+                passes.append(step)
+            progress(step, done, size)
+
+        return report
 
     gzip, members, kept, tars = _read(path, budget, reporter("checking"))
+    if progress is not None:  # the reading stops at the end-of-archive blocks: all is read
+        progress("checking", size, size)
     layout, config_name, layers, tags = _image_entry(members, kept)
     if not layers:
         raise InvalidSubmission("manifest.json: the image has no layers")
@@ -773,6 +782,8 @@ def check_image_archive(
     user = str(runtime.get("User") or "") if isinstance(runtime, dict) else ""
     if not allow_root:
         _check_user(path, gzip, config_name, user, layers, members, reporter("checking-user"))
+        if progress is not None and passes[-1:] == ["checking-user"]:
+            progress("checking-user", size, size)
     return ImageInfo(
         digest=f"sha256:{digest_hex}",
         architecture=str(arch),

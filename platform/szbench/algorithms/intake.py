@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 # sees it move; the file is a few hundred bytes).
 _WRITE_EVERY_S = 0.5
 REFUSALS = (InvalidSubmission, PayloadTooLarge)
+_PLATFORM_FAULT = (
+    "the image registry did not take the image (a platform fault, not the archive's; "
+    "the check passed and is kept): ask for the check again later"
+)
 
 
 @dataclass(frozen=True)
@@ -190,7 +194,9 @@ def _run(fd: int, part: Path, steps: Steps, settings: Settings) -> None:
             part.unlink()
         record.update(step="refused", detail=exc.detail, error=type(exc).__name__)
     except ServiceUnavailable as exc:
-        record.update(step="failed", detail=exc.detail)
+        # The registry's own words name its address: for the operator's log, not the page.
+        log.warning("the steps of upload %s failed: %s", part.name, exc.detail)
+        record.update(step="failed", detail=_PLATFORM_FAULT)
     except Exception:
         log.exception("the steps of upload %s failed", part.name)
         record.update(

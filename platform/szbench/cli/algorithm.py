@@ -216,7 +216,7 @@ class _Steps:
     """The server's steps on the upload as the terminal shows them: a bar per step on a
     terminal; elsewhere (a pipe, a log) a line per step and per tenth of it."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: str = "server: ") -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -226,6 +226,7 @@ class _Steps:
             TransferSpeedColumn,
         )
 
+        self.where = where
         self.terminal = Console(stderr=True).is_terminal
         self.bar = Progress(
             TextColumn("[bold]{task.description}"),
@@ -255,7 +256,7 @@ class _Steps:
         tenth = 10 * done // total if total else 0
         if not self.terminal and tenth > self.tenths[step]:
             self.tenths[step] = tenth
-            typer.echo(f"server: {label}, {10 * tenth}% of {total} bytes", err=True)
+            typer.echo(f"{self.where}{label}, {10 * tenth}% of {total} bytes", err=True)
 
 
 def _server_steps(client: Any, retry: Retry, upload_id: str) -> None:
@@ -378,7 +379,7 @@ def _submit_local(email: str, name: str, body: dict[str, Any], image: Path | Non
                 upload = uploads.import_file(session, user, image)
                 body["upload_id"] = upload.id
                 try:
-                    with _Steps() as shown:
+                    with _Steps(where="") as shown:
                         checked = service.check_upload(upload, progress=shown.show)
                 except service.ARCHIVE_REFUSALS as exc:
                     uploads.refuse_upload(session, upload.id, exc.detail)  # its bytes go now
