@@ -11,13 +11,15 @@ proxy's 300 s cut it off; now the CLI shows each server-side step with its progr
 no request waits for them. Every image and file made here is removed at the end.
 
 Figures from a run (the step durations and the longest request nginx served) are printed,
-never asserted.
+never asserted. A second test kills the API process while its steps push and checks that
+the CLI carries the submission through the restart.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -104,9 +106,11 @@ def _answers(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def _api(env: dict[str, str], log: Path) -> Iterator[int]:
-    port = free_port()
-    with log.open("wb") as out:
+def _api(
+    env: dict[str, str], log: Path, port: int | None = None
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    port = port or free_port()
+    with log.open("ab") as out:
         proc = subprocess.Popen(
             [
                 sys.executable, "-m", "uvicorn", "szbench.app:create_production_app",
@@ -117,9 +121,10 @@ def _api(env: dict[str, str], log: Path) -> Iterator[int]:
         )  # fmt: skip
         try:
             wait_for(lambda: _answers(port), 60, "the API", logs=lambda: log.read_text())
-            yield port
+            yield port, proc
         finally:
-            proc.terminate()
+            if proc.poll() is None:
+                proc.terminate()
             proc.wait(30)
 
 
@@ -171,17 +176,17 @@ def _build_and_save(client: Any, archive: Path) -> str:
     return image_id
 
 
-@pytest.mark.timeout(2400)
-def test_a_multi_gb_image_through_the_documented_proxy_shows_the_server_steps(
-    docker_client: Any, registry: str, settings_env: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+@pytest.fixture
+def served(
+    registry: str, settings_env: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[tuple[str, Path]]:
+    """An SQLite-backed platform set up for the API processes of a test: a token, and the
+    uploads folder, with ``registry`` as its registry."""
     url = f"sqlite:///{tmp_path / 'api.sqlite3'}"
-    uploads_dir = tmp_path / "uploads"
-    archive = tmp_path / "big.tar"
     for name, value in {
         "SZBENCH_DATABASE_URL": url,
         "SZBENCH_PASSWORD_SCRYPT_N": "1024",
-        "SZBENCH_UPLOADS_DIR": str(uploads_dir),
+        "SZBENCH_UPLOADS_DIR": str(tmp_path / "uploads"),
         "SZBENCH_REGISTRY": registry,
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
     }.items():
@@ -191,16 +196,27 @@ def test_a_multi_gb_image_through_the_documented_proxy_shows_the_server_steps(
     migrate.upgrade(url)
     queue.set_sender(lambda *_: None)
     try:
+        cli = CliRunner()
+        assert cli.invoke(app, ["user", "create", "re@example.org", "--no-password"]).exit_code == 0
+        yield cli.invoke(app, ["token", "create", "re@example.org"]).output.strip(), tmp_path
+    finally:
+        queue.set_sender(None)
+        shutil.rmtree(tmp_path / "registry-data", ignore_errors=True)
+        shutil.rmtree(tmp_path / "uploads", ignore_errors=True)
+
+
+@pytest.mark.timeout(2400)
+def test_a_multi_gb_image_through_the_documented_proxy_shows_the_server_steps(
+    docker_client: Any, registry: str, served: tuple[str, Path]
+) -> None:
+    token, tmp_path = served
+    archive = tmp_path / "big.tar"
+    try:
         started = time.monotonic()
         image_id = _build_and_save(docker_client, archive)
         built_s = time.monotonic() - started
-        cli = CliRunner()
-        assert (
-            cli.invoke(app, ["user", "create", "big@example.org", "--no-password"]).exit_code == 0
-        )
-        token = cli.invoke(app, ["token", "create", "big@example.org"]).output.strip()
         with (
-            _api(child_env(), tmp_path / "api.log") as api_port,
+            _api(child_env(), tmp_path / "api.log") as (api_port, _),
             _proxy(api_port, tmp_path / "nginx") as (proxy_port, access_log),
         ):
             started = time.monotonic()
@@ -252,12 +268,7 @@ def test_a_multi_gb_image_through_the_documented_proxy_shows_the_server_steps(
             f" {len(requests)} requests)"
         )
     finally:
-        queue.set_sender(None)
-        for path in (archive, uploads_dir, tmp_path / "registry-data"):
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        archive.unlink(missing_ok=True)  # the uploads and the registry's data: `served`
 
 
 def test_the_documented_proxy_block_is_read_from_the_page(tmp_path: Path) -> None:
@@ -273,3 +284,55 @@ def test_the_documented_proxy_block_is_read_from_the_page(tmp_path: Path) -> Non
         assert directive in conf
     assert "ssl_certificate" not in conf
     assert conf.count("server {") == 1
+
+
+def test_the_steps_go_on_after_the_api_is_killed_mid_push(
+    served: tuple[str, Path], registry: str
+) -> None:
+    """The API process running the steps is killed while it pushes (its thread dies with
+    it); the CLI, polling, meets the server away, then the steps *interrupted*, asks for
+    them again on the restarted server, which pushes without checking again, and the
+    version is made once."""
+    from tests.platform.images import docker_save, member
+
+    token, tmp_path = served
+    archive = tmp_path / "algo.tar"
+    payload = os.urandom(200 * 1024**2)
+    image_id = docker_save(archive, layers=[[(member("app/weights"), payload)]])
+    del payload
+    sessions = tmp_path / "uploads" / "sessions"
+    log = tmp_path / "api.log"
+    port = free_port()
+
+    def step() -> str:
+        for record in sessions.glob("*.steps.json"):
+            with contextlib.suppress(OSError, ValueError):
+                return str(json.loads(record.read_text())["step"])
+        return ""
+
+    with _api(child_env(), log, port) as (_, api):
+        cli = subprocess.Popen(
+            [
+                sys.executable, "-m", "szbench.cli.main", "algorithm", "submit", "restarted",
+                "-v", "1", "--image", str(archive), "--server", f"http://127.0.0.1:{port}",
+                "--token", token,
+            ],
+            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        wait_for(lambda: step() == "pushing", 300, "the push", poll_s=0.02)
+        api.kill()
+    assert step() == "pushing"  # the record of a push that no process runs any more
+    with _api(child_env(), log, port):
+        out, err = cli.communicate(timeout=600)
+    assert cli.returncode == 0, err[-3000:]
+    assert image_id in out
+    assert "the server restarted" in err
+    with db.session_scope() as session:
+        (version,) = session.query(AlgorithmVersion).all()
+        assert version.image_digest == image_id
+        assert version.registry_digest is not None
+    manifest = httpx.get(
+        f"http://{registry}/v2/szbench/algorithms/manifests/{version.registry_digest}",
+        headers={"Accept": registry_push.MANIFEST_TYPE},
+    )
+    assert manifest.json()["config"]["digest"] == image_id
