@@ -245,6 +245,12 @@ class _Steps:
     def __exit__(self, *exc: object) -> None:
         self.bar.__exit__(None, None, None)
 
+    def finish(self) -> None:
+        """Every step shown as done (the last poll may have seen one short of its end)."""
+        for step, task in self.tasks.items():
+            total = int(self.bar.tasks[task].total or 0)
+            self.show(step, total, total)
+
     def show(self, step: str, done: int, total: int) -> None:
         label = _STEP_LABELS.get(step, step)
         if step not in self.tasks:
@@ -273,6 +279,7 @@ def _server_steps(client: Any, retry: Retry, upload_id: str) -> None:
         while True:
             step = steps["step"]
             if step == "done":
+                shown.finish()
                 return
             if step == "refused":
                 typer.echo(f"error: the server refused the archive: {steps['detail']}", err=True)
