@@ -59,6 +59,12 @@ if [ "${SZBENCH_SERVICES:-all}" = databases ]; then exit 0; fi
 apt_install docker.io debootstrap docker-registry docker-compose
 # Browser tests: Debian's Chromium driven by Playwright (never Playwright's own download).
 apt_install chromium fonts-liberation
+# nginx: tests/worker/test_big_image.py runs the proxy of docs/deployment.md in front of the
+# API (its own process on loopback); the service the package may start is not needed.
+if ! command -v nginx >/dev/null && ! [ -x /usr/sbin/nginx ]; then
+    apt_install nginx
+    $SUDO systemctl disable --now nginx >/dev/null 2>&1 || $SUDO service nginx stop >/dev/null 2>&1 || true
+fi
 if ! docker info >/dev/null 2>&1; then
     dockerd_args=()
     if [ "${SZBENCH_DOCKER_USERNS:-1}" != 0 ]; then dockerd_args+=(--userns-remap=default); fi

@@ -332,7 +332,8 @@ class Settings(BaseSettings):
     """Plain HTTP for the platform's pushes (a private network only; loopback always is).
     Engines that pull decide for themselves (daemon.json's `insecure-registries`)."""
     registry_timeout_s: float = 300.0
-    """Seconds one registry request may wait for an answer (a layer is streamed in one)."""
+    """Seconds a push's exchange with the registry may take beyond one second per MiB it
+    sends: each blob's upload is bounded so as a whole, however the registry stalls or drips."""
     platform_url: str = ""
     """On a worker host without the dataset files: the platform it fetches recordings from
     by checksum (`GET /api/v1/worker/recordings/{sha256}`). `https://` (plain `http://` only

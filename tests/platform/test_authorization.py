@@ -96,6 +96,7 @@ TABLE: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/api/v1/uploads/{upload_id}"): (OWNER, None),
     ("PUT", "/api/v1/uploads/{upload_id}"): (OWNER, b"12345"),
     ("DELETE", "/api/v1/uploads/{upload_id}"): (OWNER, None),
+    ("POST", "/api/v1/uploads/{upload_id}/check"): (OWNER, None),
     ("GET", "/api/v1/algorithms"): (ANYONE, None),
     ("POST", "/api/v1/algorithms/preflight"): (SUBMITTER, {"name": "{new}", "version": "v1"}),
     ("POST", "/api/v1/algorithms"): (SUBMITTER, {"name": "{new}"}),

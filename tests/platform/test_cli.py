@@ -69,6 +69,8 @@ def test_user_token_submit_leaderboard_locally(local_db: str, tmp_path: Path) ->
     )
     assert "pending" in out
     assert image_id in out
+    # The check is shown as it goes (off a terminal: a line per tenth of it; issue 29.11).
+    assert "checking the archive, 100% of" in out
     bad = tmp_path / "arm.tar"
     docker_save(bad, arch="arm64")
     result = runner.invoke(

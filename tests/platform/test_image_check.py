@@ -244,3 +244,23 @@ def test_missing_layer_and_tampered_config(tmp_path: Path) -> None:
             dst.addfile(m, io.BytesIO(data))
     _refused(tampered, "does not match its name")
     src.close()
+
+
+@pytest.mark.parametrize("gzip", [False, True])
+def test_the_check_reports_how_far_each_pass_has_read(tmp_path: Path, gzip: bool) -> None:
+    """Issue 29.11: the check tells how far it has read the file, per pass (a named user
+    needs a second one), each ending at the file's size; a numeric user needs one pass."""
+    path = tmp_path / ("img.tar.gz" if gzip else "img.tar")
+    for user, steps in (("algo", ["checking", "checking-user"]), ("1000", ["checking"])):
+        docker_save(path, user=user, gzip=gzip, layers=_with_passwd(PASSWD))
+        told: list[tuple[str, int, int]] = []
+        check_image_archive(path, progress=lambda *report, told=told: told.append(report))
+        size = path.stat().st_size
+        order = [step for step, _, _ in told]
+        assert order == sorted(order, key=steps.index)  # one pass after the other
+        assert sorted(set(order), key=steps.index) == steps
+        for step in steps:
+            done = [d for s, d, _ in told if s == step]
+            assert done == sorted(done)  # forward only
+            assert done[-1] == size
+        assert {total for _, _, total in told} == {size}

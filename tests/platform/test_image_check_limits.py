@@ -180,10 +180,9 @@ def test_a_layer_that_is_not_a_tar_is_refused(
         check_image_archive(path)
 
 
-def test_a_layer_replaced_by_a_later_member_of_its_name_is_checked_as_replaced(
-    tmp_path: Path, settings_env: pytest.MonkeyPatch
-) -> None:
-    """Extraction keeps the last member of a name: the counted layer must be that one."""
+def test_a_layer_named_twice_is_refused(tmp_path: Path, settings_env: pytest.MonkeyPatch) -> None:
+    """Extraction keeps the last member of a name, a push might send the first: an archive
+    naming a layer twice is refused, whatever either copy holds (issue 29.4)."""
     path = tmp_path / "img.tar"
     _image(path, _layer([("app/a", b"a")]))
     with tarfile.open(path) as tar:
@@ -200,8 +199,9 @@ def test_a_layer_replaced_by_a_later_member_of_its_name_is_checked_as_replaced(
         + bytes(-len(replacement) % 512)
         + bytes(1024)
     )
-    with pytest.raises(InvalidSubmission, match="is not a tar archive"):
+    with pytest.raises(InvalidSubmission, match="a second member named") as refused:
         check_image_archive(path)
+    assert repr(layer_name) in refused.value.detail
 
 
 def test_an_empty_layer_is_fine(tmp_path: Path, settings_env: pytest.MonkeyPatch) -> None:

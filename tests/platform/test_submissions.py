@@ -105,6 +105,7 @@ def test_chunked_resumable_upload_then_submit(
         "offset": len(data),
         "complete": True,
         "state": "open",
+        "steps": None,
     }
     r = client.post(
         f"/api/v1/algorithms/{algo['id']}/versions",

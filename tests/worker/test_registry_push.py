@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import subprocess
 import uuid
 from pathlib import Path
@@ -121,3 +122,106 @@ def test_the_platform_pushes_where_it_reaches_the_registry(registry: str, tmp_pa
         headers={"Accept": registry_push.MANIFEST_TYPE},
     )
     assert answer.status_code == 200
+
+
+def _put_manifest(registry: str, tag: str, manifest: bytes, media_type: str) -> str:
+    answer = httpx.put(
+        f"http://{registry}/v2/szbench/algorithms/manifests/{tag}",
+        content=manifest,
+        headers={"Content-Type": media_type},
+    )
+    assert answer.status_code == 201, answer.text
+    return str(answer.headers["docker-content-digest"])
+
+
+def _tag_digest(registry: str, image_id: str) -> str:
+    answer = httpx.head(
+        f"http://{registry}/v2/szbench/algorithms/manifests/{image_id.removeprefix('sha256:')}",
+        headers={"Accept": registry_push.MANIFEST_TYPE},
+    )
+    return str(answer.headers["docker-content-digest"])
+
+
+def _two_images(tmp_path: Path) -> tuple[Path, str, Path, str]:
+    from tests.platform.images import member
+
+    ours, other = tmp_path / "ours.tar", tmp_path / "other.tar"
+    our_id = docker_save(ours, layers=[[(member("app/ours"), b"ours")]])
+    other_id = docker_save(other, layers=[[(member("app/other"), b"other")]])
+    return ours, our_id, other, other_id
+
+
+def test_a_tag_holding_another_image_is_pushed_over(registry: str, tmp_path: Path) -> None:
+    """Issue 29.6: another image under the tag of ours (pushed there by anyone on the
+    registry's network) is not taken for ours: ours is pushed and its own digest recorded.
+    On commit 4f6b99f the push recorded the other image's digest."""
+    ours, our_id, other, other_id = _two_images(tmp_path)
+    settings = Settings(registry=registry, data_dir=tmp_path)
+    intruder = registry_push.push_archive(other, other_id, settings)
+    raw = httpx.get(
+        f"http://{registry}/v2/szbench/algorithms/manifests/{intruder.digest}",
+        headers={"Accept": registry_push.MANIFEST_TYPE},
+    ).content
+    _put_manifest(registry, our_id.removeprefix("sha256:"), raw, registry_push.MANIFEST_TYPE)
+    assert _tag_digest(registry, our_id) == intruder.digest
+
+    pushed = registry_push.push_archive(ours, our_id, settings)
+
+    assert pushed.digest != intruder.digest
+    assert _manifest(registry, pushed.digest)["config"]["digest"] == our_id
+    assert _tag_digest(registry, our_id) == pushed.digest
+
+
+def test_a_tag_holding_our_config_over_other_layers_is_pushed_over(
+    registry: str, docker_client: Any, tmp_path: Path
+) -> None:
+    """The right config over another image's layers (blobs the registry has, so it takes
+    the manifest) would make every pull fail the engine's layer check: the push checks the
+    layers against the config's diff_ids and pushes ours; the recorded digest pulls."""
+    ours, our_id, other, other_id = _two_images(tmp_path)
+    settings = Settings(registry=registry, data_dir=tmp_path)
+    honest = registry_push.push_archive(ours, our_id, settings)
+    other_layers = _manifest(registry, registry_push.push_archive(other, other_id, settings).digest)
+    forged = _manifest(registry, honest.digest)
+    forged["layers"] = other_layers["layers"]
+    forged_digest = _put_manifest(
+        registry,
+        our_id.removeprefix("sha256:"),
+        json.dumps(forged).encode(),
+        registry_push.MANIFEST_TYPE,
+    )
+
+    pushed = registry_push.push_archive(ours, our_id, settings)
+
+    assert pushed.digest == honest.digest != forged_digest
+    assert _tag_digest(registry, our_id) == honest.digest
+    try:
+        image = docker_client.images.pull(pushed.reference)
+        assert image.id == our_id
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(our_id, force=True)
+
+
+def test_the_image_under_its_tag_is_checked_then_reused(registry: str, tmp_path: Path) -> None:
+    """This very image under its tag (as an OCI manifest another client wrote, with
+    uncompressed layers) is reused: its digest is computed from its bytes, nothing is
+    pushed."""
+    ours, our_id, _, _ = _two_images(tmp_path)
+    settings = Settings(registry=registry, data_dir=tmp_path)
+    first = _manifest(registry, registry_push.push_archive(ours, our_id, settings).digest)
+    oci = {
+        "schemaVersion": 2,
+        "mediaType": registry_push.OCI_MANIFEST_TYPE,
+        "config": {**first["config"], "mediaType": "application/vnd.oci.image.config.v1+json"},
+        "layers": [
+            {**layer, "mediaType": "application/vnd.oci.image.layer.v1.tar"}
+            for layer in first["layers"]
+        ],
+    }
+    raw = json.dumps(oci, indent=1).encode()
+    held = _put_manifest(
+        registry, our_id.removeprefix("sha256:"), raw, registry_push.OCI_MANIFEST_TYPE
+    )
+    assert held == "sha256:" + hashlib.sha256(raw).hexdigest()
+    assert registry_push.push_archive(ours, our_id, settings).digest == held

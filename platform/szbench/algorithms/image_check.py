@@ -14,16 +14,22 @@ archive; an archive over a size limit (:class:`ArchiveLimits`, HTTP 413 naming t
 its setting): too many members, too many expanded bytes, too many files in its layers or too
 many bytes in them (about the loaded image's size); a layer that is not a tar archive;
 members whose path or link target escapes the archive (absolute paths, ``..``, symbolic
-or hard links pointing outside); device files and FIFOs; more or fewer than one
-image; a config blob whose content does not match its name; a platform other than
-linux/amd64; an image that runs as root unless the settings allow it. Root is decided
-as the engine decides it (:func:`image_uid`): numeric users as Go reads numbers (``00`` and
-``+0`` are uid 0), names through the image's own ``/etc/passwd`` read from its layers; a
-name whose passwd cannot be read as the engine would (a linked ``/etc``, a compressed layer)
-is refused rather than guessed.
+or hard links pointing outside); two members of one name; a member whose path runs through
+a link or a file; a link that does not end at a file of the archive; device files and
+FIFOs; more or fewer than one image; a config blob whose content does not match its name; a
+platform other than linux/amd64; an image that runs as root unless the settings allow it.
+Root is decided as the engine decides it (:func:`image_uid`): numeric users as Go reads
+numbers (``00`` and ``+0`` are uid 0), names through the image's own ``/etc/passwd`` read
+from its layers; a name whose passwd cannot be read as the engine would (a linked ``/etc``,
+a compressed layer) is refused rather than guessed.
 
 The recorded digest is the image id: ``sha256:`` + the sha256 of the config blob, which is
 what ``docker load`` reports and ``docker inspect`` shows as ``Id``.
+
+The engine never reads an upload: it loads :func:`loadable_archive`, a tar this module writes
+from what it read and checked (its own ``manifest.json``, the config it hashed, the layers
+it counted), so no link, duplicate or name-encoding trick in the upload can make the engine's
+extraction see another archive than this reader did.
 
 The limits are checked while the archive is read, from each member's header before its
 bytes are expanded, so a small compressed archive that expands to terabytes is refused
@@ -145,11 +151,15 @@ class _Meter:
 
 
 class _ArchiveFile(io.RawIOBase):
-    """The archive file, telling the meter the furthest byte read."""
+    """The archive file, telling the meter (when there is one) the furthest byte read, and
+    ``report`` (when given) where the reading is."""
 
-    def __init__(self, fh: IO[bytes], meter: _Meter) -> None:
+    def __init__(
+        self, fh: IO[bytes], meter: _Meter | None, report: Callable[[int], None] | None = None
+    ) -> None:
         self._fh = fh
         self._meter = meter
+        self._report = report
 
     def readable(self) -> bool:
         return True
@@ -159,7 +169,10 @@ class _ArchiveFile(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         count = self._fh.readinto(buffer)  # type: ignore[attr-defined]
-        self._meter.read = max(self._meter.read, self._fh.tell())
+        if self._meter is not None:
+            self._meter.read = max(self._meter.read, self._fh.tell())
+        if self._report is not None:
+            self._report(self._fh.tell())
         return int(count or 0)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
@@ -257,6 +270,16 @@ class _Budget:
 
 
 @dataclass(frozen=True)
+class ImageParts:
+    """Where an archive's one image is: its config (bytes, as hashed for the image id) and
+    its layers in order, as archive member names with links followed, with their sizes."""
+
+    config: bytes
+    layers: tuple[str, ...]
+    sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class ImageInfo:
     digest: str
     architecture: str
@@ -270,6 +293,8 @@ class ImageInfo:
     expanded_bytes: int = 0
     layer_members: int = 0
     image_bytes: int = 0
+    # What was checked, for writing the archive the engine loads (:func:`loadable_archive`).
+    parts: ImageParts | None = field(default=None, repr=False)
 
 
 def _is_gzip(path: Path) -> bool:
@@ -308,6 +333,58 @@ def _check_member(member: tarfile.TarInfo) -> None:
         )
 
 
+def _check_place(
+    name: str, member: tarfile.TarInfo, members: dict[str, tarfile.TarInfo], folders: set[str]
+) -> None:
+    """Refuse a member that the engine's extraction would place other than this reader
+    does: a second member of a name (extraction keeps the last, through whatever the first
+    made of it), a path running through a link or a file (extraction follows a folder link:
+    ``d -> .`` makes ``d/manifest.json`` the archive's own), or a link or file where earlier
+    members have their folder. ``folders``: every folder of the members so far."""
+    shown = member.name
+    if name in members or (name == "" and not member.isdir()):
+        raise InvalidSubmission(
+            f"archive member {shown!r}: a second member named {name or '.'!r} "
+            "(`docker save` writes each name once)"
+        )
+    parts = name.split("/")
+    for depth in range(1, len(parts)):
+        folder = "/".join(parts[:depth])
+        above = members.get(folder)
+        if above is not None and not above.isdir():
+            raise InvalidSubmission(
+                f"archive member {shown!r}: its path runs through {folder!r}, "
+                f"{_kind(above)}, not a folder"
+            )
+    if not member.isdir() and name in folders:
+        raise InvalidSubmission(
+            f"archive member {shown!r}: {_kind(member)} where earlier members have their folder"
+        )
+    folders.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.issym():
+        return f"a symbolic link to {member.linkname!r}"
+    if member.islnk():
+        return f"a hard link to {member.linkname!r}"
+    return "a file"
+
+
+def _check_links(members: dict[str, tarfile.TarInfo]) -> None:
+    """Every link must end, through links of the archive only, at one of its files (legacy
+    ``docker save`` links a repeated layer to its first copy): this reader resolves each
+    link itself, so none may lead anywhere it does not see."""
+    for name, member in members.items():
+        if member.issym() or member.islnk():
+            end = members.get(_resolve(name, members))
+            if end is None or not end.isfile():
+                raise InvalidSubmission(
+                    f"archive member {member.name!r}: {_kind(member)}, which does not lead "
+                    "to a file of the archive"
+                )
+
+
 def _scan_layer(fh: IO[bytes], name: str, budget: _Budget) -> bool:
     """Count the files of the layer tar ``fh`` (plain or compressed); False if it is not a
     tar archive. Headers are dropped as they are read, so memory stays bounded."""
@@ -344,6 +421,7 @@ def _scan(
     members: dict[str, tarfile.TarInfo] = {}
     kept: dict[str, bytes] = {}
     tars: set[str] = set()
+    folders: set[str] = set()
     kept_bytes = 0
     while (member := tar.next()) is not None:
         # tarfile lists every member it has read; the names kept here are enough.
@@ -352,10 +430,8 @@ def _scan(
         if budget is not None:
             budget.outer(member)
         name = _clean(member.name)
+        _check_place(name, member, members, folders)
         members[name] = member
-        # A later member of the same name replaces the earlier one (as it would on load).
-        kept.pop(name, None)
-        tars.discard(name)
         if not member.isfile() or member.size == 0:
             continue
         fh = tar.extractfile(member)
@@ -375,17 +451,17 @@ def _scan(
 
 
 def _read(
-    path: Path, budget: _Budget | None
+    path: Path, budget: _Budget | None, report: Callable[[int], None] | None = None
 ) -> tuple[bool, dict[str, tarfile.TarInfo], dict[str, bytes], set[str]]:
     """The one pass over the archive every reader makes (:func:`_scan`); whether it is
-    gzip-compressed first."""
+    gzip-compressed first. ``report(position)``: how far the file has been read."""
     compressed = _is_gzip(path)
     try:
         with path.open("rb") as raw:
             source: IO[bytes] | gzip.GzipFile = raw
             if budget is not None:
                 # Checked: every byte decompressed is charged to the budget's meter.
-                source = io.BufferedReader(_ArchiveFile(raw, budget.meter))
+                source = io.BufferedReader(_ArchiveFile(raw, budget.meter, report))
                 if compressed:
                     source = _expanded(gzip.GzipFile(fileobj=source, mode="rb"), budget.meter)
             elif compressed:
@@ -397,6 +473,7 @@ def _read(
         raise InvalidSubmission(f"the upload is not a readable {kind} archive ({exc})") from None
     if not members:
         raise InvalidSubmission("the archive is empty")
+    _check_links(members)
     return compressed, members, kept, tars
 
 
@@ -406,8 +483,8 @@ def _image_entry(
     """``(layout, config path, layer paths, tags)`` of the archive's one image."""
     for name in _NAMING_MEMBERS:
         if name in members and not members[name].isfile():
-            # A link would be followed by the engine's load, past the names stripped from
-            # the member of that name (:func:`untagged_archive`).
+            # This reader would read the link's target as the manifest; the engine never
+            # reads it (:func:`loadable_archive`), but an image is described in one way only.
             raise InvalidSubmission(f"{name}: must be a regular file, not a link or a folder")
     if "manifest.json" in members:
         layout = "oci" if "oci-layout" in members else "docker-save"
@@ -599,14 +676,24 @@ def _layer_passwd(layer: IO[bytes]) -> tuple[str, bytes | None]:
 
 
 def _image_passwd(
-    path: Path, gzip: bool, layers: list[str], members: dict[str, tarfile.TarInfo]
+    path: Path,
+    gzip: bool,
+    layers: list[str],
+    members: dict[str, tarfile.TarInfo],
+    report: Callable[[int], None] | None = None,
 ) -> bytes | None:
     """The image's ``/etc/passwd`` as the running container sees it (the topmost layer that
     writes or deletes it wins); ``None`` when no layer leaves one. One streaming pass."""
     order = {_resolve(_clean(layer), members): i for i, layer in enumerate(layers)}
     found: dict[int, tuple[str, bytes | None]] = {}
     try:
-        with tarfile.open(path, mode="r|gz" if gzip else "r|") as tar:
+        with (
+            path.open("rb") as raw,
+            tarfile.open(
+                fileobj=io.BufferedReader(_ArchiveFile(raw, None, report)),
+                mode="r|gz" if gzip else "r|",
+            ) as tar,
+        ):
             for member in tar:
                 index = order.get(_clean(member.name))
                 if index is None or not member.isfile():
@@ -628,14 +715,41 @@ def _image_passwd(
     return None
 
 
+#: ``progress(step, done, total)``: the check's step (``checking``: the pass that reads and
+#: counts everything; ``checking-user``: a second pass for a named ``User``, reading the
+#: image's ``/etc/passwd``) and the bytes of the archive file read of ``total``.
+Progress = Callable[[str, int, int], None]
+
+
 def check_image_archive(
-    path: Path, *, allow_root: bool = False, limits: ArchiveLimits | None = None
+    path: Path,
+    *,
+    allow_root: bool = False,
+    limits: ArchiveLimits | None = None,
+    progress: Progress | None = None,
 ) -> ImageInfo:
     """Check the ``docker save`` archive at ``path``; its :class:`ImageInfo`, else
     :class:`~szbench.errors.InvalidSubmission` naming the problem, or
-    :class:`~szbench.errors.PayloadTooLarge` naming the limit (default: the settings')."""
+    :class:`~szbench.errors.PayloadTooLarge` naming the limit (default: the settings').
+    ``progress``: told how far each pass over the file has read (:data:`Progress`)."""
     budget = _Budget(limits or ArchiveLimits.from_settings())
-    gzip, members, kept, tars = _read(path, budget)
+    size = path.stat().st_size if progress is not None else 0
+    passes: list[str] = []
+
+    def reporter(step: str) -> Callable[[int], None] | None:
+        if progress is None:
+            return None
+
+        def report(done: int) -> None:
+            if not passes or passes[-1] != step:
+                passes.append(step)
+            progress(step, done, size)
+
+        return report
+
+    gzip, members, kept, tars = _read(path, budget, reporter("checking"))
+    if progress is not None:  # the reading stops at the end-of-archive blocks: all is read
+        progress("checking", size, size)
     layout, config_name, layers, tags = _image_entry(members, kept)
     if not layers:
         raise InvalidSubmission("manifest.json: the image has no layers")
@@ -650,6 +764,7 @@ def check_image_archive(
             )
 
     config, raw = _json(_clean(config_name), members, kept)
+    parts = _parts(raw, layers, members)
     digest_hex = hashlib.sha256(raw).hexdigest()
     expected = posixpath.basename(config_name).removesuffix(".json")
     if len(expected) == 64 and expected != digest_hex:
@@ -666,7 +781,9 @@ def check_image_archive(
     runtime = config.get("config") or {}
     user = str(runtime.get("User") or "") if isinstance(runtime, dict) else ""
     if not allow_root:
-        _check_user(path, gzip, config_name, user, layers, members)
+        _check_user(path, gzip, config_name, user, layers, members, reporter("checking-user"))
+        if progress is not None and passes[-1:] == ["checking-user"]:
+            progress("checking-user", size, size)
     return ImageInfo(
         digest=f"sha256:{digest_hex}",
         architecture=str(arch),
@@ -679,6 +796,7 @@ def check_image_archive(
         expanded_bytes=budget.expanded_bytes,
         layer_members=budget.layer_members,
         image_bytes=budget.image_bytes,
+        parts=parts,
     )
 
 
@@ -705,32 +823,28 @@ def tarball_image_id(path: Path) -> str | None:
     return f"sha256:{digest_hex}"
 
 
-@dataclass(frozen=True)
-class ImageParts:
-    """Where an archive's one image is: its config (bytes, as hashed for the image id) and
-    its layers in order, as archive member names with links followed."""
-
-    config: bytes
-    layers: tuple[str, ...]
-
-
 def image_parts(path: Path) -> ImageParts:
     """The config and layer members of the (already checked) archive at ``path``, for a
     push to a registry. :class:`InvalidSubmission` when they cannot be found."""
     _, members, kept, _ = _read(path, None)
     _, config_name, layers, _ = _image_entry(members, kept)
     _, raw = _json(_clean(config_name), members, kept)
+    return _parts(raw, layers, members)
+
+
+def _parts(config: bytes, layers: list[str], members: dict[str, tarfile.TarInfo]) -> ImageParts:
     real = []
     for layer in layers:
         name = "" if _escapes(layer) else _resolve(_clean(layer), members)
-        if name not in members:
+        if name not in members or not members[name].isfile():
             raise InvalidSubmission(f"manifest.json: layer {layer!r} is missing from the archive")
         real.append(name)
-    return ImageParts(config=raw, layers=tuple(real))
+    sizes = tuple(members[name].size for name in real)
+    return ImageParts(config=config, layers=tuple(real), sizes=sizes)
 
 
-def iter_members(path: Path, wanted: set[str]) -> Iterator[tuple[str, IO[bytes]]]:
-    """``(name, file)`` of each regular member of ``wanted``, in one streaming pass (a
+def iter_members(path: Path, wanted: set[str]) -> Iterator[tuple[str, int, IO[bytes]]]:
+    """``(name, size, file)`` of each regular member of ``wanted``, in one streaming pass (a
     ``.tar.gz`` is expanded on the way); each file is readable until the next is yielded."""
     compressed = _is_gzip(path)
     with tarfile.open(
@@ -742,7 +856,7 @@ def iter_members(path: Path, wanted: set[str]) -> Iterator[tuple[str, IO[bytes]]
             if name in wanted and member.isfile():
                 fh = tar.extractfile(member)
                 if fh is not None:
-                    yield name, fh
+                    yield name, member.size, fh
 
 
 def _check_user(
@@ -752,6 +866,7 @@ def _check_user(
     user: str,
     layers: list[str],
     members: dict[str, tarfile.TarInfo],
+    report: Callable[[int], None] | None = None,
 ) -> None:
     """Refuse an image the engine would run as uid 0, or whose user it cannot prove is not."""
 
@@ -761,7 +876,7 @@ def _check_user(
         if read:
             return read[0]
         try:
-            read.append(_image_passwd(path, gzip, layers, members))
+            read.append(_image_passwd(path, gzip, layers, members, report))
         except _Unprovable as exc:
             raise InvalidSubmission(
                 f"{config_name}: cannot tell which uid User {user!r} is ({exc}); "
@@ -777,86 +892,74 @@ def _check_user(
         )
 
 
-# --- loading without names ----------------------------------------------------------------
+# --- the archive the engine loads ------------------------------------------------------
 
-#: The members through which ``docker load`` names an image: ``manifest.json``'s
-#: ``RepoTags``, ``index.json``'s name annotations (the containerd image store), and the
-#: legacy ``repositories`` file.
+#: The members through which ``docker load`` would read an upload's names and images:
+#: ``manifest.json``, ``index.json`` and the legacy ``repositories`` file. The engine never
+#: reads them (:func:`loadable_archive` writes its own), but a link among them is refused
+#: at upload all the same: nothing in an accepted archive reads two ways.
 _NAMING_MEMBERS = ("manifest.json", "index.json", "repositories")
-_NAME_ANNOTATIONS = ("org.opencontainers.image.ref.name", "io.containerd.image.name")
 _CHUNK = 1024**2
 
 
-def _without_names(name: str, data: bytes) -> bytes:
-    """``manifest.json`` or ``index.json`` with every image name taken out."""
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidSubmission(f"{name}: not valid JSON ({exc})") from None
-    if name == "manifest.json" and isinstance(document, list):
-        for entry in document:
-            if isinstance(entry, dict):
-                entry["RepoTags"] = None
-    elif name == "index.json" and isinstance(document, dict):
-        for descriptor in document.get("manifests") or ():
-            annotations = descriptor.get("annotations") if isinstance(descriptor, dict) else None
-            if isinstance(annotations, dict):
-                for key in _NAME_ANNOTATIONS:
-                    annotations.pop(key, None)
-    return json.dumps(document).encode()
+def _file_header(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = 0o644
+    # PAX, for layers over ustar's 8 GiB; names are short, so only a size needs its header.
+    return info.tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
 
 
-def _header_bytes(member: tarfile.TarInfo) -> bytes:
-    return member.tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
+def loadable_archive(path: Path, parts: ImageParts | None = None) -> Iterator[bytes]:
+    """The one image of the archive at ``path``, as a tar stream for ``docker load`` that
+    this module writes itself: a ``manifest.json`` of its own (no name: loading it never
+    creates or moves a tag), the config bytes that were hashed for the image id, and each
+    layer member that was counted and read, under names of its own. Nothing else of the
+    upload reaches the engine: not its manifests or names, not its links (followed here,
+    where this reader resolved them), not its other members.
 
-
-def untagged_archive(path: Path) -> Iterator[bytes]:
-    """The archive at ``path`` as a plain tar stream for ``docker load``, with every name
-    taken out: loading it never creates or moves a tag (an upload named after an existing
-    image would otherwise re-point that name to itself).
-
-    Every member is passed on as it is, except ``manifest.json`` (its ``RepoTags`` emptied)
-    and ``index.json`` (its name annotations removed), which are not image content (the
-    image id is the config's digest), and ``repositories``, which is left out. One
-    streaming pass, in chunks of 1 MiB; a ``.tar.gz`` is expanded on the way.
+    ``parts``: what :func:`check_image_archive` read (:attr:`ImageInfo.parts`), so the
+    archive is not read an extra time for them; without it they are read first. One
+    streaming pass over the layers, in chunks of 1 MiB; a ``.tar.gz`` is expanded on the way.
 
     Raises
     ------
     InvalidSubmission
-        When the archive cannot be read to its end, or one of those members is a link, a
-        folder or not JSON.
+        When the archive cannot be read to its end, a layer is missing or shorter than its
+        header says, or the reader refuses the archive (:func:`image_parts`).
     """
-    compressed = _is_gzip(path)
+    parts = parts if parts is not None else image_parts(path)
+    names: dict[str, str] = {}
+    for layer in parts.layers:
+        names.setdefault(layer, f"layer-{len(names)}.tar")
+    config_name = hashlib.sha256(parts.config).hexdigest() + ".json"
+    manifest = json.dumps(
+        [{"Config": config_name, "RepoTags": None, "Layers": [names[n] for n in parts.layers]}]
+    ).encode()
+    for name, data in (("manifest.json", manifest), (config_name, parts.config)):
+        yield _file_header(name, len(data)) + data + bytes(_padded(len(data)) - len(data))
+    written: set[str] = set()
     try:
-        # Read in chunks as large as those passed on (tarfile's stream default is 10 KiB).
-        with tarfile.open(
-            path, mode="r|gz" if compressed else "r|", tarinfo=_Header, bufsize=_CHUNK
-        ) as tar:
-            while (member := tar.next()) is not None:
-                tar.members.clear()  # type: ignore[attr-defined]
-                name = _clean(member.name)
-                if name in _NAMING_MEMBERS and not member.isfile():
-                    raise InvalidSubmission(
-                        f"{name}: must be a regular file, not a link or a folder"
-                    )
-                if name == "repositories":
-                    continue
-                fh = tar.extractfile(member) if member.isfile() else None
-                if name in _NAMING_MEMBERS and fh is not None:
-                    data = _without_names(name, fh.read(_MAX_JSON_BYTES + 1))
-                    member.size = len(data)
-                    yield _header_bytes(member) + data + bytes(_padded(len(data)) - len(data))
-                    continue
-                if member.type == tarfile.GNUTYPE_SPARSE:
-                    member.type = tarfile.REGTYPE  # written out whole, as extracted
-                yield _header_bytes(member)
-                if fh is not None:
-                    while chunk := fh.read(_CHUNK):
-                        yield chunk
-                    yield bytes(_padded(member.size) - member.size)
+        for member, size, fh in iter_members(path, set(names)):
+            if member in written:  # the file changed since it was read: never two of a name
+                raise InvalidSubmission(f"archive member {member!r}: a second member of that name")
+            yield _file_header(names[member], size)
+            sent = 0
+            while chunk := fh.read(min(_CHUNK, size - sent)):
+                sent += len(chunk)
+                yield chunk
+            if sent != size:
+                raise InvalidSubmission(
+                    f"archive member {member!r}: {sent} of its {size} bytes could be read"
+                )
+            yield bytes(_padded(size) - size)
+            written.add(member)
     except (tarfile.TarError, EOFError) as exc:
         raise InvalidSubmission(f"the archive cannot be read to its end ({exc})") from None
     except OSError as exc:  # its text may name the file's path: not the submitter's to see
         reason = exc.strerror or type(exc).__name__
         raise InvalidSubmission(f"the archive cannot be read to its end ({reason})") from None
+    missing = [layer for layer in names if layer not in written]
+    if missing:
+        raise InvalidSubmission(f"manifest.json: layer {missing[0]!r} is missing from the archive")
     yield bytes(2 * _BLOCK)

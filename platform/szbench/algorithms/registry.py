@@ -9,34 +9,62 @@ it pulls), then a schema 2 manifest tagged with the image id. The name is conten
 ``<registry>/<namespace>/algorithms:<image id hex>``, so one image is one tag however often
 it is uploaded, and its blobs are stored once.
 
+What the registry already holds under the tag is checked, never trusted (issue 29.6): it is
+reused only when it is a manifest of this very image (its config digest is the image id, its
+layers are the config's ``diff_ids``, uncompressed, and every blob it names is there), and its
+digest is computed here from its bytes. Anything else under the tag (another image, this
+config over other layers, a compressed layer that cannot be checked without reading it) is
+pushed over.
+
+Every exchange with the registry is bounded as a whole (:func:`_exchange`): a blob's upload
+may take ``SZBENCH_REGISTRY_TIMEOUT_S`` plus one second per :data:`MIN_RATE_BPS` bytes sent,
+however the registry stalls (reading the bytes slowly, answering slowly, dripping its
+answer), instead of a limit per read that a drip never reaches.
+
 The registry is the deployment's own (on its private network, or TLS when it is elsewhere);
 it takes no credentials here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import ipaddress
 import json
 import logging
-from collections.abc import Callable, Iterator
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
 
-from szbench.algorithms.image_check import image_parts, iter_members
+from szbench.algorithms.image_check import ImageParts, image_parts, iter_members
 from szbench.config import Settings, get_settings
 from szbench.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
 MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
+OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
 LAYER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 LAYER_TAR = "application/vnd.docker.image.rootfs.diff.tar"
+# Layers whose blob digest is their diff_id: checkable against the config without a read.
+_UNCOMPRESSED = (LAYER_TAR, "application/vnd.oci.image.layer.v1.tar")
 _CHUNK = 1024**2
+#: The slowest rate at which a registry may take a blob: an exchange may last
+#: ``SZBENCH_REGISTRY_TIMEOUT_S`` plus one second per this many bytes sent. A registry on the
+#: deployment's network takes tens of MB/s; one slower than this is broken, not busy.
+MIN_RATE_BPS = 1024**2
+# Registry answers are small JSON documents (manifests, errors): a longer one is refused.
+_MAX_ANSWER_BYTES = 8 * 1024**2
+
+#: ``progress(done, total)``: bytes of the image sent (or found in the registry) so far.
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -70,91 +98,250 @@ def _plain_http(host: str, settings: Settings) -> bool:
         return False
 
 
+class _Deadline:
+    """When an exchange must be over: ``base_s`` after it began, plus one second per
+    :data:`MIN_RATE_BPS` bytes sent so far (so it grows while bytes flow, and only then)."""
+
+    def __init__(self, base_s: float) -> None:
+        self.base_s = base_s
+        self.start = time.monotonic()
+        self.sent = 0
+
+    @property
+    def allowed_s(self) -> float:
+        return self.base_s + self.sent / MIN_RATE_BPS
+
+    def left_s(self) -> float:
+        return self.start + self.allowed_s - time.monotonic()
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def header(self, name: str) -> str:
+        return self.headers.get(name.lower(), "")
+
+
+def _exchange(
+    url: str,
+    method: str,
+    *,
+    body: bytes | Iterable[bytes] | None,
+    headers: dict[str, str],
+    deadline: _Deadline,
+) -> _Answer:
+    """One HTTP exchange with the registry, over as a whole by ``deadline``: a watchdog
+    shuts the connection the moment it passes, whether the registry stops reading the
+    body, waits to answer or drips its answer (a limit per read never ends a drip). Bytes
+    of an iterable ``body`` are counted into the deadline as they are sent. The one place
+    that makes a registry request (the project's outbound HTTP client can take its place).
+
+    Raises
+    ------
+    ServiceUnavailable
+        No answer, a broken connection, an answer over :data:`_MAX_ANSWER_BYTES`, or the
+        deadline passed (the message says which, and the time allowed).
+    """
+    target = urlsplit(url)
+    host = target.netloc
+    path = target.path + (f"?{target.query}" if target.query else "")
+    kind = http.client.HTTPConnection if target.scheme == "http" else http.client.HTTPSConnection
+    conn = kind(host, timeout=max(0.1, deadline.left_s()))
+    expired = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(max(0.01, min(1.0, deadline.left_s()))):
+            if deadline.left_s() <= 0:
+                expired.set()
+                sock = conn.sock
+                if sock is not None:
+                    with contextlib.suppress(OSError):  # closed meanwhile: as good
+                        sock.shutdown(socket.SHUT_RDWR)
+                return
+
+    def counted(chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+            deadline.sent += len(chunk)
+
+    watchdog = threading.Thread(target=watch, name="registry-deadline", daemon=True)
+    watchdog.start()
+    try:
+        conn.connect()  # bounded by the connection's timeout: no socket to shut down yet
+        if conn.sock is not None:
+            conn.sock.settimeout(None)  # from here the deadline alone decides
+        sent = body if body is None or isinstance(body, bytes) else counted(body)
+        conn.request(method, path, body=sent, headers=headers, encode_chunked=sent is not body)
+        response = conn.getresponse()
+        data = response.read(_MAX_ANSWER_BYTES + 1)
+        if len(data) > _MAX_ANSWER_BYTES:
+            raise ServiceUnavailable(
+                f"the image registry ({host}) answered {method} with more than "
+                f"{_MAX_ANSWER_BYTES} bytes; try again later"
+            )
+        answer = _Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
+    except (OSError, http.client.HTTPException) as exc:
+        if expired.is_set():
+            raise _too_slow(host, method, deadline) from exc
+        raise ServiceUnavailable(
+            f"the image registry ({host}) does not answer ({exc}); try again later"
+        ) from exc
+    finally:
+        done.set()
+        conn.close()
+        watchdog.join()
+    if expired.is_set():  # an answer cut short by the watchdog can read as a whole one
+        raise _too_slow(host, method, deadline)
+    return answer
+
+
+def _too_slow(host: str, method: str, deadline: _Deadline) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"the image registry ({host}) did not finish a {method} within "
+        f"{deadline.allowed_s:.0f} s (SZBENCH_REGISTRY_TIMEOUT_S plus one second per "
+        f"{MIN_RATE_BPS} bytes sent); try again later"
+    )
+
+
 class _Registry:
-    """One registry connection: the few v2 calls a push needs."""
+    """The few v2 calls a push needs, each bounded by :func:`_exchange`."""
 
     def __init__(self, settings: Settings) -> None:
         self.repo = repository(settings)
         host, _, self.path = self.repo.partition("/")
         self.host = settings.registry_push.strip().strip("/").split("/")[0] or host
-        plain = _plain_http(self.host, settings)
-        self.scheme = "http" if plain else "https"
-        self.timeout = settings.registry_timeout_s
-
-    def _conn(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPConnection if self.scheme == "http" else http.client.HTTPSConnection
-        return kind(self.host, timeout=self.timeout)
+        self.scheme = "http" if _plain_http(self.host, settings) else "https"
+        self.base_s = settings.registry_timeout_s
 
     def request(
         self,
         method: str,
         url: str,
-        body: bytes | Iterator[bytes] | None = None,
+        body: bytes | Iterable[bytes] | None = None,
         headers: dict[str, str] | None = None,
-    ) -> http.client.HTTPResponse:
-        target = urlsplit(urljoin(f"{self.scheme}://{self.host}/", url))
-        path = target.path + (f"?{target.query}" if target.query else "")
-        conn = self._conn()
-        try:
-            conn.request(
-                method,
-                path,
-                body=body,
-                headers=headers or {},
-                encode_chunked=body is not None and not isinstance(body, bytes),
-            )
-            response = conn.getresponse()
-            response.read()
-            return response
-        except (OSError, http.client.HTTPException) as exc:
-            raise ServiceUnavailable(
-                f"the image registry ({self.host}) does not answer ({exc}); try again later"
-            ) from exc
-        finally:
-            conn.close()
+        deadline: _Deadline | None = None,
+    ) -> _Answer:
+        return _exchange(
+            urljoin(f"{self.scheme}://{self.host}/", url),
+            method,
+            body=body,
+            headers=headers or {},
+            deadline=deadline or _Deadline(self.base_s),
+        )
 
-    def expect(self, response: http.client.HTTPResponse, *codes: int, what: str) -> None:
-        if response.status not in codes:
+    def expect(self, answer: _Answer, *codes: int, what: str) -> None:
+        if answer.status not in codes:
             raise ServiceUnavailable(
-                f"the image registry ({self.host}) refused {what} (HTTP {response.status}); "
+                f"the image registry ({self.host}) refused {what} (HTTP {answer.status}); "
                 "try again later"
             )
-
-    def manifest_digest(self, tag: str) -> str | None:
-        response = self.request(
-            "HEAD", f"/v2/{self.path}/manifests/{tag}", headers={"Accept": MANIFEST_TYPE}
-        )
-        if response.status == 200:
-            return response.getheader("Docker-Content-Digest")
-        return None
 
     def has_blob(self, digest: str) -> bool:
         return self.request("HEAD", f"/v2/{self.path}/blobs/{digest}").status == 200
 
+    def held_image(self, tag: str, image_id: str, config: bytes) -> str | None:
+        """The digest of the manifest under ``tag`` when it is a pullable manifest of
+        ``image_id`` (config ``config``), checked; ``None`` for anything else."""
+        answer = self.request(
+            "GET",
+            f"/v2/{self.path}/manifests/{tag}",
+            headers={"Accept": f"{MANIFEST_TYPE}, {OCI_MANIFEST_TYPE}"},
+        )
+        if answer.status == 404:
+            return None
+        self.expect(answer, 200, what="reading the image's tag")
+        digest = "sha256:" + hashlib.sha256(answer.body).hexdigest()
+        problem = _not_this_image(answer.body, image_id, config)
+        if problem is None:
+            missing = [d for d in _blobs(answer.body) if not self.has_blob(d)]
+            problem = f"its blob {missing[0]} is missing" if missing else None
+        if problem is not None:
+            log.warning(
+                "the registry holds %s under %s:%s, which is not image %s (%s): pushing it",
+                digest,
+                self.repo,
+                tag,
+                image_id,
+                problem,
+            )
+            return None
+        return digest
+
     def upload(self, chunks: Iterator[bytes], digest: Callable[[], str]) -> None:
-        started = self.request("POST", f"/v2/{self.path}/blobs/uploads/")
+        """One blob: its three exchanges bounded together by one deadline."""
+        deadline = _Deadline(self.base_s)
+        started = self.request("POST", f"/v2/{self.path}/blobs/uploads/", deadline=deadline)
         self.expect(started, 202, what="a blob upload")
         sent = self.request(
             "PATCH",
-            started.getheader("Location") or "",
+            started.header("Location"),
             body=chunks,
             headers={"Content-Type": "application/octet-stream"},
+            deadline=deadline,
         )
         self.expect(sent, 202, what="a blob's bytes")
-        location = sent.getheader("Location") or ""
+        location = sent.header("Location")
         sep = "&" if "?" in location else "?"
         done = self.request(
-            "PUT", f"{location}{sep}digest={digest()}", headers={"Content-Length": "0"}
+            "PUT",
+            f"{location}{sep}digest={digest()}",
+            headers={"Content-Length": "0"},
+            deadline=deadline,
         )
         self.expect(done, 201, what="a blob")
+
+
+def _not_this_image(manifest: bytes, image_id: str, config: bytes) -> str | None:
+    """Why the manifest ``manifest`` is not a pullable manifest of the image whose id and
+    config are given; ``None`` when it is. Layers are checked without reading them: each
+    must be uncompressed, so that its blob digest is its ``diff_id``."""
+    try:
+        document = json.loads(manifest)
+        diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+    except (ValueError, KeyError, TypeError):
+        return "not a manifest"
+    if not isinstance(document, dict) or document.get("mediaType", MANIFEST_TYPE) not in (
+        MANIFEST_TYPE,
+        OCI_MANIFEST_TYPE,
+    ):
+        return "not an image manifest"
+    held = document.get("config")
+    if not isinstance(held, dict) or held.get("digest") != image_id:
+        shown = held.get("digest") if isinstance(held, dict) else None
+        return f"its config is {shown}"
+    layers = document.get("layers")
+    if not isinstance(layers, list) or len(layers) != len(diff_ids):
+        return "its layers are not the config's"
+    for layer, diff_id in zip(layers, diff_ids, strict=True):
+        if not isinstance(layer, dict) or layer.get("mediaType") not in _UNCOMPRESSED:
+            return "a layer that cannot be checked without reading it"
+        if layer.get("digest") != diff_id:
+            return f"its layer {layer.get('digest')} is not the config's {diff_id}"
+    return None
+
+
+def _blobs(manifest: bytes) -> list[str]:
+    document: dict[str, Any] = json.loads(manifest)
+    found = [document["config"]["digest"], *(layer["digest"] for layer in document["layers"])]
+    return list(dict.fromkeys(found))
 
 
 class _Hashing:
     """Chunks of a file, hashed and counted as they are sent."""
 
-    def __init__(self, fh: IO[bytes] | None = None, data: bytes | None = None) -> None:
+    def __init__(
+        self,
+        fh: IO[bytes] | None = None,
+        data: bytes | None = None,
+        sent: Callable[[int], None] | None = None,
+    ) -> None:
         self.fh = fh
         self.data = data
+        self.sent = sent
         self.sha = hashlib.sha256()
         self.size = 0
         self.head = b""
@@ -174,38 +361,64 @@ class _Hashing:
             self.head = chunk[:2]
         self.sha.update(chunk)
         self.size += len(chunk)
+        if self.sent is not None:
+            self.sent(len(chunk))
 
     def digest(self) -> str:
         return "sha256:" + self.sha.hexdigest()
 
 
-def push_archive(path: Path, image_id: str, settings: Settings | None = None) -> Pushed:
+def push_archive(
+    path: Path,
+    image_id: str,
+    settings: Settings | None = None,
+    *,
+    parts: ImageParts | None = None,
+    progress: Progress | None = None,
+) -> Pushed:
     """Push the checked ``docker save`` archive at ``path`` (image ``image_id``); return
-    where it is. Nothing is pushed again when the registry holds the tag already.
+    where it is. Nothing is pushed again when the registry holds this image under its tag
+    already (checked, not trusted: :meth:`_Registry.held_image`).
+
+    ``parts``: what the check read (:attr:`ImageInfo.parts`), else read here.
+    ``progress(done, total)``: bytes of the image pushed so far, as they go.
 
     Raises
     ------
     ServiceUnavailable
-        The registry cannot be reached or refuses a step (the upload stays; submit again).
+        The registry cannot be reached, refuses a step, or takes longer than its deadline
+        (the upload stays; submit again).
     """
     settings = settings or get_settings()
     registry = _Registry(settings)
     tag = image_id.removeprefix("sha256:")
-    known = registry.manifest_digest(tag)
+    parts = parts if parts is not None else image_parts(path)
+    distinct = dict(zip(parts.layers, parts.sizes or (0,) * len(parts.layers), strict=True))
+    total = len(parts.config) + sum(distinct.values())
+    known = registry.held_image(tag, image_id, parts.config)
     if known:
         log.info("image %s is in the registry already as %s", image_id, known)
+        if progress is not None:
+            progress(total, total)
         return Pushed(registry.repo, known)
-    parts = image_parts(path)
-    config = _Hashing(data=parts.config)
+    done = 0
+
+    def sent(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, total)
+
+    config = _Hashing(data=parts.config, sent=sent)
     if not registry.has_blob(f"sha256:{hashlib.sha256(parts.config).hexdigest()}"):
         registry.upload(iter(config), config.digest)
     else:
         list(config)  # counted and hashed all the same
     blobs: dict[str, tuple[str, int, str]] = {}
-    for name, fh in iter_members(path, set(parts.layers)):
+    for name, _, fh in iter_members(path, set(parts.layers)):
         if name in blobs:
             continue
-        layer = _Hashing(fh)
+        layer = _Hashing(fh, sent=sent)
         registry.upload(iter(layer), layer.digest)
         kind = LAYER_GZIP if layer.head == b"\x1f\x8b" else LAYER_TAR
         blobs[name] = (layer.digest(), layer.size, kind)
@@ -224,12 +437,18 @@ def push_archive(path: Path, image_id: str, settings: Settings | None = None) ->
         }
     ).encode()
     digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
-    response = registry.request(
+    answer = registry.request(
         "PUT",
         f"/v2/{registry.path}/manifests/{tag}",
         body=manifest,
         headers={"Content-Type": MANIFEST_TYPE},
     )
-    registry.expect(response, 201, what="the image manifest")
+    registry.expect(answer, 201, what="the image manifest")
+    stored = answer.header("Docker-Content-Digest")
+    if stored and stored != digest:
+        raise ServiceUnavailable(
+            f"the image registry ({registry.host}) stored the manifest as {stored}, not as "
+            f"its digest {digest}; try again later"
+        )
     log.info("pushed image %s to %s@%s", image_id, registry.repo, digest)
     return Pushed(registry.repo, digest)

@@ -11,8 +11,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from szbench import changes
-from szbench.algorithms import registry
-from szbench.algorithms.image_check import ImageInfo, check_image_archive
+from szbench.algorithms import intake, registry
+from szbench.algorithms.image_check import ImageInfo, Progress, check_image_archive
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.errors import (
@@ -193,24 +193,40 @@ class CheckedUpload:
     registry_digest: str | None = None
 
 
-def check_upload(upload: UploadSession) -> CheckedUpload:
+def check_upload(upload: UploadSession, *, progress: Progress | None = None) -> CheckedUpload:
     """A finished upload (read by :func:`~szbench.uploads.service.get_upload`), its archive
     checked; :class:`InvalidSubmission` or :class:`PayloadTooLarge` when the archive is
     refused (then :func:`~szbench.uploads.service.refuse_upload` it).
 
-    The check reads the whole archive (seconds for a large gzipped image) and no database:
-    a route runs it before it takes a connection (see the submit route). With a registry
-    (``SZBENCH_REGISTRY``) the accepted archive is then pushed there, so that workers on
-    any host pull it by digest; a registry that does not answer is
+    When the upload's server-side steps (:mod:`szbench.algorithms.intake`) are done, their
+    result is taken and nothing is read again; while they run, :class:`Conflict`. Otherwise
+    the check happens here: it reads the whole archive (minutes for a multi-GB image) and
+    no database, so a route runs it before it takes a connection (see the submit route).
+    With a registry (``SZBENCH_REGISTRY``) the accepted archive is then pushed there, so
+    that workers on any host pull it by digest; a registry that does not answer is
     :class:`~szbench.errors.ServiceUnavailable` (the upload stays, to be submitted again).
+    ``progress(step, done, total)``: bytes read or pushed, as they go.
     """
     archive = uploads.completed_file(upload)
     if not archive.exists():
         # A concurrent submit of the same upload has taken its bytes (or its owner deleted it).
         raise Conflict(f"upload_id: upload {upload.id} has already been submitted (or was deleted)")
+    done = intake.finished(upload)
+    if done is not None:
+        return CheckedUpload(upload, archive, done.info, done.registry_digest)
     settings = get_settings()
-    info = check_image_archive(archive, allow_root=settings.allow_root_images)
-    pushed = registry.push_archive(archive, info.digest, settings) if settings.registry else None
+    info = check_image_archive(archive, allow_root=settings.allow_root_images, progress=progress)
+    pushed = (
+        registry.push_archive(
+            archive,
+            info.digest,
+            settings,
+            parts=info.parts,
+            progress=None if progress is None else lambda d, t: progress("pushing", d, t),
+        )
+        if settings.registry
+        else None
+    )
     return CheckedUpload(upload, archive, info, pushed.digest if pushed else None)
 
 

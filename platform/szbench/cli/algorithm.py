@@ -7,8 +7,12 @@ Two modes, the same checks:
   request is retried with backoff (``--retries``, ``--retry-wait-max``) and the upload goes
   on from the server's offset; an upload that still fails is resumed by running the same
   command again (the session id is kept under ``$XDG_CACHE_HOME/szbench/uploads``, keyed
-  by the server and the archive's sha256, until the version is created);
-- local (no ``--server``): straight into the configured database as ``--email``'s user.
+  by the server and the archive's sha256, until the version is created). After the last
+  byte the server checks the archive and pushes it to its registry in the background; the
+  CLI polls it and shows each step with its progress (minutes for a multi-GB image: no
+  request waits for them, so no time-out cuts them off), then submits the version;
+- local (no ``--server``): straight into the configured database as ``--email``'s user,
+  the same steps shown as they run.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ import typer
 app = typer.Typer(help="Algorithms and their versions.", no_args_is_help=True)
 
 CHUNK_BYTES = 8 * 1024**2
+#: How often the server is asked how its steps on the upload go.
+POLL_S = 1.0
+_STEP_LABELS = {
+    "checking": "checking the archive",
+    "checking-user": "checking the image's user",
+    "pushing": "pushing to the registry",
+}
 #: Statuses of a server that is restarting or briefly away (a proxy's, or the API's own 503
 #: during a database outage): the request did nothing, try again.
 _UNAVAILABLE = (502, 503, 504)
@@ -201,6 +212,88 @@ def _upload(client: Any, image: Path, state: Path, retry: Retry, rate_bps: int =
     return str(upload["id"])
 
 
+class _Steps:
+    """The server's steps on the upload as the terminal shows them: a bar per step on a
+    terminal; elsewhere (a pipe, a log) a line per step and per tenth of it."""
+
+    def __init__(self, where: str = "server: ") -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TransferSpeedColumn,
+        )
+
+        self.where = where
+        self.terminal = Console(stderr=True).is_terminal
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            disable=not self.terminal,
+        )
+        self.tasks: dict[str, Any] = {}
+        self.tenths: dict[str, int] = {}
+
+    def __enter__(self) -> _Steps:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(None, None, None)
+
+    def finish(self) -> None:
+        """Every step shown as done (the last poll may have seen one short of its end)."""
+        for step, task in self.tasks.items():
+            total = int(self.bar.tasks[task].total or 0)
+            self.show(step, total, total)
+
+    def show(self, step: str, done: int, total: int) -> None:
+        label = _STEP_LABELS.get(step, step)
+        if step not in self.tasks:
+            for previous in self.tasks.values():
+                self.bar.update(previous, completed=self.bar.tasks[previous].total)
+            self.tasks[step] = self.bar.add_task(label, total=total or None)
+            self.tenths[step] = -1
+        self.bar.update(self.tasks[step], completed=done, total=total or None)
+        tenth = 10 * done // total if total else 0
+        if not self.terminal and tenth > self.tenths[step]:
+            self.tenths[step] = tenth
+            typer.echo(f"{self.where}{label}, {10 * tenth}% of {total} bytes", err=True)
+
+
+def _server_steps(client: Any, retry: Retry, upload_id: str) -> None:
+    """Ask the server to check (and push) the uploaded archive, and show its steps until
+    they are done. A refusal ends the command (exit 1, the server's reason); a platform
+    fault on the server (its registry away) or a server restart asks again, with backoff.
+    A server without the steps (older) checks the archive when the version is submitted."""
+    url = f"/api/v1/uploads/{upload_id}"
+    response = _send(client, retry, "POST", f"{url}/check", safe=True)
+    if response.status_code == 404 and "no such route" in response.text:
+        return
+    steps = dict(_check(response))["steps"]
+    with _Steps() as shown:
+        while True:
+            step = steps["step"]
+            if step == "done":
+                shown.finish()
+                return
+            if step == "refused":
+                typer.echo(f"error: the server refused the archive: {steps['detail']}", err=True)
+                raise typer.Exit(1)
+            if step in ("failed", "interrupted"):
+                retry.wait("the server's check", steps["detail"] or "the server restarted")
+                response = _send(client, retry, "POST", f"{url}/check", safe=True)
+                steps = dict(_check(response))["steps"]
+                continue
+            shown.show(step, int(steps["done_bytes"]), int(steps["total_bytes"]))
+            time.sleep(POLL_S)
+            steps = dict(_check(_send(client, retry, "GET", url, safe=True)))["steps"]
+
+
 def _find_version(client: Any, retry: Retry, algorithm_id: int, label: str) -> Any:
     page = _check(
         _send(
@@ -250,6 +343,7 @@ def _submit_remote(server: str, token: str, name: str, body: dict[str, Any], ima
         )
         if image is not None and state is not None:
             body["upload_id"] = _upload(client, image, state, retry, rate_bps)
+            _server_steps(client, retry, body["upload_id"])
         url = f"/api/v1/algorithms/{algorithm['id']}/versions"
         while True:
             try:
@@ -287,9 +381,19 @@ def _submit_local(email: str, name: str, body: dict[str, Any], image: Path | Non
             algorithm = session.scalar(
                 select(Algorithm).where(Algorithm.owner_id == user.id, Algorithm.name == name)
             ) or service.create_algorithm(session, owner=user, name=name, **meta)
+            checked = None
             if image is not None:
-                body["upload_id"] = uploads.import_file(session, user, image).id
-            version = service.submit_version(session, algorithm=algorithm, user=user, **body)
+                upload = uploads.import_file(session, user, image)
+                body["upload_id"] = upload.id
+                try:
+                    with _Steps(where="") as shown:
+                        checked = service.check_upload(upload, progress=shown.show)
+                except service.ARCHIVE_REFUSALS as exc:
+                    uploads.refuse_upload(session, upload.id, exc.detail)  # its bytes go now
+                    raise
+            version = service.submit_version(
+                session, algorithm=algorithm, user=user, checked=checked, **body
+            )
             return VersionOut.model_validate(version).model_dump(mode="json")
     except SzbenchError as exc:
         typer.echo(f"error: {exc.detail}", err=True)

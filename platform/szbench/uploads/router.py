@@ -6,8 +6,12 @@
    repeat with the returned offset until ``complete``; after a dropped connection,
    ``GET /uploads/{id}`` tells where to resume. A body whose length differs from its
    ``Content-Range`` is refused and cut back.
-3. ``POST /algorithms/{id}/versions`` with ``upload_id``: the archive is checked and kept;
-   an upload gives one version at most. ``DELETE /uploads/{id}`` abandons one (expired too).
+3. ``POST /uploads/{id}/check``: the server checks the archive (and pushes it to the
+   registry) in the background and answers at once; ``GET /uploads/{id}`` shows the step and
+   its bytes done (``steps``) until ``done`` (or ``refused``, ``failed``).
+4. ``POST /algorithms/{id}/versions`` with ``upload_id``: the version, from the steps'
+   result (without step 3 the archive is checked in that request); an upload gives one
+   version at most. ``DELETE /uploads/{id}`` abandons one (expired too).
 """
 
 from __future__ import annotations
@@ -18,17 +22,43 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Query, Request, Response, status
 
+from szbench.algorithms import intake
 from szbench.api.deps import SessionDep, SideSessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import Page, PageDep
 from szbench.auth.dependencies import StreamingSubmitter, Submitter
 from szbench.errors import BadRequest
+from szbench.models import UploadState
 from szbench.uploads import service
-from szbench.uploads.schemas import UploadCreate, UploadOut
+from szbench.uploads.schemas import UploadCreate, UploadOut, UploadSteps
 
 router = APIRouter(prefix="/uploads", tags=["uploads"], responses=ERROR_RESPONSES)
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+def _steps(upload: service.UploadSession) -> UploadSteps | None:
+    steps = upload.steps
+    if upload.state is UploadState.REFUSED:
+        done = steps.done_bytes if steps is not None else upload.size_bytes
+        return UploadSteps(
+            step="refused",
+            done_bytes=done,
+            total_bytes=steps.total_bytes if steps is not None else upload.size_bytes,
+            running=False,
+            detail=upload.refused_because,
+        )
+    if steps is None:
+        return None
+    info = (steps.result or {}).get("info") or {}
+    return UploadSteps(
+        step=steps.step,
+        done_bytes=steps.done_bytes,
+        total_bytes=steps.total_bytes,
+        running=steps.running,
+        detail=steps.detail or None,
+        image_digest=info.get("digest"),
+    )
 
 
 def _out(upload: service.UploadSession) -> UploadOut:
@@ -40,6 +70,7 @@ def _out(upload: service.UploadSession) -> UploadOut:
         complete=upload.complete,
         state=upload.state.value,
         expires_at=upload.expires_at,
+        steps=_steps(upload),
     )
 
 
@@ -132,6 +163,16 @@ async def put_chunk(
     upload.offset = await service.write_chunk(
         upload, offset=start, chunks=request.stream(), length=length
     )
+    return _out(upload)
+
+
+@router.post("/{upload_id}/check", response_model=UploadOut, status_code=status.HTTP_202_ACCEPTED)
+def check_upload(upload_id: str, session: SessionDep, caller: Submitter) -> UploadOut:
+    """Check a finished upload's archive (and push it to the registry) in the background;
+    poll GET /uploads/{id} for the step and its progress, then submit the version."""
+    assert caller.user is not None
+    upload = service.get_upload(session, caller.user, upload_id)
+    upload.steps = intake.start(upload)
     return _out(upload)
 
 

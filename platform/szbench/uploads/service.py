@@ -40,6 +40,8 @@ from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, QuotaExceeded
 from szbench.models import Upload, UploadState, User
 from szbench.quotas.service import lock_user
+from szbench.uploads import steps as recorded
+from szbench.uploads.steps import Steps
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ class UploadSession:
     offset: int = 0
     state: UploadState = UploadState.OPEN
     refused_because: str = ""
+    # The server-side steps after the last byte (checking, pushing), when asked for.
+    steps: Steps | None = None
 
     @property
     def complete(self) -> bool:
@@ -75,10 +79,11 @@ def sessions_dir() -> Path:
     return path
 
 
-def _paths(upload_id: str) -> tuple[Path, Path]:
+def _paths(upload_id: str) -> tuple[Path, Path, Path]:
     # ``<id>.json``: where sessions kept their metadata before the table; swept as strays.
     base = sessions_dir()
-    return base / f"{upload_id}.json", base / f"{upload_id}.part"
+    part = base / f"{upload_id}.part"
+    return base / f"{upload_id}.json", part, recorded.record_path(part)
 
 
 def _remove_files(upload_id: str) -> int:
@@ -116,15 +121,19 @@ def _aware(moment: datetime) -> datetime:
 
 def _snapshot(row: Upload) -> UploadSession:
     part = _paths(row.id)[1]
+    steps = recorded.read(part) if row.state == UploadState.OPEN else None
+    refused = steps is not None and steps.step == "refused"
     return UploadSession(
         id=row.id,
         owner_id=row.owner_id,
         filename=row.filename,
         size_bytes=row.size_bytes,
         created_at=_aware(row.created_at),
-        offset=part.stat().st_size if part.exists() else 0,
-        state=row.state,
-        refused_because=row.refused_because,
+        # A refusal by the steps deleted the bytes: the declared size was received.
+        offset=row.size_bytes if refused else part.stat().st_size if part.exists() else 0,
+        state=UploadState.REFUSED if refused else row.state,
+        refused_because=steps.detail if steps is not None and refused else row.refused_because,
+        steps=steps,
     )
 
 
@@ -219,6 +228,10 @@ def get_upload(
     if row is None or (row.owner_id != user.id and not policy.is_admin(user)):
         raise NotFound(f"upload {upload_id} does not exist")
     upload = _snapshot(row)
+    if row.state == UploadState.OPEN and upload.state == UploadState.REFUSED:
+        # Refused by the server-side steps, which keep off the database: recorded now, so
+        # that it counts against its owner like any refusal.
+        refuse_upload(session, row.id, upload.refused_because)
     if not allow_expired and upload.expires_at < datetime.now(UTC):
         raise NotFound(f"upload {upload_id} has expired; start a new one")
     return upload
@@ -247,7 +260,7 @@ async def write_chunk(
     (or ``length``) is cut back to ``offset`` and refused, so the session stays resumable.
     """
     require_open(upload)
-    _, part = _paths(upload.id)
+    part = _paths(upload.id)[1]
     fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         try:
@@ -416,6 +429,7 @@ def store_image(source: Path, *, digest: str, gzip: bool) -> Path:
         source.unlink(missing_ok=True)
     else:
         shutil.move(source, target)
+    recorded.discard(source)
     return target.relative_to(root)
 
 
@@ -423,7 +437,7 @@ def import_file(session: Session, user: User, path: Path) -> UploadSession:
     """An upload session filled from a local file (the CLI's local mode), copied in chunks."""
     size = path.stat().st_size
     upload = create_upload(session, user, filename=path.name, size_bytes=size)
-    _, part = _paths(upload.id)
+    part = _paths(upload.id)[1]
     with path.open("rb") as src, part.open("wb") as dst:
         shutil.copyfileobj(src, dst, 8 * 1024**2)
     upload.offset = size

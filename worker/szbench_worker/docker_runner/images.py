@@ -1,5 +1,6 @@
-"""Images on the engine: loading a ``docker save`` tarball (by id: its names are never
-applied), pulling by digest, inspecting, building (tests and examples).
+"""Images on the engine: loading a ``docker save`` tarball (as an archive the platform
+writes from what it checked, by id: no name is ever applied), pulling by digest,
+inspecting, building (tests and examples).
 
 The archive itself is read by the platform's one reader of ``docker save`` archives
 (:mod:`szbench.algorithms.image_check`, standard library only): its checks and limits at
@@ -22,9 +23,10 @@ from docker.errors import APIError, DockerException, ImageNotFound
 
 from szbench.algorithms.image_check import (
     ArchiveLimits,
+    ImageParts,
     check_image_archive,
+    loadable_archive,
     tarball_image_id,
-    untagged_archive,
 )
 from szbench.errors import SzbenchError
 from szbench_worker.docker_runner.client import connect
@@ -142,8 +144,9 @@ def load_image_tarball(
     :func:`tarball_image_id`), that copy is used and nothing is loaded: the next
     ``szbench evaluate`` of the same tarball does not pay a full ``docker load`` again.
     The id covers the config, which lists every layer's digest, so the engine's copy is the
-    same image. The archive's names are never applied (:func:`untagged_archive`): a loaded
-    image is known by its id only. With ``id_cache``, an
+    same image. The engine never reads the file itself: it loads the archive the platform
+    writes from what it read and checked (:func:`loadable_archive`), which carries no name,
+    so a loaded image is known by its id only. With ``id_cache``, an
     unchanged file's id is known without reading it (a ``.tar.gz`` costs no inflating).
 
     Raises
@@ -159,12 +162,14 @@ def load_image_tarball(
         raise ImageError(f"{path.name}: no such image tarball")
     state = _file_state(path)
     image_id = id_cache.get(path, state, limits) if id_cache is not None else None
+    parts: ImageParts | None = None
     if image_id is None and limits is not None:
         try:
             # Root or not is the platform's decision at upload, not a loading matter.
-            image_id = check_image_archive(path, allow_root=True, limits=limits).digest
+            checked = check_image_archive(path, allow_root=True, limits=limits)
         except SzbenchError as exc:
             raise ImageRefused(f"{path.name}: {exc.detail}") from exc
+        image_id, parts = checked.digest, checked.parts
     elif image_id is None:
         image_id = tarball_image_id(path)
     if image_id is not None:
@@ -177,9 +182,10 @@ def load_image_tarball(
             _remember(id_cache, path, state, info.digest, limits)
             return info
     try:
-        # Streamed (a multi-GB image never sits in RAM), without the archive's names: a load
-        # never creates or moves a tag, so no upload can re-point another image's name.
-        images = client.images.load(untagged_archive(path))
+        # Streamed (a multi-GB image never sits in RAM), written here from what was read: the
+        # engine sees no link, member or name of the upload, so no load creates or moves a
+        # tag or brings in an image other than the one checked.
+        images = client.images.load(loadable_archive(path, parts))
     except SzbenchError as exc:
         raise ImageRefused(f"{path.name}: {exc.detail}") from exc
     except (APIError, DockerException) as exc:

@@ -22,6 +22,7 @@
   const progressBox = document.getElementById("progress-box");
   const progress = document.getElementById("upload-progress");
   const progressText = document.getElementById("progress-text");
+  const progressLabel = form.querySelector("label[for=upload-progress]");
   const errorBox = document.getElementById("form-error");
   const statusBox = document.getElementById("form-status");
   const button = document.getElementById("submit-button");
@@ -172,8 +173,9 @@
     if (event.dataTransfer && event.dataTransfer.files.length) chooseFile(event.dataTransfer.files[0]);
   });
 
-  function showProgress(offset, total, note) {
+  function showProgress(offset, total, note, label) {
     progressBox.hidden = false;
+    if (progressLabel) progressLabel.textContent = label || "Upload progress";
     const pct = total ? Math.floor((100 * offset) / total) : 0;
     progress.value = pct;
     progressText.textContent = mib(offset) + " of " + mib(total) + " (" + pct + "%)" + (note ? " — " + note : "");
@@ -355,6 +357,46 @@
     return session.id;
   }
 
+  // After the last byte the server checks the archive and pushes it to its registry, in the
+  // background (minutes for a multi-GB image): asked for once, then each step's progress
+  // is polled and shown here. No request waits for the steps, so no time-out cuts them off.
+  const stepLabels = {
+    "checking": "Checking the archive on the server",
+    "checking-user": "Checking the image's user on the server",
+    "pushing": "Pushing the image to the registry",
+  };
+  async function serverSteps(id) {
+    const url = "/api/v1/uploads/" + id;
+    let answer = await api("POST", url + "/check");
+    let failures = 0;
+    for (;;) {
+      const steps = answer.steps;
+      if (!steps || steps.step === "done") return;
+      if (steps.step === "refused") throw new ApiError(422, steps.detail || "the archive was refused");
+      if (steps.step === "failed" || steps.step === "interrupted") {
+        failures += 1;
+        const why = steps.detail || "the server restarted";
+        if (failures > 10) throw new ApiError(503, why + "; submit again to resume");
+        const wait = Math.min(30000, 1000 * 2 ** Math.min(failures - 1, 5));
+        status("The server's check stopped (" + why + "); asking again in " + Math.round(wait / 1000) + " s…");
+        await sleep(wait);
+        answer = await api("POST", url + "/check");
+        continue;
+      }
+      const label = stepLabels[steps.step] || steps.step;
+      status(label + "…");
+      showProgress(steps.done_bytes, steps.total_bytes, "", label);
+      await sleep(1000);
+      try {
+        answer = await api("GET", url);
+      } catch (e) {
+        if (e instanceof ApiError && e.status < 500) throw e;
+        failures += 1;  // connection lost or the server away: keep asking, a while
+        if (failures > 30) throw e;
+      }
+    }
+  }
+
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearError();
@@ -395,13 +437,20 @@
       if (source === "upload") {
         status("Uploading…");
         body.upload_id = await upload(file);
+        try {
+          await serverSteps(body.upload_id);
+        } catch (e) {
+          if (e instanceof ApiError && e.status === 422) window.localStorage.removeItem(resumeKey(file));
+          if (e instanceof ApiError) throw new ApiError(e.status, file.name + ": " + e.message);
+          throw e;
+        }
       } else {
         body.image_reference = reference;
       }
       status(ready.existing_algorithm_id && !algorithmSelect.value
         ? "Submitting to your algorithm " + check.name + " (made by an earlier try)…" : "Saving the algorithm…");
       const algorithmId = await ensureAlgorithm(ready.existing_algorithm_id);
-      if (source === "upload") status("Checking the image archive…");
+      if (source === "upload") status("Submitting the checked image…");
       let created;
       try {
         created = await api("POST", "/api/v1/algorithms/" + algorithmId + "/versions", body);
