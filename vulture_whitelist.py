@@ -84,7 +84,7 @@ _.annotations_file
 _.dataset_revisions
 _.phases_closed
 
-# The information arithmetic of szbench.results.disclosure: stated in docs/security.md and
+# The information arithmetic of szbench.disclosure.bits: stated in docs/security.md and
 # checked against it by the tests.
 _.bits_per_evaluation
 _.ladder_bits_per_evaluation

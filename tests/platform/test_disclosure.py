@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from szbench.disclosure.decision import OUTCOME_TEXT
 from szbench.models import (
     DatasetKind,
     Disclosure,
@@ -25,7 +26,6 @@ from szbench.models import (
     SubjectResult,
     User,
 )
-from szbench.results.disclosure import OUTCOME_TEXT
 from tests.platform import factories as f
 
 SECRET = "SECRETBYTES"

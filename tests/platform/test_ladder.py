@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from szbench.disclosure.ladder import ladder
 from szbench.models import Disclosure, ReleaseRule, Role
 from szbench.phases import service as phases_service
-from szbench.results.ladder import ladder
 from tests.platform import factories as f
 
 STEP = 0.01

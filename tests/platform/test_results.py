@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from szbench.algorithms import service as algorithms_service
 from szbench.config import get_settings
 from szbench.datasets import service as datasets_service
+from szbench.disclosure import decision
 from szbench.models import (
     AlgorithmVersion,
     DatasetKind,
@@ -27,7 +28,6 @@ from szbench.models import (
     User,
     Visibility,
 )
-from szbench.results import disclosure
 from tests.platform import factories as f
 
 
@@ -308,8 +308,8 @@ def test_results_drill_down_and_logs(client: TestClient, world: World, db_sessio
     assert all(r["admin_log"] is None for r in runs["items"])
     # Held-out runs: a fixed text per outcome, never the stored detail, even at this level.
     assert {r["submitter_message"] for r in runs["items"]} == {
-        disclosure.OUTCOME_TEXT[RunOutcome.OK],
-        disclosure.OUTCOME_TEXT[RunOutcome.TIMEOUT],
+        decision.OUTCOME_TEXT[RunOutcome.OK],
+        decision.OUTCOME_TEXT[RunOutcome.TIMEOUT],
     }
     assert runs["items"][0]["provenance"]["worker_host"] == "worker-1"
     assert runs["items"][0]["provenance"]["wall_time_s"] is None

@@ -15,9 +15,10 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from szbench.disclosure import decision
+from szbench.disclosure import facts as rule_facts
 from szbench.errors import Forbidden, NotFound, Unauthorized
 from szbench.models import Dataset, DatasetKind, DatasetVersion, Disclosure, Recording, User
-from szbench.results import disclosure
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,11 @@ class VersionFacts:
 def subjects_disclosed(dataset: Dataset, viewer: User | None) -> bool:
     """Whether ``viewer`` may see per-subject counts (seizures included) of ``dataset``: its
     own rule, decided where every such rule is (no phase governs the data itself)."""
-    facts = disclosure.Facts(
+    facts = rule_facts.Facts(
         held_out=dataset.kind != DatasetKind.PUBLIC_SAMPLE,
         dataset_level=dataset.disclosure or Disclosure.AGGREGATE,
     )
-    return disclosure.decide(viewer, facts).subjects
+    return decision.decide(viewer, facts).subjects
 
 
 def _size(recordings: int, seconds: float | None, seizures: int | None, unknown: int) -> Size:

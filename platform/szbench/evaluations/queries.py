@@ -13,6 +13,8 @@ from sqlalchemy.orm import Session, joinedload, selectinload
 
 from szbench.auth import policy
 from szbench.config import get_settings
+from szbench.disclosure import decision
+from szbench.disclosure import progress as timing
 from szbench.errors import Forbidden, NotFound
 from szbench.evaluations.holds import platform_hold
 from szbench.evaluations.schemas import EvaluationDetail, EvaluationOut, Progress, Provenance
@@ -30,11 +32,10 @@ from szbench.models import (
     RecordingRun,
     User,
 )
-from szbench.results import disclosure
 
 _LOAD = (
     joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
-    # What szbench.results.disclosure.facts_of reads: the phase and the data it names, the
+    # What szbench.disclosure.facts.facts_of reads: the phase and the data it names, the
     # result's subject count.
     joinedload(Evaluation.algorithm_version)
     .joinedload(AlgorithmVersion.phase)
@@ -148,17 +149,17 @@ def shown_progress(
     *,
     viewer: User | None,
     now: datetime | None = None,
-) -> dict[int, tuple[disclosure.View, disclosure.ShownProgress]]:
+) -> dict[int, tuple[decision.View, timing.ShownProgress]]:
     """Each evaluation's view for ``viewer`` and its progress as that view may follow it
-    (:func:`szbench.results.disclosure.shown_progress`)."""
+    (:func:`szbench.disclosure.progress.shown_progress`)."""
     now = now or datetime.now(UTC)
-    views = {e.id: disclosure.view_of(viewer, e) for e in evaluations}
-    coarse = [e.id for e in evaluations if views[e.id].progress != disclosure.ProgressDetail.FULL]
-    at_tick = runs_done_at(session, coarse, disclosure.progress_clock(now)) if coarse else {}
+    views = {e.id: decision.view_of(viewer, e) for e in evaluations}
+    coarse = [e.id for e in evaluations if views[e.id].progress != decision.ProgressDetail.FULL]
+    at_tick = runs_done_at(session, coarse, timing.progress_clock(now)) if coarse else {}
     return {
         e.id: (
             views[e.id],
-            disclosure.shown_progress(
+            timing.shown_progress(
                 views[e.id],
                 done=e.recordings_done,
                 # Once it is over, its count is the final one (not a moment's).
@@ -182,7 +183,7 @@ def progress(
 ) -> Progress:
     now = now or datetime.now(UTC)
     view, shown = shown_progress(session, [evaluation], viewer=viewer, now=now)[evaluation.id]
-    coarse = shown.detail != disclosure.ProgressDetail.FULL
+    coarse = shown.detail != decision.ProgressDetail.FULL
     counts = outcome_counts(session, [evaluation.id])[evaluation.id]
     finished = evaluation.status.finished
     # A count per evaluation once it is over, as outcome_summary: while it runs, a count
@@ -208,7 +209,7 @@ def progress(
         recordings_total=shown.total,
         fraction_done=round(shown.fraction, 4),
         as_of=shown.as_of if coarse and not finished else None,
-        outcomes=disclosure.outcome_summary(view, counts, finished=finished),
+        outcomes=timing.outcome_summary(view, counts, finished=finished),
         failed_recordings=failed,
         complete=None if failed is None or not finished else failed == 0,
         estimated_remaining_s=estimate,
@@ -221,17 +222,17 @@ def progress(
 _ACTIVE = (EvaluationStatus.RUNNING, EvaluationStatus.SCORING)
 
 
-def shown_status(evaluation: Evaluation, shown: disclosure.ShownProgress) -> EvaluationStatus:
+def shown_status(evaluation: Evaluation, shown: timing.ShownProgress) -> EvaluationStatus:
     """The status as the viewer of ``shown`` may see it: a coarse view sees an evaluation
     scoring only once its shown progress has every recording run (the worker's switch to
     scoring would tell when the last run finished)."""
-    coarse = shown.detail == disclosure.ProgressDetail.COARSE
+    coarse = shown.detail == decision.ProgressDetail.COARSE
     if coarse and evaluation.status in _ACTIVE and not shown.all_run:
         return EvaluationStatus.RUNNING
     return evaluation.status
 
 
-def shown_state(evaluation: Evaluation, shown: disclosure.ShownProgress) -> str:
+def shown_state(evaluation: Evaluation, shown: timing.ShownProgress) -> str:
     """The status as people should read it, from the progress a viewer may follow: a
     running evaluation whose every recording has finished waits for its scoring (it can no
     longer be cancelled)."""
@@ -242,14 +243,14 @@ def shown_state(evaluation: Evaluation, shown: disclosure.ShownProgress) -> str:
 
 
 def _coarse_remaining(
-    view: disclosure.View,
+    view: decision.View,
     evaluation: Evaluation,
-    shown: disclosure.ShownProgress,
+    shown: timing.ShownProgress,
     now: datetime,
 ) -> tuple[float | None, str | None]:
     """The estimate a coarse view gets: from the shown fraction and the time from the
     (rounded) start to the clock's tick, so it tells nothing the view does not show."""
-    started = disclosure.shown_moment(view, evaluation.started_at)
+    started = timing.shown_moment(view, evaluation.started_at)
     if started is None or shown.fraction <= 0 or shown.fraction >= 1:
         return None, None
     elapsed = max(0.0, (shown.as_of - started).total_seconds())
@@ -382,7 +383,7 @@ def provenances(
     """
     summaries = run_summaries(session, [e.id for e in evaluations])
     for e in evaluations:
-        if not disclosure.view_of(viewer, e).run_resources:
+        if not decision.view_of(viewer, e).run_resources:
             summary = summaries[e.id]
             summaries[e.id] = dataclasses.replace(summary, wall_time_s=None, peak_memory_bytes=None)
     return {
@@ -401,7 +402,7 @@ def provenances(
 
 def to_out(
     evaluation: Evaluation,
-    shown: tuple[disclosure.View, disclosure.ShownProgress] | None = None,
+    shown: tuple[decision.View, timing.ShownProgress] | None = None,
 ) -> EvaluationOut:
     """The evaluation as a viewer sees it; ``shown`` (:func:`shown_progress`) is that
     viewer's progress and view: without it, the stored figures (admin use only)."""
@@ -434,8 +435,8 @@ def to_out(
     )
 
 
-def _moment(view: disclosure.View | None, moment: datetime | None) -> datetime | None:
-    return moment if view is None else disclosure.shown_moment(view, moment)
+def _moment(view: decision.View | None, moment: datetime | None) -> datetime | None:
+    return moment if view is None else timing.shown_moment(view, moment)
 
 
 def to_outs(

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from szbench.disclosure.decision import Release
 from szbench.models import EvaluationKind, EvaluationStatus, RunOutcome
-from szbench.results.disclosure import Release
 
 
 class Provenance(BaseModel):

@@ -6,9 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from szbench.disclosure.decision import Release
 from szbench.evaluations.schemas import RELEASE_DESCRIPTION, Metrics, Provenance
 from szbench.models import DatasetKind, FailedRecordings, ReleaseRule
-from szbench.results.disclosure import Release
 
 
 class Interval(BaseModel):

@@ -2,11 +2,11 @@
 SzCORE way (per-subject-averaged event F1, then event sensitivity), with statistics.
 
 :func:`leaderboard` runs named steps: resolve the dataset version, select the rows the viewer
-may see (each with its :class:`~szbench.results.disclosure.View`), keep the newest of each
+may see (each with its :class:`~szbench.disclosure.decision.View`), keep the newest of each
 version (and the latest version of each algorithm), release each row's figures as its view
 says (rounded, the Ladder's score, or exact), set apart what does not rank, rank on the
 released figures, order, window, add the statistics the views allow, and build the entries.
-Every rule of what a viewer learns comes from :func:`szbench.results.disclosure.decide`;
+Every rule of what a viewer learns comes from :func:`szbench.disclosure.decision.decide`;
 ranking and sorting use the released figures, so neither tells more than the figures shown.
 
 Two kinds of entry are shown apart, unranked (``?unranked=true``), never ranked by default:
@@ -33,6 +33,8 @@ from sqlalchemy.orm import Session
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
+from szbench.disclosure import decision, ladder, release
+from szbench.disclosure import facts as rule_facts
 from szbench.errors import BadRequest
 from szbench.evaluations.queries import make_provenance, run_summaries
 from szbench.leaderboards import statistics
@@ -64,7 +66,6 @@ from szbench.models import (
     RecordingRun,
     User,
 )
-from szbench.results import disclosure, ladder
 from szbench.results.queries import METRICS
 from szbench.stamped_cache import Answer, StampedCache, viewer_key
 
@@ -109,7 +110,7 @@ class Row:
     finished_at: datetime | None
     subjects: int
     recordings: int
-    view: disclosure.View
+    view: decision.View
     submitted_at: datetime | None = None
     started_at: datetime | None = None
     failures_rule: FailedRecordings = FailedRecordings.UNRANKED
@@ -159,7 +160,7 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
             Dataset.failed_recordings,
             Dataset.kind,
             Dataset.disclosure,
-            *disclosure.PHASE_COLUMNS,
+            *rule_facts.PHASE_COLUMNS,
             DatasetResult.subjects,
             DatasetResult.recordings,
             *(getattr(DatasetResult, m) for m in METRICS),
@@ -181,7 +182,7 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
         )
         .order_by(Evaluation.id.desc())
     )
-    records = session.execute(disclosure.join_governing_phase(query)).all()
+    records = session.execute(rule_facts.join_governing_phase(query)).all()
     failed = failed_counts(session, [record[0] for record in records])
     rows = []
     for record in records:
@@ -190,7 +191,7 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
          dataset_level, *rest) = record  # fmt: skip
         phase = tuple(rest[:6])
         subjects, recordings, *values = rest[6:]
-        facts = disclosure.facts_from_row(
+        facts = rule_facts.facts_from_row(
             kind, dataset_level, phase, subjects=subjects, owner_id=owner_id, team_id=team_id
         )
         rows.append(
@@ -212,7 +213,7 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
                 submitted_at=submitted,
                 started_at=started,
                 failures_rule=FailedRecordings(phase_rule or dataset_rule),
-                view=disclosure.decide(viewer, facts),
+                view=decision.decide(viewer, facts),
                 failed_recordings=failed.get(eid, 0),
                 subjects=subjects,
                 recordings=recordings,
@@ -244,7 +245,7 @@ def _release(session: Session, rows: list[Row]) -> None:
     """Replace each row's figures by what its view releases (rank and order follow them)."""
     scores = ladder.ladder_scores(session, [(r.evaluation_id, r.view) for r in rows])
     for row in rows:
-        row.metrics = disclosure.released_metrics(
+        row.metrics = release.released_metrics(
             row.view, row.metrics, ladder_score=scores.get(row.evaluation_id)
         )
 
@@ -293,7 +294,7 @@ def earlier_same_image(
 def failures_rule(evaluation: Evaluation) -> FailedRecordings:
     """The rule for ``evaluation``'s failed recordings: its governing phase's override (the
     phase of its version, when the phase names its dataset version), else its dataset's."""
-    phase = disclosure.governing_phase(evaluation)
+    phase = rule_facts.governing_phase(evaluation)
     if phase is not None and phase.failed_recordings is not None:
         return phase.failed_recordings
     return evaluation.dataset_version.dataset.failed_recordings
@@ -303,7 +304,7 @@ def failed_counts(session: Session, evaluation_ids: list[int]) -> dict[int, int]
     """Recordings that ended as the algorithm's failure, per evaluation.
 
     A count per evaluation is what every viewer may know of a finished evaluation (see
-    :func:`szbench.results.disclosure.outcome_summary`); which recording failed is not.
+    :func:`szbench.disclosure.progress.outcome_summary`); which recording failed is not.
     """
     if not evaluation_ids:
         return {}
@@ -453,7 +454,7 @@ def _intervals(row: Row, stats: statistics.EntryStats | None) -> dict[str, Inter
         return None
     out = {}
     for metric, (low, high) in stats.ci.items():
-        released = disclosure.released_interval(row.view, metric, low, high)
+        released = release.released_interval(row.view, metric, low, high)
         if released is not None:
             out[metric] = Interval(low=released[0], high=released[1])
     return out
@@ -463,15 +464,13 @@ def _rank_stability(row: Row, stats: statistics.EntryStats | None) -> RankStabil
     if stats is None or not row.view.intervals:
         return None
     view = row.view
-    share = (
-        stats.best_share if view.exact else disclosure.round_ratio(stats.best_share, view.decimals)
-    )
+    share = stats.best_share if view.exact else release.round_ratio(stats.best_share, view.decimals)
     return RankStability(
-        median=disclosure.released_rank(view, stats.rank_median),
-        low=disclosure.released_rank(view, stats.rank_low),
-        high=disclosure.released_rank(view, stats.rank_high),
+        median=release.released_rank(view, stats.rank_median),
+        low=release.released_rank(view, stats.rank_low),
+        high=release.released_rank(view, stats.rank_high),
         best_share=share,
-        histogram=disclosure.released_histogram(view, stats.histogram),
+        histogram=release.released_histogram(view, stats.histogram),
     )
 
 
@@ -568,7 +567,7 @@ def board_release(session: Session, dv: DatasetVersion) -> BoardRelease:
         .where(PhaseDatasetVersion.dataset_version_id == dv.id)
         .order_by(Phase.id)
     ).all()
-    rules = [disclosure.rules_of(p) for p in phases]
+    rules = [rule_facts.rules_of(p) for p in phases]
     return BoardRelease(
         decimals=settings.released_decimals,
         phases=[
@@ -661,7 +660,7 @@ def _facts(session: Session, subject: tuple[str, str | None]) -> LeaderboardFact
         .order_by(Phase.id)
     ).all()
     closed = tuple(
-        (pid, disclosure.phase_closed(is_open, closes)) for pid, is_open, closes in phases
+        (pid, rule_facts.phase_closed(is_open, closes)) for pid, is_open, closes in phases
     )
     return LeaderboardFacts(dv_id, revision, closed)
 

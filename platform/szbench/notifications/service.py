@@ -6,7 +6,7 @@
    sent after that commit.
 2. :func:`fan_out` makes one delivery per (event, recipient, channel) the recipient has not
    turned off, its payload composed once, then, through the rules every page follows
-   (:mod:`szbench.auth.policy`, :mod:`szbench.results.disclosure`): an algorithm's owner
+   (:mod:`szbench.auth.policy`, :mod:`szbench.disclosure`): an algorithm's owner
    learns what their evaluation page shows them (status, outcome counts as disclosed, the
    dataset-level figures), never the message of a run on held-out data.
 3. :func:`claim` takes a due delivery for one attempt (a conditional update: two workers
@@ -34,6 +34,8 @@ from sqlalchemy.orm import Session
 
 from szbench.auth import mail, policy
 from szbench.config import get_settings
+from szbench.disclosure import decision
+from szbench.disclosure import progress as timing
 from szbench.errors import BadRequest, Conflict, NotFound
 from szbench.evaluations import queries as evaluation_queries
 from szbench.leaderboards import snapshots
@@ -58,7 +60,6 @@ from szbench.models import (
 from szbench.notifications import webhook
 from szbench.phases import service as phases
 from szbench.queue import QUEUE_MAINTENANCE, TASK_NOTIFY, enqueue_after_commit, is_embedded
-from szbench.results import disclosure
 from szbench.results import queries as result_queries
 
 log = logging.getLogger(__name__)
@@ -501,7 +502,7 @@ def _evaluation_facts(session: Session, evaluation: Evaluation, user: User) -> d
     """The evaluation as its page shows it to ``user``: outcome counts through the
     disclosure rules (:func:`szbench.evaluations.queries.progress`), the dataset-level
     figures as they are released to ``user`` (rounded, the Ladder's score or exact, with
-    ``release`` saying which: :mod:`szbench.results.disclosure`), the platform's own summary
+    ``release`` saying which: :mod:`szbench.disclosure`), the platform's own summary
     message."""
     progress = evaluation_queries.progress(session, evaluation, viewer=user)
     version = evaluation.algorithm_version
@@ -535,14 +536,14 @@ def _evaluation_facts(session: Session, evaluation: Evaluation, user: User) -> d
         "figures": figures,
         # Rounded to the progress clock for a non-admin on held-out data, as on the page.
         "finished_at": _iso(
-            disclosure.shown_moment(disclosure.view_of(user, evaluation), evaluation.finished_at)
+            timing.shown_moment(decision.view_of(user, evaluation), evaluation.finished_at)
         ),
     }
 
 
 def _smoke_message(session: Session, version: AlgorithmVersion, user: User) -> str:
     """Why the smoke test failed, as far as ``user`` may read the run's own message
-    (:func:`szbench.results.disclosure.run_message`). A rejection without a run (an image
+    (:func:`szbench.disclosure.decision.run_message`). A rejection without a run (an image
     refused before it ran) is the platform's own text."""
     smoke = session.scalars(
         select(Evaluation)
@@ -559,10 +560,10 @@ def _smoke_message(session: Session, version: AlgorithmVersion, user: User) -> s
     )
     if smoke is None or run is None or run.outcome is None:
         return version.status_message
-    view = disclosure.view_of(user, smoke)
+    view = decision.view_of(user, smoke)
     if view.run_details:
         return version.status_message
-    return "Smoke test failed: " + disclosure.run_message(view, run.outcome, run.submitter_message)
+    return "Smoke test failed: " + decision.run_message(view, run.outcome, run.submitter_message)
 
 
 def mail_text(payload: dict[str, Any]) -> tuple[str, str]:

@@ -21,6 +21,8 @@ from sqlalchemy.orm import Session, joinedload
 from szbench.algorithms import service as algorithms
 from szbench.auth import policy
 from szbench.config import get_settings
+from szbench.disclosure import decision
+from szbench.disclosure import progress as timing
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import service as evaluation_service
 from szbench.models import (
@@ -38,7 +40,6 @@ from szbench.models import (
     VersionStatus,
 )
 from szbench.quotas import service as quotas
-from szbench.results import disclosure
 from szbench.results import queries as results
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Submissions:
 
     views: list[AlgorithmView]
     counts: dict[int, dict[str, int]]
-    shown: dict[int, disclosure.ShownProgress]
+    shown: dict[int, timing.ShownProgress]
 
 
 def my_submissions(session: Session, user: User) -> Submissions:
@@ -101,7 +102,7 @@ def my_submissions(session: Session, user: User) -> Submissions:
     raw = evaluations.outcome_counts(session, [e.id for e in rows])
     shown = evaluations.shown_progress(session, list(rows), viewer=user)
     counts = {
-        e.id: disclosure.outcome_summary(shown[e.id][0], raw[e.id], finished=e.status.finished)
+        e.id: timing.outcome_summary(shown[e.id][0], raw[e.id], finished=e.status.finished)
         for e in rows
     }
     return Submissions(views, counts, {i: progress for i, (_, progress) in shown.items()})
@@ -204,7 +205,7 @@ def timelines(
     be shown, the reason.
     """
     dataset = evaluation.dataset_version.dataset
-    view = disclosure.view_of(viewer, evaluation)
+    view = decision.view_of(viewer, evaluation)
     if not view.recordings:
         return [], view.withheld("Timelines") + "."
     if not view.held_out and not policy.can_read_recordings(viewer, dataset):

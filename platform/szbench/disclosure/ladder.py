@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from szbench.disclosure.decision import Release, View
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -30,7 +31,6 @@ from szbench.models import (
     EvaluationKind,
     EvaluationStatus,
 )
-from szbench.results import disclosure
 
 
 def round_to_step(score: float, step: float) -> float:
@@ -58,11 +58,11 @@ def ladder(scores: Iterable[float | None], step: float) -> list[float | None]:
 
 
 def ladder_scores(
-    session: Session, evaluations: Iterable[tuple[int, disclosure.View]]
+    session: Session, evaluations: Iterable[tuple[int, View]]
 ) -> dict[int, float | None]:
     """The ladder score released for each evaluation whose view is the Ladder's (others are
     left out): one query per (phase, dataset version, owner) the evaluations belong to."""
-    wanted = {eid: view for eid, view in evaluations if view.release == disclosure.Release.LADDER}
+    wanted = {eid: view for eid, view in evaluations if view.release == Release.LADDER}
     if not wanted:
         return {}
     keys = session.execute(
