@@ -289,7 +289,7 @@ class Phase(Base):
     # The dataset versions this phase's rules (disclosure, failed recordings, release) apply
     # to: evaluations of its versions on any other data follow that data's own rules.
     dataset_versions: Mapped[list[DatasetVersion]] = relationship(
-        secondary="phase_dataset_versions", order_by="DatasetVersion.id"
+        secondary="phase_dataset_versions", order_by="DatasetVersion.id", back_populates="phases"
     )
 
 
@@ -456,6 +456,11 @@ class DatasetVersion(Base):
     dataset: Mapped[Dataset] = relationship(back_populates="versions")
     recordings: Mapped[list[Recording]] = relationship(
         back_populates="dataset_version", order_by="Recording.id"
+    )
+    # The phases naming it: what a viewer learns of it follows all of them
+    # (szbench.disclosure.facts).
+    phases: Mapped[list[Phase]] = relationship(
+        secondary="phase_dataset_versions", order_by="Phase.id", back_populates="dataset_versions"
     )
 
 

@@ -45,7 +45,7 @@ from typing import Any, NoReturn
 
 from szbench.auth import policy
 from szbench.config import get_settings
-from szbench.disclosure.facts import Facts, facts_of
+from szbench.disclosure.facts import Facts, PhaseRules, facts_of
 from szbench.errors import Forbidden, Unauthorized
 from szbench.models import (
     Disclosure,
@@ -71,19 +71,6 @@ OUTCOME_TEXT: dict[RunOutcome | None, str] = {
 
 #: The summary of finished runs that a viewer without per-recording disclosure gets.
 OK_KEY, FAILED_KEY = "ok", "failed"
-
-#: The figures released at the aggregate level: those the leaderboard shows. The other
-#: metrics (sample sensitivity, precision and FP/day) and every raw count are withheld.
-ROUNDED_METRICS = ("event_f1", "event_sensitivity", "event_precision", "event_fp_rate", "sample_f1")
-#: The one figure the Ladder releases: the ranking metric.
-LADDER_METRIC = "event_f1"
-#: The metrics a paired test is released on at the aggregate level: the ranking one alone.
-COMPARED_METRICS = ("event_f1",)
-#: FP/day at the aggregate level: 0.1 below 10, 1 below 100, 10 below 1000, then capped.
-FP_RATE_CAP = 1000.0
-FP_RATE_GRID_SIZE = 100 + 90 + 90 + 1
-#: Rank stability at the aggregate level: medians and percentiles on half ranks.
-RANK_STEP = 0.5
 
 
 class ProgressDetail(enum.StrEnum):
@@ -131,6 +118,8 @@ class View:
     #: Why intervals and rank stability are withheld from this viewer (None: they are not).
     intervals_withheld: str | None = None
     progress: ProgressDetail = ProgressDetail.FULL
+    #: The open phase naming the data whose Ladder this view follows (None: no Ladder).
+    ladder_phase: str | None = None
 
     @property
     def subjects(self) -> bool:
@@ -178,6 +167,7 @@ class View:
             self.min_subjects,
             self.intervals_withheld,
             self.progress,
+            self.ladder_phase,
         )
 
     @property
@@ -210,8 +200,9 @@ class View:
         """Why ``what`` is not shown to this viewer (for pages and errors)."""
         if self.release == Release.LADDER:
             return (
-                f"{what} are not disclosed: this phase releases scores by the Ladder until it "
-                "closes (only each submitter's ladder score is shown)"
+                f"{what} are not disclosed: phase {self.ladder_phase} releases scores on this "
+                "data by the Ladder until it closes (only the score each algorithm earned is "
+                "shown)"
             )
         return (
             f"{what} are not disclosed: its held-out dataset discloses "
@@ -224,24 +215,48 @@ class View:
         raise Forbidden(detail) if self.signed_in else Unauthorized(detail)
 
 
+def governing_phases(facts: Facts) -> tuple[PhaseRules, ...]:
+    """The phases whose rules apply to the evaluation these facts describe: its own phase
+    alone once that phase is over (its entries are published by its rules), else every
+    phase naming the data that still accepts submissions (the data is still being competed
+    on, whatever phase the evaluated version is in)."""
+    own = facts.phase
+    if own is not None and own.closed:
+        return (own,)
+    return tuple(p for p in facts.data_phases if not p.closed)
+
+
 def decide(viewer: User | None, facts: Facts) -> View:
     """What ``viewer`` may learn of the evaluation these facts describe: the one place
-    where that is decided."""
+    where that is decided.
+
+    On held-out data the level is the lowest of the governing phases' levels (each phase's
+    own, else the dataset's), or the dataset's where no phase governs; the release is the
+    Ladder's where any governing phase releases by the Ladder (with the coarsest step of
+    those), else exact from the ``subject`` level on and rounded below it.
+    """
     settings = get_settings()
     admin = policy.is_admin(viewer)
-    phase = facts.phase
+    ladders: list[PhaseRules] = []
     if not facts.held_out:
         level, release = Disclosure.RECORDING, Release.EXACT
     else:
-        level = (phase.level if phase is not None else None) or facts.dataset_level
+        governing = governing_phases(facts)
+        level = min(
+            (p.level or facts.dataset_level for p in governing),
+            key=_RANK.__getitem__,
+            default=facts.dataset_level,
+        )
+        ladders = [p for p in governing if p.release == ReleaseRule.LADDER]
         if admin:
             release = Release.EXACT
-        elif phase is not None and phase.release == ReleaseRule.LADDER:
+        elif ladders:
             release = Release.LADDER
         elif _RANK[level] >= _RANK[Disclosure.SUBJECT]:
             release = Release.EXACT
         else:
             release = Release.ROUNDED
+    ladder = max(ladders, key=lambda p: p.ladder_step) if release == Release.LADDER else None
     minimum = settings.intervals_min_subjects
     intervals = (
         admin
@@ -255,10 +270,10 @@ def decide(viewer: User | None, facts: Facts) -> View:
     else:
         comparison = Comparing.NONE
     withheld = None
-    if release == Release.LADDER:
+    if ladder is not None:
         withheld = (
-            "Intervals and rank stability are withheld: this phase releases scores by the "
-            "Ladder until it closes"
+            f"Intervals and rank stability are withheld: phase {ladder.slug} releases scores "
+            "on this data by the Ladder until it closes"
         )
     elif not intervals:
         withheld = (
@@ -275,12 +290,13 @@ def decide(viewer: User | None, facts: Facts) -> View:
         release=release,
         intervals=intervals,
         decimals=settings.released_decimals,
-        ladder_step=phase.ladder_step if release == Release.LADDER and phase else None,
+        ladder_step=ladder.ladder_step if ladder is not None else None,
         signed_in=viewer is not None,
         comparison=comparison,
         min_subjects=minimum,
         intervals_withheld=withheld,
         progress=ProgressDetail.FULL if admin or not facts.held_out else ProgressDetail.COARSE,
+        ladder_phase=ladder.slug if ladder is not None else None,
     )
 
 

@@ -61,8 +61,10 @@ class LeaderboardEntry(Metrics):
         "setting)."
     )
     unranked_reason: str | None = Field(
-        description="failed (incomplete, not ranked by its rule) or duplicate (an earlier "
-        "submission of the same image ranks); null when ranked."
+        description="failed (incomplete, not ranked by its rule), not_released (under the "
+        "Ladder, its evaluation did not beat the best its submitter or team had been shown on "
+        "this data by more than the step, so it shows no score of its own) or duplicate (an "
+        "earlier submission of the same image ranks); null when ranked."
     )
     duplicate_of: DuplicateOf | None
     submitted_at: datetime | None = Field(description="When the algorithm version was uploaded.")
@@ -136,7 +138,8 @@ class Leaderboard(BaseModel):
         "override it for its entries; see each entry's failed_recordings_rule)."
     )
     unranked_total: int = Field(
-        description="Entries shown apart (failed or duplicate); listed with unranked=true."
+        description="Entries shown apart (failed, not_released or duplicate); listed with "
+        "unranked=true."
     )
     sort: str
     order: str
@@ -154,7 +157,9 @@ class LeaderboardIndexRow(BaseModel):
     dataset_version: str
     entries: int = Field(description="Ranked entries in the leaderboard's default view.")
     unranked: int = Field(
-        default=0, description="Entries shown apart there (failed or duplicate images)."
+        default=0,
+        description="Entries shown apart there (failed, no score released by the Ladder, or "
+        "duplicate images).",
     )
 
 

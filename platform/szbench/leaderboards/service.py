@@ -35,6 +35,7 @@ from szbench.config import get_settings
 from szbench.datasets import queries as datasets
 from szbench.disclosure import decision, ladder, release
 from szbench.disclosure import facts as rule_facts
+from szbench.disclosure.decision import Release
 from szbench.errors import BadRequest
 from szbench.evaluations.queries import make_provenance, run_summaries
 from szbench.leaderboards import statistics
@@ -137,7 +138,7 @@ def _desc_key(value: float | None) -> float:
 
 def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row]:
     """The official, finished results on ``dv`` that ``viewer`` may see, newest first, each
-    with its view (the rules of its governing phase, else its dataset's)."""
+    with its view (the rules of the phases naming ``dv``, else its dataset's)."""
     query = (
         select(
             Evaluation.id,
@@ -182,8 +183,9 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
         )
         .order_by(Evaluation.id.desc())
     )
-    records = session.execute(rule_facts.join_governing_phase(query)).all()
+    records = session.execute(rule_facts.join_own_phase(query)).all()
     failed = failed_counts(session, [record[0] for record in records])
+    data = rule_facts.data_phases(session, [dv.id])[dv.id]
     rows = []
     for record in records:
         (eid, avid, aver, aid, aname, atitle, owner_id, team_id, owner, published, digest, scorer,
@@ -192,7 +194,13 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
         phase = tuple(rest[:6])
         subjects, recordings, *values = rest[6:]
         facts = rule_facts.facts_from_row(
-            kind, dataset_level, phase, subjects=subjects, owner_id=owner_id, team_id=team_id
+            kind,
+            dataset_level,
+            phase,
+            data=data,
+            subjects=subjects,
+            owner_id=owner_id,
+            team_id=team_id,
         )
         rows.append(
             Row(
@@ -225,17 +233,32 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
 
 def _newest(rows: list[Row], versions: VersionsMode) -> list[Row]:
     """The newest evaluation of each algorithm version; with ``latest``, of each algorithm
-    only its latest version."""
-    newest_per_version: dict[int, Row] = {}
+    only its latest version. Under the Ladder a figure belongs to the evaluation that earned
+    it, so an entry whose own evaluation released no score gives way to the one of the same
+    version (or, with ``latest``, of the same algorithm) that released the best."""
+    per_version: dict[int, Row] = {}
     for row in rows:  # newest evaluation first
-        newest_per_version.setdefault(row.algorithm_version_id, row)
-    kept = list(newest_per_version.values())
+        kept = per_version.setdefault(row.algorithm_version_id, row)
+        if _earned(row) is not None and (_earned(kept) is None):
+            per_version[row.algorithm_version_id] = row
+    kept_rows = list(per_version.values())
     if versions == "latest":
         latest: dict[int, Row] = {}
-        for row in sorted(kept, key=lambda r: -r.algorithm_version_id):
-            latest.setdefault(row.algorithm_id, row)
-        kept = list(latest.values())
-    return kept
+        for row in sorted(kept_rows, key=lambda r: -r.algorithm_version_id):
+            chosen = latest.setdefault(row.algorithm_id, row)
+            if _is_ladder(chosen) and (_earned(row) or -1.0) > (_earned(chosen) or -1.0):
+                latest[row.algorithm_id] = row
+        kept_rows = list(latest.values())
+    return kept_rows
+
+
+def _is_ladder(row: Row) -> bool:
+    return row.view.release == Release.LADDER
+
+
+def _earned(row: Row) -> float | None:
+    """The score a Ladder row's own evaluation earned (None: none, or not the Ladder)."""
+    return row.metrics.get(release.LADDER_METRIC) if _is_ladder(row) else None
 
 
 # --- release ---------------------------------------------------------------------------------
@@ -243,6 +266,7 @@ def _newest(rows: list[Row], versions: VersionsMode) -> list[Row]:
 
 def _release(session: Session, rows: list[Row]) -> None:
     """Replace each row's figures by what its view releases (rank and order follow them)."""
+    # Under the Ladder, each row's own evaluation's earned score (disclosure.ladder).
     scores = ladder.ladder_scores(session, [(r.evaluation_id, r.view) for r in rows])
     for row in rows:
         row.metrics = release.released_metrics(
@@ -292,9 +316,9 @@ def earlier_same_image(
 
 
 def failures_rule(evaluation: Evaluation) -> FailedRecordings:
-    """The rule for ``evaluation``'s failed recordings: its governing phase's override (the
+    """The rule for ``evaluation``'s failed recordings: its own phase's override (the
     phase of its version, when the phase names its dataset version), else its dataset's."""
-    phase = rule_facts.governing_phase(evaluation)
+    phase = rule_facts.own_phase(evaluation)
     if phase is not None and phase.failed_recordings is not None:
         return phase.failed_recordings
     return evaluation.dataset_version.dataset.failed_recordings
@@ -322,12 +346,16 @@ def failed_counts(session: Session, evaluation_ids: list[int]) -> dict[int, int]
 
 
 def _set_apart(rows: list[Row]) -> tuple[list[Row], list[Row]]:
-    """(rankable, unranked): failures per their rule, then later copies of one image."""
+    """(rankable, unranked): failures per their rule, entries that released no score under
+    the Ladder, then later copies of one image."""
     rankable: list[Row] = []
     unranked: list[Row] = []
     for row in rows:
         if not row.complete and row.failures_rule == FailedRecordings.UNRANKED:
             row.unranked = "failed"
+            unranked.append(row)
+        elif _is_ladder(row) and _earned(row) is None:
+            row.unranked = "not_released"
             unranked.append(row)
         else:
             rankable.append(row)
@@ -371,9 +399,9 @@ def board_rows(
     session: Session, dv: DatasetVersion, *, viewer: User | None, versions: VersionsMode
 ) -> tuple[list[Row], list[Row]]:
     """(ranked, unranked): the entries in SzCORE rank order, and those shown apart."""
-    rows = _newest(_select(session, dv, viewer), versions)
+    rows = _select(session, dv, viewer)
     _release(session, rows)
-    ranked, apart = _set_apart(rows)
+    ranked, apart = _set_apart(_newest(rows, versions))
     _rank(ranked, apart)
     return ranked, apart
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from szbench.auth import policy
@@ -23,6 +23,7 @@ from szbench.models import (
     Evaluation,
     EvaluationKind,
     Phase,
+    PhaseDatasetVersion,
     User,
     Visibility,
 )
@@ -70,6 +71,7 @@ def _evaluation_facts(session: Session, evaluation_id: int) -> EvaluationFacts |
             Dataset.kind,
             Dataset.disclosure,
             *rule_facts.PHASE_COLUMNS,
+            Evaluation.dataset_version_id,
             DatasetResult.subjects,
             Evaluation.revision,
             Algorithm.revision,
@@ -82,13 +84,19 @@ def _evaluation_facts(session: Session, evaluation_id: int) -> EvaluationFacts |
         .outerjoin(DatasetResult, DatasetResult.evaluation_id == Evaluation.id)
         .where(Evaluation.id == evaluation_id)
     )
-    row = session.execute(rule_facts.join_governing_phase(query)).first()
+    row = session.execute(rule_facts.join_own_phase(query)).first()
     if row is None:
         return None
     owner_id, team_id, visibility, published, kind, dataset_kind, level, *rest = row
-    phase, (subjects, *revisions) = tuple(rest[:6]), rest[6:]
+    phase, (dv_id, subjects, *revisions) = tuple(rest[:6]), rest[6:]
     facts = rule_facts.facts_from_row(
-        dataset_kind, level, phase, subjects=subjects, owner_id=owner_id, team_id=team_id
+        dataset_kind,
+        level,
+        phase,
+        data=rule_facts.data_phases(session, [dv_id])[dv_id],
+        subjects=subjects,
+        owner_id=owner_id,
+        team_id=team_id,
     )
     evaluation_rev, algorithm_rev, dataset_rev = revisions
     return EvaluationFacts(
@@ -126,11 +134,29 @@ def _algorithm_facts(session: Session, algorithm_id: int) -> AlgorithmFacts | No
     ).first()
     if row is None:
         return None
+    # Its versions' own phases and every phase naming data it was evaluated on: their rules
+    # decide what its results show.
+    evaluated_on = (
+        select(Evaluation.dataset_version_id)
+        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+        .where(AlgorithmVersion.algorithm_id == algorithm_id)
+    )
     phases = session.execute(
         select(Phase.id, Phase.is_open, Phase.closes_at)
-        .join(AlgorithmVersion, AlgorithmVersion.phase_id == Phase.id)
-        .where(AlgorithmVersion.algorithm_id == algorithm_id)
-        .distinct()
+        .where(
+            or_(
+                Phase.id.in_(
+                    select(AlgorithmVersion.phase_id).where(
+                        AlgorithmVersion.algorithm_id == algorithm_id
+                    )
+                ),
+                Phase.id.in_(
+                    select(PhaseDatasetVersion.phase_id).where(
+                        PhaseDatasetVersion.dataset_version_id.in_(evaluated_on)
+                    )
+                ),
+            )
+        )
         .order_by(Phase.id)
     ).all()
     closed = tuple(

@@ -363,7 +363,8 @@ def _evaluation_charts(
         entry = next((e for e in board.items if e.evaluation_id == evaluation.id), None)
         if entry is not None and entry.rank_stability is None and statistics_status == "ok":
             statistics_status = (
-                "not disclosed: this phase releases scores by the Ladder until it closes"
+                f"not disclosed: phase {view.ladder_phase} releases scores on this data by the "
+                "Ladder until it closes"
                 if view.release.value == "ladder"
                 else f"not disclosed: over {entry.subjects} subject(s) the resampled ranks "
                 "would show per-subject results, which this held-out dataset does not disclose"
