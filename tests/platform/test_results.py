@@ -311,11 +311,14 @@ def test_results_drill_down_and_logs(client: TestClient, world: World, db_sessio
         decision.OUTCOME_TEXT[RunOutcome.OK],
         decision.OUTCOME_TEXT[RunOutcome.TIMEOUT],
     }
-    assert runs["items"][0]["provenance"]["worker_host"] == "worker-1"
+    # Host names and held-out checksums are for admins (issue 28.3, 28.4).
+    assert runs["items"][0]["provenance"]["worker_host"] is None
+    assert runs["items"][0]["provenance"]["recording_checksum"] is None
     assert runs["items"][0]["provenance"]["wall_time_s"] is None
     admin = f.headers(db_session, world.admin)
     runs = client.get(f"/api/v1/evaluations/{ev.id}/recordings", headers=admin).json()
     assert all(r["admin_log"] for r in runs["items"])
+    assert {r["provenance"]["worker_host"] for r in runs["items"]} == {"worker-1"}
     assert "timed out after 900 s" in {r["submitter_message"] for r in runs["items"]}
     only_timeouts = client.get(
         f"/api/v1/evaluations/{ev.id}/recordings", headers=owner, params={"outcome": "timeout"}
@@ -327,7 +330,7 @@ def test_results_drill_down_and_logs(client: TestClient, world: World, db_sessio
     r = client.get(
         f"/api/v1/evaluations/{ev.id}/recordings/download", params={"format": "json"}, headers=owner
     )
-    assert {row["worker_host"] for row in r.json()} == {"worker-1"}
+    assert {row["worker_host"] for row in r.json()} == {None}
     assert all("admin_log" not in row for row in r.json())
 
 

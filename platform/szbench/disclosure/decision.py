@@ -151,6 +151,22 @@ class View:
         return self.admin or not self.held_out
 
     @property
+    def worker_hosts(self) -> bool:
+        """Names of the hosts that ran it: the platform's own infrastructure, for admins."""
+        return self.admin
+
+    @property
+    def recording_checksums(self) -> bool:
+        """Checksums of held-out recordings: the key of the worker fetch route, and a way to
+        confirm a guessed file, so for admins (a public sample's are published anyway)."""
+        return self.admin or not self.held_out
+
+    def run_hardware(self, *, finished: bool) -> bool:
+        """GPU models and drivers of an evaluation's runs: they appear as its runs are
+        stored, so a coarse view of progress gets them once the evaluation is over."""
+        return self.progress == ProgressDetail.FULL or finished
+
+    @property
     def shape(self) -> tuple[Any, ...]:
         """What shapes an answer for this view (a cache key part): everything but whether
         the viewer is signed in, which changes only how a refusal is worded."""

@@ -349,6 +349,20 @@ def run_summaries(session: Session, evaluation_ids: Iterable[int]) -> dict[int, 
     }
 
 
+def shown_summary(view: decision.View, summary: RunSummary, *, finished: bool) -> RunSummary:
+    """What ``view`` may see of an evaluation's runs: host names for admins; time and memory
+    of held-out runs for admins (a container can choose both); GPU models and drivers, which
+    appear as runs are stored, for a coarse view once the evaluation is over."""
+    shown = summary
+    if not view.worker_hosts:
+        shown = dataclasses.replace(shown, worker_hosts=[])
+    if not view.run_resources:
+        shown = dataclasses.replace(shown, wall_time_s=None, peak_memory_bytes=None)
+    if not view.run_hardware(finished=finished):
+        shown = dataclasses.replace(shown, gpu_models=[], gpu_drivers=[])
+    return shown
+
+
 def make_provenance(
     summary: RunSummary,
     *,
@@ -377,15 +391,13 @@ def make_provenance(
 def provenances(
     session: Session, evaluations: list[Evaluation], *, viewer: User | None
 ) -> dict[int, Provenance]:
-    """Provenance of each evaluation, with its runs' hosts, GPUs, time and memory.
-
-    Time and memory of held-out runs are for admins: a container can choose both.
-    """
+    """Provenance of each evaluation, with its runs' hosts, GPUs, time and memory, as
+    ``viewer`` may see them (:func:`shown_summary`)."""
     summaries = run_summaries(session, [e.id for e in evaluations])
     for e in evaluations:
-        if not decision.view_of(viewer, e).run_resources:
-            summary = summaries[e.id]
-            summaries[e.id] = dataclasses.replace(summary, wall_time_s=None, peak_memory_bytes=None)
+        summaries[e.id] = shown_summary(
+            decision.view_of(viewer, e), summaries[e.id], finished=e.status.finished
+        )
     return {
         e.id: make_provenance(
             summaries[e.id],

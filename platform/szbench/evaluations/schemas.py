@@ -20,18 +20,28 @@ class Provenance(BaseModel):
     scorer_version: str
     scoring_params: dict[str, Any]
     official: bool
-    worker_hosts: list[str] = Field(default_factory=list)
-    gpu_models: list[str] = Field(default_factory=list)
-    gpu_drivers: list[str] = Field(default_factory=list)
+    worker_hosts: list[str] = Field(
+        default_factory=list, description="The hosts that ran it; for admins only (empty)."
+    )
+    gpu_models: list[str] = Field(
+        default_factory=list,
+        description="GPU models of its runs; on held-out data, for non-admins, once it is "
+        "over (they appear as runs are stored).",
+    )
+    gpu_drivers: list[str] = Field(
+        default_factory=list, description="GPU drivers of its runs; as gpu_models."
+    )
     wall_time_s: float | None = Field(default=None, description="Sum over the runs.")
     peak_memory_bytes: int | None = Field(default=None, description="Largest over the runs.")
 
 
 class RunProvenance(BaseModel):
     image_digest: str
-    recording_checksum: str
+    recording_checksum: str | None = Field(
+        description="The recording's sha256; on held-out data for admins only (null)."
+    )
     scorer_version: str
-    worker_host: str
+    worker_host: str | None = Field(description="The host that ran it; for admins only (null).")
     gpu_model: str | None
     gpu_driver: str | None
     wall_time_s: float | None

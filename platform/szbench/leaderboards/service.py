@@ -20,7 +20,6 @@ Two kinds of entry are shown apart, unranked (``?unranked=true``), never ranked 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from szbench.disclosure import decision, ladder, release
 from szbench.disclosure import facts as rule_facts
 from szbench.disclosure.decision import Release
 from szbench.errors import BadRequest
-from szbench.evaluations.queries import make_provenance, run_summaries
+from szbench.evaluations.queries import make_provenance, run_summaries, shown_summary
 from szbench.leaderboards import statistics
 from szbench.leaderboards.schemas import (
     BoardRelease,
@@ -538,11 +537,8 @@ def _entries(
     summaries = run_summaries(session, [r.evaluation_id for r in window])
     items = []
     for row in window:
-        summary = summaries[row.evaluation_id]
-        if not row.view.run_resources:
-            # A container chooses how long it runs and how much memory it takes, from the
-            # data it reads: on held-out data those figures are for admins.
-            summary = dataclasses.replace(summary, wall_time_s=None, peak_memory_bytes=None)
+        # Board entries are finished evaluations.
+        summary = shown_summary(row.view, summaries[row.evaluation_id], finished=True)
         entry_stats = stats.by_evaluation.get(row.evaluation_id)
         items.append(
             LeaderboardEntry(

@@ -168,9 +168,9 @@ def recording_runs(
                 has_detections=run.detections_tsv is not None,
                 provenance=RunProvenance(
                     image_digest=run.image_digest,
-                    recording_checksum=run.recording_checksum,
+                    recording_checksum=run.recording_checksum if view.recording_checksums else None,
                     scorer_version=run.scorer_version,
-                    worker_host=run.worker_host,
+                    worker_host=run.worker_host if view.worker_hosts else None,
                     gpu_model=run.gpu_model,
                     gpu_driver=run.gpu_driver,
                     wall_time_s=run.wall_time_s if resources else None,
