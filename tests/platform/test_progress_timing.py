@@ -95,9 +95,11 @@ def test_coarse_steps_and_rounded_times(db_session: Session) -> None:
     # Three of four ran within the first window: at the 12:15 tick, 3/4.
     assert (answer["recordings_done"], answer["fraction_done"]) == (3, 0.75)
     assert answer["state"] == "running"
-    # The estimate rests on the shown figures only: a quarter left, 15 min for three.
+    # The estimate rests on the shown figures only: a quarter left, 15 min for three; as of
+    # the tick (12:15), so that it does not move before the next one.
     assert answer["estimate_basis"] == "share of recordings done since the start"
-    assert answer["estimated_remaining_s"] == pytest.approx(600, abs=1)
+    assert answer["estimated_remaining_s"] == pytest.approx(900, abs=1)
+    assert answer["estimated_finish_at"] == T0 + timedelta(minutes=30)
     assert answer["outcomes"] == {}
     assert answer["failed_recordings"] is None
     ev.status, ev.finished_at = EvaluationStatus.DONE, T0 + timedelta(minutes=47, seconds=3)

@@ -270,9 +270,11 @@ def test_evaluation_list_get_progress(
         # Held-out data, anonymous: coarse (issue 23.8), which once it is over is the count.
         "detail": "coarse",
         "recordings_done": 2,
+        "recordings_done_at_most": None,
         "recordings_total": 2,
         "fraction_done": 1.0,
         "as_of": None,
+        "next_update_at": None,
         "outcomes": {"ok": 1, "failed": 1},
         # A count per evaluation once it is over (issue 16 point 1); no estimate when done.
         "failed_recordings": 1,

@@ -64,11 +64,26 @@ class Progress(BaseModel):
         "1/SZBENCH_PROGRESS_FRACTION_STEPS as they stood at as_of, the last tick of a clock "
         "of SZBENCH_PROGRESS_STEP_S seconds; no per-recording time (docs/security.md).",
     )
-    recordings_done: int
+    recordings_done: int = Field(
+        description="Recordings run; for a coarse view the least the shown step allows, as "
+        "of as_of."
+    )
+    recordings_done_at_most: int | None = Field(
+        default=None,
+        description="Coarse view of a running evaluation: the most recordings that may have "
+        "run by as_of (recordings_done to this); null otherwise.",
+    )
     recordings_total: int
     fraction_done: float = Field(default=0.0, description="recordings_done / recordings_total.")
     as_of: datetime | None = Field(
-        default=None, description="The moment a coarse answer describes; null when 'full'."
+        default=None,
+        description="The moment a coarse answer about a running evaluation describes (the "
+        "progress clock's last tick); null when 'full' or finished.",
+    )
+    next_update_at: datetime | None = Field(
+        default=None,
+        description="Coarse view of a running evaluation: the next tick, when this answer "
+        "next moves (nothing in it moves before, except the end); null otherwise.",
     )
     outcomes: dict[str, int] = Field(
         description="Finished runs by outcome. Where per-recording results are not disclosed "
@@ -88,13 +103,14 @@ class Progress(BaseModel):
     )
     estimated_remaining_s: float | None = Field(
         default=None,
-        description="An estimate, not a promise, of the seconds left in a running evaluation; "
-        "estimate_basis says what it rests on.",
+        description="An estimate, not a promise, of the seconds left in an unfinished "
+        "evaluation (for a coarse view: from as_of; for one not shown started: the whole "
+        "run); estimate_basis says what it rests on.",
     )
     estimated_finish_at: datetime | None = Field(
         default=None,
         description="When the estimate says it will finish (for a coarse view: rounded up to "
-        "the progress clock).",
+        "the progress clock; null while it is not shown started).",
     )
     estimate_basis: str | None = None
     held_by: str | None = Field(

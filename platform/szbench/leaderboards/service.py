@@ -34,6 +34,7 @@ from szbench.config import get_settings
 from szbench.datasets import queries as datasets
 from szbench.disclosure import decision, ladder, release
 from szbench.disclosure import facts as rule_facts
+from szbench.disclosure import progress as timing
 from szbench.disclosure.decision import Release
 from szbench.errors import BadRequest
 from szbench.evaluations.queries import make_provenance, run_summaries, shown_summary
@@ -549,8 +550,9 @@ def _entries(
                 unranked_reason=row.unranked,
                 duplicate_of=_duplicate_of(row),
                 submitted_at=row.submitted_at,
-                started_at=row.started_at,
-                finished_at=row.finished_at,
+                # On held-out data a non-admin reads times rounded up to the progress clock.
+                started_at=timing.shown_moment(row.view, row.started_at),
+                finished_at=timing.shown_moment(row.view, row.finished_at),
                 evaluation_id=row.evaluation_id,
                 algorithm_id=row.algorithm_id,
                 algorithm=row.algorithm,

@@ -464,6 +464,9 @@ def compose(session: Session, event: NotificationEvent, user: User) -> dict[str,
         if evaluation is None or not policy.can_view_evaluation(user, evaluation):
             return None
         payload["evaluation"] = _evaluation_facts(session, evaluation, user)
+        # The event happens when the evaluation ends: rounded as its finish is (issue 28.3).
+        view = decision.view_of(user, evaluation)
+        payload["created_at"] = _iso(timing.shown_moment(view, event.created_at))
     elif event.kind == NotificationKind.SMOKE_TEST_FAILED:
         version = session.get(AlgorithmVersion, event.algorithm_version_id)
         if version is None or not policy.owns(user, version.algorithm):

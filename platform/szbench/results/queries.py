@@ -50,11 +50,15 @@ def dataset_result(
     result = session.scalar(
         select(DatasetResult).where(DatasetResult.evaluation_id == evaluation.id)
     )
-    if result is None:
-        raise NotFound(
-            f"evaluation {evaluation.id} has no result yet (status {evaluation.status.value})"
-        )
     view = decision.view_of(viewer, evaluation)
+    if result is None:
+        # The stored status would tell a coarse viewer when the evaluation started.
+        status = (
+            ""
+            if view.progress == decision.ProgressDetail.COARSE
+            else (f" (status {evaluation.status.value})")
+        )
+        raise NotFound(f"evaluation {evaluation.id} has no result yet{status}")
     return DatasetResultOut(
         evaluation_id=evaluation.id,
         subjects=result.subjects,

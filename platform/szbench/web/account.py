@@ -494,5 +494,6 @@ def evaluation_page(
         "rerun_refused": web_queries.rerun_refusal(session, caller.user, evaluation),
         "failures_rule": failures_rule(evaluation).value,
         "smoke_reason": web_queries.smoke_rejection(evaluation, version),
+        **web_queries.progress_clock_words(),
     }
     return render(request, "evaluation.html", caller, context)

@@ -108,6 +108,25 @@ def my_submissions(session: Session, user: User) -> Submissions:
     return Submissions(views, counts, {i: progress for i, (_, progress) in shown.items()})
 
 
+def progress_clock_words() -> dict[str, Any]:
+    """The progress clock, for pages that explain it: its step (a timedelta), the step and
+    the coarse fraction in words."""
+    settings = get_settings()
+    step_s, steps = settings.progress_step_s, settings.progress_fraction_steps
+    if step_s % 3600 == 0:
+        step_text = f"{step_s // 3600}-hour"
+    elif step_s % 60 == 0:
+        step_text = f"{step_s // 60}-minute"
+    else:
+        step_text = f"{step_s}-second"
+    fraction_text = {2: "halves", 4: "quarters", 10: "tenths"}.get(steps, f"steps of 1/{steps}")
+    return {
+        "step": timedelta(seconds=step_s),
+        "step_text": step_text,
+        "fraction_text": fraction_text,
+    }
+
+
 def closed_versions(views: list[AlgorithmView], user: User | None) -> dict[int, str]:
     """Versions whose phase no longer takes held-out work from ``user``, and why."""
     closed = {}
@@ -143,6 +162,7 @@ def progress_snapshot(session: Session, user: User) -> dict[str, Any]:
                         "finished": e.status.finished,
                         "detail": shown.detail.value,
                         "recordings_done": shown.done,
+                        "recordings_done_at_most": shown.done_at_most,
                         "recordings_total": shown.total,
                         "outcomes": mine.counts.get(e.id, {}),
                         "message": e.message,
