@@ -124,6 +124,8 @@ def progress_clock_words() -> dict[str, Any]:
         "step": timedelta(seconds=step_s),
         "step_text": step_text,
         "fraction_text": fraction_text,
+        # A rounded time is never shown as past before it is.
+        "clock_now": timing.now(),
     }
 
 

@@ -10,7 +10,10 @@
   if (!box || box.dataset.finished === "true") return;
   const url = box.dataset.progressUrl;
   const coarse = box.dataset.coarse === "true";
-  let first = null;
+  // What the page shows of a coarse answer: when a poll says otherwise, a tick has passed.
+  function shownKey(p) {
+    return p.status + "|" + p.recordings_done + "|" + (p.as_of ? Date.parse(p.as_of) / 1000 : "");
+  }
   const note = document.getElementById("live-note");
   const intervalMs = 5000;
   let etag = null;
@@ -74,9 +77,7 @@
     const p = await response.json();
     if (["done", "failed", "cancelled"].includes(p.status)) { window.location.reload(); return; }
     if (coarse) {
-      const body = JSON.stringify(p);
-      if (first !== null && body !== first) { window.location.reload(); return; }
-      first = body;
+      if (shownKey(p) !== box.dataset.shown) { window.location.reload(); return; }
       text(note, "Updating at each tick of the progress clock.");
       return schedule();
     }
@@ -86,6 +87,6 @@
     schedule();
   }
 
-  text(note, "Updating live.");
+  text(note, coarse ? "Updating at each tick of the progress clock." : "Updating live.");
   schedule();
 })();
