@@ -8,8 +8,10 @@ take.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from szbench.config import get_settings
+from szbench.disclosure.decision import Release, View
 from szbench.disclosure.release import FP_RATE_GRID_SIZE
 
 
@@ -84,3 +86,51 @@ def ladder_bits_per_evaluation(*, recordings: int, step: float) -> float:
     score (unchanged, or a new value on the step's grid), the failed count and the status.
     Over a whole phase the released score can rise at most ``1/step`` times."""
     return math.log2(math.ceil(1 / step) + 2) + math.log2(recordings + 1) + 1
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What one evaluation on a dataset version can tell a non-admin about the held-out data,
+    in bits, by the rule that applies there now (None: no bound of this kind applies)."""
+
+    #: From its released figures, failed count and status; None where figures are exact
+    #: (public samples, data disclosed per subject or more).
+    figures: float | None
+    #: From when its progress moves (the progress clock, the moment it finishes).
+    timing: float | None
+    #: From one paired test with another entry, at the aggregate level.
+    comparison: float | None
+
+
+def bound(
+    view: View, *, recordings: int, subjects: int, entries: int, run_timeout_s: float
+) -> Bound:
+    """The bound for an evaluation seen through ``view`` on data of ``recordings`` recordings
+    over ``subjects`` subjects, on a board of ``entries`` entries: what the platform states
+    (the leaderboard's ``release``) and enforces by the rules above.
+
+    >>> from szbench.disclosure.decision import Release
+    >>> from szbench.models import Disclosure
+    >>> view = View(False, False, True, Disclosure.AGGREGATE, Release.LADDER, False, 2,
+    ...             ladder_step=0.01)
+    >>> b = bound(view, recordings=4360, subjects=65, entries=28, run_timeout_s=900)
+    >>> (round(b.figures, 1), b.comparison)
+    (19.8, None)
+    """
+    if not view.held_out:
+        return Bound(None, None, None)
+    timing = timing_bits_per_evaluation(recordings=recordings, run_timeout_s=run_timeout_s)
+    if view.release == Release.LADDER:
+        step = view.ladder_step or get_settings().ladder_step
+        return Bound(ladder_bits_per_evaluation(recordings=recordings, step=step), timing, None)
+    if view.release == Release.ROUNDED:
+        figures = bits_per_evaluation(
+            recordings=recordings, subjects=subjects, entries=entries, decimals=view.decimals
+        )
+        comparison = (
+            bits_per_comparison(subjects=subjects, decimals=view.decimals)
+            if subjects >= view.min_subjects
+            else None
+        )
+        return Bound(figures, timing, comparison)
+    return Bound(None, timing, None)

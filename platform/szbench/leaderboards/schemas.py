@@ -116,8 +116,32 @@ class BoardRelease(BaseModel):
         "other metrics and every raw count withheld."
     )
     phases: list[PhaseRelease] = Field(
-        description="Phases naming this dataset version and their rule; entries of other "
-        "phases or none follow the dataset's disclosure level."
+        description="Phases naming this dataset version and their rule. Every evaluation on "
+        "this data, in any phase or none, follows the open ones (the lowest level, the Ladder "
+        "where any releases by it); an entry of a closed phase follows that phase's rules."
+    )
+    rule: Release | None = Field(
+        default=None,
+        description="How an evaluation on this data is released to a non-admin now (but an "
+        "entry of a closed phase of its own): exact, rounded or ladder.",
+    )
+    bits_per_evaluation: float | None = Field(
+        default=None,
+        description="The most bits one evaluation here tells a non-admin about the held-out "
+        "data through its released figures, failed count and status, by that rule "
+        "(docs/security.md); null where the figures are exact.",
+    )
+    timing_bits_per_evaluation: float | None = Field(
+        default=None,
+        description="The most bits one held-out evaluation here tells a non-admin through "
+        "when its progress moves (the progress clock and its finish); null for a public "
+        "sample.",
+    )
+    bits_per_comparison: float | None = Field(
+        default=None,
+        description="The most bits one paired test with another entry tells a non-admin at "
+        "the aggregate level; null where no test is released (the Ladder, too few subjects) "
+        "or the figures are exact.",
     )
 
 

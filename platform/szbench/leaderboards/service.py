@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
-from szbench.disclosure import decision, ladder, release
+from szbench.disclosure import bits, decision, ladder, release
 from szbench.disclosure import facts as rule_facts
 from szbench.disclosure import progress as timing
 from szbench.disclosure.decision import Release
@@ -56,6 +56,7 @@ from szbench.models import (
     Algorithm,
     AlgorithmVersion,
     Dataset,
+    DatasetKind,
     DatasetResult,
     DatasetVersion,
     Evaluation,
@@ -64,6 +65,7 @@ from szbench.models import (
     FailedRecordings,
     Phase,
     PhaseDatasetVersion,
+    Recording,
     RecordingRun,
     User,
 )
@@ -583,9 +585,10 @@ def _entries(
     return items
 
 
-def board_release(session: Session, dv: DatasetVersion) -> BoardRelease:
-    """How this board releases scores to non-admins: per phase naming it, its rule now;
-    everything else exact, rounded where its dataset discloses aggregate figures only."""
+def board_release(session: Session, dv: DatasetVersion, *, entries: int = 1) -> BoardRelease:
+    """How this board releases scores to non-admins: per phase naming it, its rule now; the
+    rule every evaluation on it follows outside a closed phase of its own, and what one
+    evaluation can tell a non-admin by that rule, in bits (``disclosure.bits``)."""
     settings = get_settings()
     phases = session.scalars(
         select(Phase)
@@ -594,6 +597,29 @@ def board_release(session: Session, dv: DatasetVersion) -> BoardRelease:
         .order_by(Phase.id)
     ).all()
     rules = [rule_facts.rules_of(p) for p in phases]
+    dataset = dv.dataset
+    recordings, subjects = session.execute(
+        select(func.count(Recording.id), func.count(func.distinct(Recording.subject))).where(
+            Recording.dataset_version_id == dv.id
+        )
+    ).one()
+    view = decision.decide(
+        None,
+        rule_facts.Facts(
+            held_out=dataset.kind != DatasetKind.PUBLIC_SAMPLE,
+            dataset_level=dataset.disclosure,
+            data_phases=tuple(rules),
+            subjects=subjects,
+        ),
+    )
+    timeout = (dataset.run_limits or {}).get("timeout_s") or settings.runner_timeout_s
+    bound = bits.bound(
+        view,
+        recordings=recordings,
+        subjects=subjects,
+        entries=entries,
+        run_timeout_s=float(timeout),
+    )
     return BoardRelease(
         decimals=settings.released_decimals,
         phases=[
@@ -605,7 +631,15 @@ def board_release(session: Session, dv: DatasetVersion) -> BoardRelease:
             )
             for r in rules
         ],
+        rule=view.release,
+        bits_per_evaluation=_one_decimal(bound.figures),
+        timing_bits_per_evaluation=_one_decimal(bound.timing),
+        bits_per_comparison=_one_decimal(bound.comparison),
     )
+
+
+def _one_decimal(bits_: float | None) -> float | None:
+    return None if bits_ is None else round(bits_, 1)
 
 
 def _resolve(session: Session, query: BoardQuery) -> tuple[Dataset, DatasetVersion]:
@@ -630,7 +664,7 @@ def leaderboard(session: Session, query: BoardQuery, *, viewer: User | None) -> 
         dataset_version=dv.version,
         kind=dataset.kind,
         ranking=RANKING_RULE,
-        release=board_release(session, dv),
+        release=board_release(session, dv, entries=len(ranked)),
         failed_recordings=dataset.failed_recordings,
         unranked_total=len(apart),
         sort=query.sort,
