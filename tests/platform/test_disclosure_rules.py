@@ -370,6 +370,12 @@ def test_the_stated_bound_is_the_arithmetic(client: TestClient) -> None:
         "ladder_bits": round(ladder, 1),
         "bits_per_comparison": round(bits.bits_per_comparison(subjects=10), 1),
         "bits_per_comparison_65": round(bits.bits_per_comparison(subjects=65), 1),
+        **{
+            f"timing_bits_{n}": round(
+                bits.timing_bits_per_evaluation(recordings=n, run_timeout_s=900), 1
+            )
+            for n in (10, 100, 4360)
+        },
     }
 
 

@@ -20,19 +20,22 @@ def timing_bits_per_evaluation(*, recordings: int, run_timeout_s: float) -> floa
     progress moves (its coarse progress, its rounded times, the moment it finishes).
 
     The container decides how long each run takes, up to ``run_timeout_s``; so the
-    evaluation lasts at most ``T = recordings * run_timeout_s``. What the viewer can tell
-    apart: at which tick of the progress clock each of the ``steps - 1`` inner steps of the
-    coarse fraction was reached (``T / step_s + 1`` choices each) and the moment the
-    evaluation finished, which anyone polling its status sees to the second
-    (``T + 1`` choices).
+    evaluation lasts at most ``T = recordings * run_timeout_s``. A coarse view shows it as it
+    stood at the last tick of the progress clock (:mod:`szbench.disclosure.progress`), so
+    what the viewer can tell apart is at which tick each of the ``steps`` steps of the
+    coarse fraction was first shown, the last one included (``T / step_s + 1`` choices
+    each; the switch to scoring is that last step), and the moment the evaluation finished,
+    which anyone polling its status sees to the second (``T + 1`` choices). When it started
+    is shown at a tick too, and is a function of when what ran before it finished, which
+    each of those evaluations' own bound counts.
 
     >>> round(timing_bits_per_evaluation(recordings=100, run_timeout_s=900), 1)
-    36.4
+    43.1
     """
     settings = get_settings()
     longest = max(recordings, 1) * max(run_timeout_s, 1.0)
     ticks = math.log2(math.ceil(longest / settings.progress_step_s) + 1)
-    return (settings.progress_fraction_steps - 1) * ticks + math.log2(math.ceil(longest) + 1)
+    return settings.progress_fraction_steps * ticks + math.log2(math.ceil(longest) + 1)
 
 
 def bits_per_evaluation(
