@@ -37,6 +37,7 @@ from szbench.models import (
     EvaluationStatus,
     FailedRecordings,
     Phase,
+    Recording,
     ReleaseRule,
     Role,
     RunOutcome,
@@ -119,8 +120,11 @@ def _scored(
     )
     for subject in s.query(SubjectResult).filter_by(evaluation_id=ev.id):
         subject.counts = {"event_ref_true": REF_TRUE}
+    # Every evaluation on a dataset version runs on its recordings (registered once).
+    recordings = {r.subject: r for r in s.query(Recording).filter_by(dataset_version_id=dv.id)}
     for subject in ("01", "02"):
-        f.run(s, ev, f.recording(s, dv, subject=subject), event_ref_true=REF_TRUE)
+        recording = recordings.get(subject) or f.recording(s, dv, subject=subject)
+        f.run(s, ev, recording, event_ref_true=REF_TRUE)
     s.flush()
     return ev
 
