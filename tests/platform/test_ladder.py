@@ -407,6 +407,7 @@ def _simulated_attack(
     return best, released(f"held-{seed}")[final]["event_f1"], sorted(late_rules)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_a_simulated_attacker_gains_nothing_across_phases_copies_and_accounts(
     client: TestClient, db_session: Session, seed: int

@@ -125,6 +125,7 @@ def _moved(a: dict[str, tuple[int, bytes]], b: dict[str, tuple[int, bytes]]) -> 
     return {url for url in a if a[url] != b[url]}
 
 
+@pytest.mark.slow
 def test_nothing_an_owner_reads_moves_between_two_ticks(
     client: TestClient, db_session: Session, clock: Clock
 ) -> None:
