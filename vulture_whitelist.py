@@ -85,12 +85,6 @@ _.annotations_file
 _.dataset_revisions
 _.phases_closed
 
-# The information arithmetic of szbench.results.disclosure: stated in docs/security.md and
-# checked against it by the tests.
-_.bits_per_evaluation
-_.ladder_bits_per_evaluation
-_.bits_per_comparison
-
 # prometheus_client calls a registered collector's collect() (szbench.ops.service).
 _.collect
 

@@ -89,7 +89,7 @@ class Disclosure(enum.StrEnum):
     """How much of what held-out annotations determine reaches non-admins.
 
     Ordered: each level shows what the one before it shows, and more. Public samples are
-    always disclosed fully; see :mod:`szbench.results.disclosure`.
+    always disclosed fully; see :mod:`szbench.disclosure`.
     """
 
     # Only the dataset-level figures (and how many recordings failed).
@@ -111,7 +111,7 @@ class FailedRecordings(enum.StrEnum):
 
 
 class ReleaseRule(enum.StrEnum):
-    """How a phase releases held-out scores to non-admins (see szbench.results.disclosure)."""
+    """How a phase releases held-out scores to non-admins (see szbench.disclosure)."""
 
     # The scores as the disclosure level allows (rounded at the aggregate level).
     EXACT = "exact"
@@ -294,7 +294,7 @@ class Phase(Base):
     # The dataset versions this phase's rules (disclosure, failed recordings, release) apply
     # to: evaluations of its versions on any other data follow that data's own rules.
     dataset_versions: Mapped[list[DatasetVersion]] = relationship(
-        secondary="phase_dataset_versions", order_by="DatasetVersion.id"
+        secondary="phase_dataset_versions", order_by="DatasetVersion.id", back_populates="phases"
     )
 
 
@@ -465,6 +465,11 @@ class DatasetVersion(Base):
     recordings: Mapped[list[Recording]] = relationship(
         back_populates="dataset_version", order_by="Recording.id"
     )
+    # The phases naming it: what a viewer learns of it follows all of them
+    # (szbench.disclosure.facts).
+    phases: Mapped[list[Phase]] = relationship(
+        secondary="phase_dataset_versions", order_by="Phase.id", back_populates="dataset_versions"
+    )
 
 
 class Recording(Base):
@@ -592,7 +597,7 @@ class RecordingRun(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     # The detailed reason (may quote what the algorithm wrote): for admins, and for the
     # owner on a public sample. Everyone else gets a fixed text per outcome at read time
-    # (szbench.results.disclosure), so no byte of a held-out run's output reaches them.
+    # (szbench.disclosure), so no byte of a held-out run's output reaches them.
     submitter_message: Mapped[str] = mapped_column(Text, default="")
     # Admins only: the bounded container log and the worker's own diagnostics.
     admin_log: Mapped[str] = mapped_column(Text, default="")

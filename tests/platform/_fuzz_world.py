@@ -5,9 +5,14 @@ version in an open phase and one in a hidden phase, evaluations on held-out data
 smoke test on the public sample, a token and an upload session. The researcher who calls
 owns a private algorithm with an evaluation on held-out data and an upload session, and a
 version in a closed phase that discloses per-recording results on the held-out set it names,
-evaluated on a second held-out dataset registered after the phase closed. The held-out set
-has two subjects (mean and std of two figures are the figures). Every run on held-out data
-carries unique markers (messages, admin log, exit code, reference counts, resources,
+evaluated on a second held-out dataset registered after the phase closed. The open phase
+names the held-out set and releases by the Ladder (no closing date), so every evaluation on
+that set, whatever its version's phase, gets the Ladder's figure: the researcher's version in
+no phase (whose rounded sensitivity is marked), a renamed copy of its algorithm (a
+background-only image), and a version of a team algorithm of a second account in the
+researcher's team; each entry may show only the score its own evaluation earned (issue 28).
+The held-out set has two subjects (mean and std of two figures are the figures). Every run on
+held-out data carries unique markers (messages, admin log, exit code, reference counts, resources,
 detections), as do the held-out annotations and EEG files, the exact dataset-level figures,
 their ``*_std`` and the pooled counts of the stored reports: none of them may reach a
 non-admin, owner included. The victim's private objects carry unique names that may reach
@@ -52,6 +57,9 @@ from szbench.models import (
     EvaluationKind,
     Role,
     SubjectResult,
+    Team,
+    TeamMember,
+    TeamRole,
     User,
     VersionStatus,
     Visibility,
@@ -110,6 +118,8 @@ class Facts:
     closed_versions: set[int] = field(default_factory=set)
     closed_evaluations: set[int] = field(default_factory=set)
     held_slugs: set[str] = field(default_factory=set)
+    # Under the Ladder, the event_f1 an evaluation's rows may show: what it earned, or null.
+    earned: dict[int, set[float | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -373,6 +383,11 @@ class World:
             found.append(f"evaluation {evaluation} of user {owner} (not visible to others)")
         if "outcome" in row and row.get("recording_id") in facts.held_recordings:
             found.append(f"outcome of held-out recording {row['recording_id']}: {row['outcome']}")
+        allowed = facts.earned.get(evaluation) if isinstance(evaluation, int) else None
+        if allowed is not None and "event_f1" in row and _number(row["event_f1"]) not in allowed:
+            found.append(
+                f"evaluation {evaluation} shows event_f1={row['event_f1']} it did not earn"
+            )
         return found
 
 
@@ -499,6 +514,8 @@ def _seed(conn: Connection, tmp: Path) -> World:
     held_dv = register_dataset_version(session, held, version="1", prepared_path=held_dir)
     sample_dv = register_dataset_version(session, sample, version="1", prepared_path=sample_dir)
     closed_phase.dataset_versions = [held_dv]
+    # Continuous benchmarking on the same data: the Ladder, for every version evaluated there.
+    open_phase.dataset_versions = [held_dv]
     late_dir = make_prepared_dataset(tmp / "late", LATE_RECS, seed=LATE_SEED)
     late = create_dataset(session, slug=f"fuzz-late-{mark}", kind=DatasetKind.HELD_OUT)
     late_dv = register_dataset_version(session, late, version="1", prepared_path=late_dir)
@@ -542,6 +559,25 @@ def _seed(conn: Connection, tmp: Path) -> World:
     rp1 = version(mine, "rp1", phase_id=open_phase.id)
     rc1 = version(mine, "rc1", phase_id=closed_phase.id)
     facts.closed_versions = {rc1.id}
+    # The attacker's other ways onto the Ladder's data: a version in no phase, a renamed
+    # copy of its algorithm, and a second account of its team with a team algorithm.
+    rn1 = version(mine, "rn1")
+    copy = algorithm(researcher, Visibility.PRIVATE, "rcopy")
+    rk1 = version(copy, "rk1", phase_id=open_phase.id)
+    partner = f.user(session, name=f"partner-{mark}", email=f"partner-{mark}@example.org")
+    team = Team(name=f"team-{mark}")
+    team.members += [
+        TeamMember(user_id=researcher.id, role=TeamRole.OWNER),
+        TeamMember(user_id=partner.id, role=TeamRole.MEMBER),
+    ]
+    session.add(team)
+    session.flush()
+    mine.team_id = copy.team_id = team.id
+    for row in (rp1, rc1, rn1, rk1):
+        row.team_id = team.id
+    shared = algorithm(partner, Visibility.PUBLIC, "pshared")
+    shared.team_id = team.id
+    ps1 = version(shared, "ps1", team_id=team.id)
 
     counter = iter(range(1, 1000))
     held_values: dict[str, set[float]] = {}
@@ -619,9 +655,26 @@ def _seed(conn: Connection, tmp: Path) -> World:
     # the phase's per-recording level does not apply there.
     el = held_evaluation(rc1, researcher, private_to_owner=True, dv=late_dv)
     facts.closed_evaluations = {el.id}
+    en = held_evaluation(rn1, researcher, private_to_owner=True)
+    ek = held_evaluation(rk1, researcher, private_to_owner=True)
+    ep = held_evaluation(ps1, partner, private_to_owner=False)
     unpublished = 0.8642097531
     facts.private_floats[victim.id] = {unpublished}
-    for i, ev in enumerate((e1, e2, e3, er, el)):
+    # In finishing order, each owner's (and the team's) Ladder on the held-out set: the
+    # victim's e1 earns 0.51 and e2 (0.51231) nothing; e3 earns 0.86 (unpublished); the
+    # researcher's er earns 0.51, and the version in no phase, the renamed copy (exact 0.0,
+    # background only) and the partner's team algorithm nothing.
+    facts.earned = {
+        e1.id: {None, 0.51},
+        e2.id: {None},
+        e3.id: {None, 0.86},
+        er.id: {None, 0.51},
+        en.id: {None},
+        ek.id: {None},
+        ep.id: {None},
+    }
+    for i, ev in enumerate((e1, e2, e3, er, el, en, ek, ep)):
+        ev.finished_at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=i)
         # Exact figures, their std (with two subjects: the subjects' figures) and the
         # pooled counts: all marked, none may reach a non-admin at the aggregate level.
         exact, std, pooled = 0.5123 + i / 1e5 + 1e-7, 0.0612 + i / 1e5 + 1e-7, 9100 + 10 * i
@@ -638,10 +691,20 @@ def _seed(conn: Connection, tmp: Path) -> World:
             },
             "subjects": 2,
         }
-        f1 = unpublished if ev is e3 else exact
+        f1 = {e3: unpublished, ek: 0.0, en: 0.3012345, ep: 0.5151234}.get(ev, exact)
+        # Rounded, the version in no phase would show 0.78 (issue 28.1): marked.
+        sensitivity = 0.7771234 if ev is en else None
         session.add(
-            DatasetResult(evaluation_id=ev.id, subjects=2, recordings=2, event_f1=f1, report=report)
+            DatasetResult(
+                evaluation_id=ev.id,
+                subjects=2,
+                recordings=2,
+                event_f1=f1,
+                event_sensitivity=sensitivity,
+                report=report,
+            )
         )
+    held_values.setdefault("event_sensitivity", set()).update({0.7771234, 0.78})
     smoke = f.evaluation(session, vpub, sample_dv, kind=EvaluationKind.SMOKE_TEST)
     facts.private_evaluations[smoke.id] = victim.id
     smoke_run = f.run(session, smoke, sample_dv.recordings[0], exit_code=0)
@@ -672,6 +735,8 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 (victim_private.id, victim.id),
                 (victim_public.id, None),
                 (mine.id, researcher.id),
+                (copy.id, researcher.id),
+                (shared.id, None),
                 (MISSING_ID, None),
             ],
             "version_id": [
@@ -681,6 +746,9 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 (vhid.id, None),
                 (rp1.id, researcher.id),
                 (rc1.id, researcher.id),
+                (rn1.id, researcher.id),
+                (rk1.id, researcher.id),
+                (ps1.id, None),
                 (MISSING_ID, None),
             ],
             "evaluation_id": [
@@ -689,6 +757,9 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 (e3.id, None),
                 (er.id, researcher.id),
                 (el.id, researcher.id),
+                (en.id, researcher.id),
+                (ek.id, researcher.id),
+                (ep.id, None),
                 (smoke.id, victim.id),
                 (MISSING_ID, None),
             ],
@@ -738,6 +809,9 @@ def _seed(conn: Connection, tmp: Path) -> World:
                 (victim_public.id, vhid.id),
                 (mine.id, rp1.id),
                 (mine.id, rc1.id),
+                (mine.id, rn1.id),
+                (copy.id, rk1.id),
+                (shared.id, ps1.id),
             ],
             ("evaluation_id", "run_id"): [(ev, run) for ev, run, _ in runs],
             ("slug", "version", "key"): [
@@ -757,15 +831,17 @@ def _seed(conn: Connection, tmp: Path) -> World:
         },
     )
     pools.by_name["algorithm_version_id"] = pools.by_name["version_id"]
-    versions = {v.id: v.algorithm.owner_id for v in (vp1, vp2, vpub, vhid, rp1, rc1)}
+    versions = {v.id: v.algorithm.owner_id for v in (vp1, vp2, vpub, vhid, rp1, rc1, rn1, rk1, ps1)}
     pools.owner_of = {
-        "algorithm_id": {a.id: a.owner_id for a in (victim_private, victim_public, mine)},
+        "algorithm_id": {
+            a.id: a.owner_id for a in (victim_private, victim_public, mine, copy, shared)
+        },
         "version_id": versions,
         "algorithm_version_id": versions,
         "evaluation_id": {
             **{ev.id: victim.id for ev in (e1, e2, e3, smoke)},
-            er.id: researcher.id,
-            el.id: researcher.id,
+            **{ev.id: researcher.id for ev in (er, el, en, ek)},
+            ep.id: partner.id,
         },
         "run_id": run_owner,
         "token_id": {

@@ -3,7 +3,7 @@
 The routes are enumerated from the app (the API's OpenAPI document, the web UI's routers):
 each GET whose path names an evaluation, an algorithm, a leaderboard, a comparison or the
 caller's submissions is called as the owner of a held-out evaluation, and must call
-:func:`szbench.results.disclosure.decide`, unless it is listed in ``NO_RESULTS`` with why it
+:func:`szbench.disclosure.decision.decide`, unless it is listed in ``NO_RESULTS`` with why it
 shows nothing that rule governs, or in ``FROZEN``: a leaderboard snapshot, whose figures
 were decided once, for an anonymous viewer, when it was taken (the test checks that too).
 A new route that shows results without asking fails here.
@@ -20,9 +20,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from szbench.app import create_app
+from szbench.disclosure import decision
+from szbench.disclosure import facts as rule_facts
 from szbench.leaderboards import snapshots
 from szbench.models import Role
-from szbench.results import disclosure
 from szbench.web import (
     account,
     admin,
@@ -79,14 +80,14 @@ def viewers() -> list[int | None]:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch, viewers: list[int | None]) -> list[int | None]:
     seen: list[int | None] = []
-    real = disclosure.decide
+    real = decision.decide
 
-    def counting(viewer: Any, facts: disclosure.Facts) -> disclosure.View:
+    def counting(viewer: Any, facts: rule_facts.Facts) -> decision.View:
         seen.append(facts.owner_id)
         viewers.append(None if viewer is None else viewer.id)
         return real(viewer, facts)
 
-    monkeypatch.setattr(disclosure, "decide", counting)
+    monkeypatch.setattr(decision, "decide", counting)
     return seen
 
 
@@ -111,7 +112,8 @@ def test_every_result_read_asks_decide(
     calls.clear()
     viewers.clear()
     snapshot, _ = snapshots.take(s, "held", "1", by=admin)
-    assert set(calls) == {owner.id, other.id}, "a snapshot asks decide per entry"
+    # Per entry, and once for the board's own rule (its stated bound: facts of no owner).
+    assert set(calls) == {owner.id, other.id, None}, "a snapshot asks decide per entry"
     assert viewers == [None] * len(calls), "a snapshot is the anonymous view, not the admin's"
     values = {
         "evaluation_id": evaluation.id,
@@ -138,6 +140,6 @@ def test_every_result_read_asks_decide(
         if path in FROZEN:
             assert not calls, f"{path} recomputes what its snapshot froze"
         else:
-            assert calls, f"{path} shows results without asking disclosure.decide"
+            assert calls, f"{path} shows results without asking decision.decide"
         assert str(EXACT) not in answer.text, path
     assert set(NO_RESULTS) | FROZEN <= paths  # the exceptions name routes that exist

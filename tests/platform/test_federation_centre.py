@@ -373,8 +373,8 @@ def test_the_centre_api_drives_everything(
 
 
 def test_the_adapter_releases_nothing_under_the_ladder() -> None:
+    from szbench.disclosure.decision import Release, View
     from szbench.federation import released
-    from szbench.results.disclosure import Release, View
 
     def view(release: Release) -> View:
         return View(False, False, True, Disclosure.AGGREGATE, release, False, 2)

@@ -2,7 +2,7 @@
 
 A container decides how long it runs on each held-out recording, so a submitter who could
 follow each recording's finish could read bits of the hidden data off the clock. A
-non-admin follows a held-out evaluation coarsely (szbench.results.disclosure.shown_progress):
+non-admin follows a held-out evaluation coarsely (szbench.disclosure.progress.shown_progress):
 two evaluations whose recordings take different times get the same answers at every moment
 as long as they reach each quarter between the same two ticks of the progress clock.
 """
@@ -17,6 +17,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from szbench.config import get_settings
+from szbench.disclosure import bits
+from szbench.disclosure import progress as timing
 from szbench.evaluations import queries
 from szbench.models import (
     DatasetKind,
@@ -30,7 +32,6 @@ from szbench.models import (
     VersionStatus,
 )
 from szbench.quotas import service as quotas
-from szbench.results import disclosure
 from tests.platform import factories as f
 
 # A tick of the default 15 min clock.
@@ -77,7 +78,7 @@ def test_a_submitter_cannot_tell_per_recording_durations(db_session: Session) ->
         assert a == b, minute
         assert a["detail"] == "coarse"
         assert a["recordings_done"] in (0, 1, 2, 3, 4)
-        assert a["as_of"] == disclosure.progress_clock(now)
+        assert a["as_of"] == timing.progress_clock(now)
         full_a, full_b = _answer(s, quick, admin, now), _answer(s, slow, admin, now)
         differ += full_a["recordings_done"] != full_b["recordings_done"]
         assert full_a["detail"] == "full"
@@ -94,9 +95,11 @@ def test_coarse_steps_and_rounded_times(db_session: Session) -> None:
     # Three of four ran within the first window: at the 12:15 tick, 3/4.
     assert (answer["recordings_done"], answer["fraction_done"]) == (3, 0.75)
     assert answer["state"] == "running"
-    # The estimate rests on the shown figures only: a quarter left, 15 min for three.
+    # The estimate rests on the shown figures only: a quarter left, 15 min for three; as of
+    # the tick (12:15), so that it does not move before the next one.
     assert answer["estimate_basis"] == "share of recordings done since the start"
-    assert answer["estimated_remaining_s"] == pytest.approx(600, abs=1)
+    assert answer["estimated_remaining_s"] == pytest.approx(900, abs=1)
+    assert answer["estimated_finish_at"] == T0 + timedelta(minutes=30)
     assert answer["outcomes"] == {}
     assert answer["failed_recordings"] is None
     ev.status, ev.finished_at = EvaluationStatus.DONE, T0 + timedelta(minutes=47, seconds=3)
@@ -153,10 +156,10 @@ def test_public_sample_progress_is_full(db_session: Session) -> None:
 
 
 def test_the_timing_bound_follows_the_settings(settings_env: pytest.MonkeyPatch) -> None:
-    default = disclosure.timing_bits_per_evaluation(recordings=100, run_timeout_s=900)
+    default = bits.timing_bits_per_evaluation(recordings=100, run_timeout_s=900)
     settings_env.setenv("SZBENCH_PROGRESS_STEP_S", "3600")
     get_settings.cache_clear()
-    coarser = disclosure.timing_bits_per_evaluation(recordings=100, run_timeout_s=900)
+    coarser = bits.timing_bits_per_evaluation(recordings=100, run_timeout_s=900)
     assert coarser < default
     # Per-recording finishes seen to the second would be about 16 bits per recording.
     assert default < 100 * 16 / 10

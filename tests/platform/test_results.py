@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from szbench.algorithms import service as algorithms_service
 from szbench.config import get_settings
 from szbench.datasets import service as datasets_service
+from szbench.disclosure import decision
 from szbench.models import (
     AlgorithmVersion,
     DatasetKind,
@@ -27,7 +28,6 @@ from szbench.models import (
     User,
     Visibility,
 )
-from szbench.results import disclosure
 from tests.platform import factories as f
 
 
@@ -270,9 +270,11 @@ def test_evaluation_list_get_progress(
         # Held-out data, anonymous: coarse (issue 23.8), which once it is over is the count.
         "detail": "coarse",
         "recordings_done": 2,
+        "recordings_done_at_most": None,
         "recordings_total": 2,
         "fraction_done": 1.0,
         "as_of": None,
+        "next_update_at": None,
         "outcomes": {"ok": 1, "failed": 1},
         # A count per evaluation once it is over (issue 16 point 1); no estimate when done.
         "failed_recordings": 1,
@@ -308,14 +310,17 @@ def test_results_drill_down_and_logs(client: TestClient, world: World, db_sessio
     assert all(r["admin_log"] is None for r in runs["items"])
     # Held-out runs: a fixed text per outcome, never the stored detail, even at this level.
     assert {r["submitter_message"] for r in runs["items"]} == {
-        disclosure.OUTCOME_TEXT[RunOutcome.OK],
-        disclosure.OUTCOME_TEXT[RunOutcome.TIMEOUT],
+        decision.OUTCOME_TEXT[RunOutcome.OK],
+        decision.OUTCOME_TEXT[RunOutcome.TIMEOUT],
     }
-    assert runs["items"][0]["provenance"]["worker_host"] == "worker-1"
+    # Host names and held-out checksums are for admins (issue 28.3, 28.4).
+    assert runs["items"][0]["provenance"]["worker_host"] is None
+    assert runs["items"][0]["provenance"]["recording_checksum"] is None
     assert runs["items"][0]["provenance"]["wall_time_s"] is None
     admin = f.headers(db_session, world.admin)
     runs = client.get(f"/api/v1/evaluations/{ev.id}/recordings", headers=admin).json()
     assert all(r["admin_log"] for r in runs["items"])
+    assert {r["provenance"]["worker_host"] for r in runs["items"]} == {"worker-1"}
     assert "timed out after 900 s" in {r["submitter_message"] for r in runs["items"]}
     only_timeouts = client.get(
         f"/api/v1/evaluations/{ev.id}/recordings", headers=owner, params={"outcome": "timeout"}
@@ -327,7 +332,7 @@ def test_results_drill_down_and_logs(client: TestClient, world: World, db_sessio
     r = client.get(
         f"/api/v1/evaluations/{ev.id}/recordings/download", params={"format": "json"}, headers=owner
     )
-    assert {row["worker_host"] for row in r.json()} == {"worker-1"}
+    assert {row["worker_host"] for row in r.json()} == {None}
     assert all("admin_log" not in row for row in r.json())
 
 

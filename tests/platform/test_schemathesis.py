@@ -149,6 +149,17 @@ def test_the_checks_see_each_kind_of_leak(world: World) -> None:
         "per-subject figure": _answer(
             json.dumps({"event_f1": min(facts.held_floats)}).encode(), JSON
         ),
+        # Issue 28: a rounded figure of a version in no phase on the Ladder's data, and an
+        # entry showing a Ladder score another evaluation earned.
+        "rounded figure off the Ladder": _answer(
+            json.dumps({"event_sensitivity": 0.78}).encode(), JSON
+        ),
+        "figure not earned": _answer(
+            json.dumps(
+                {"items": [{"evaluation_id": e, "event_f1": 0.51} for e in facts.earned]}
+            ).encode(),
+            JSON,
+        ),
     }
     for kind, response in planted.items():
         assert world.leaks(researcher, response), kind

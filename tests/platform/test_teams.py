@@ -12,6 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from szbench.config import get_settings
+from szbench.disclosure import decision
+from szbench.disclosure import facts as rule_facts
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -24,7 +26,6 @@ from szbench.models import (
     Visibility,
 )
 from szbench.quotas import service as quotas
-from szbench.results import disclosure
 from tests.platform import factories as f
 
 DIGEST = "sha256:" + "d" * 64
@@ -118,11 +119,11 @@ def test_a_member_learns_what_the_owner_learns_of_held_out_results_and_no_more(
     for dv in (held, sample):
         ev = f.evaluation(db_session, version, dv)
         db_session.refresh(member)
-        facts = disclosure.facts_of(ev)
-        as_owner, as_member = disclosure.decide(owner, facts), disclosure.decide(member, facts)
+        facts = rule_facts.facts_of(ev)
+        as_owner, as_member = decision.decide(owner, facts), decision.decide(member, facts)
         assert as_member == as_owner
         assert as_member.owner
-        assert not disclosure.decide(outsider, facts).owner
+        assert not decision.decide(outsider, facts).owner
         # Detections and run details: the owner's on a public sample, nobody's on held-out.
         assert as_member.detections == (dv is sample)
     # Per-subject held-out figures at the default (aggregate) disclosure: refused to both.

@@ -114,13 +114,15 @@ def test_times_estimate_and_scoring_state(watched: Watched, site: Site) -> None:
     page.goto(f"{site.url}/evaluations/{site.ids['waiting']}")
     assert page.locator("#eval-state").inner_text() == "scoring"
     assert page.get_by_role("button", name="Cancel").count() == 0
-    assert "3 / 3 recordings, all run; computing the scores" in page.inner_text("main")
+    assert "3 of 3 recordings run as of " in page.inner_text("main")
+    assert "all run, computing the scores" in page.inner_text("main")
     page.goto(f"{site.url}/evaluations/{site.ids['running']}")
     assert page.locator("#eval-state").inner_text() == "running"
     eta = page.locator("#eta").inner_text()
     # Held-out data: the owner's coarse view shows a quarter done (1 of 3 run an hour ago)
     # and estimates from that share and the rounded start, never from run times.
-    assert eta.startswith("About ")
+    # As of the tick, so it does not move before the next one: a moment, not a countdown.
+    assert eta.startswith("Expected to finish around ")
     assert "an estimate from the share of recordings done since the start" in eta
     assert page.get_by_role("button", name="Cancel").count() == 1
     page.goto(f"{site.url}/evaluations/{site.ids['crashy']}")

@@ -8,8 +8,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from szbench.disclosure.decision import OUTCOME_TEXT
 from szbench.models import DatasetKind, Disclosure, EvaluationKind, Role, RunOutcome
-from szbench.results.disclosure import OUTCOME_TEXT
 from tests.platform import factories as f
 
 from .conftest import PASSWORD, sign_in

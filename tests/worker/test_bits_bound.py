@@ -34,10 +34,14 @@ from szbench.auth import service as auth
 from szbench.config import get_settings
 from szbench.datasets.service import create_dataset, register_dataset_version
 from szbench.db import session_scope
+from szbench.disclosure import bits as capacity
+from szbench.disclosure import decision, release
+from szbench.disclosure import facts as rule_facts
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
     DatasetKind,
+    Disclosure,
     Evaluation,
     EvaluationKind,
     EvaluationStatus,
@@ -45,7 +49,6 @@ from szbench.models import (
     User,
     VersionStatus,
 )
-from szbench.results import disclosure
 from szbench_scoring import (
     SCORER_VERSION,
     ScoringParams,
@@ -196,7 +199,7 @@ def _answer(result: dict[str, Any]) -> str:
     return json.dumps(figures, sort_keys=True)
 
 
-def _simulated(held: Path, view: disclosure.View) -> dict[str, list[int]]:
+def _simulated(held: Path, view: decision.View) -> dict[str, list[int]]:
     """Each answer a viewer with ``view`` can get, and the secrets (0 to 2**K - 1) giving it:
     the image's outputs scored by the real scorer, the report stored as the pipeline stores
     it, released as the platform releases it."""
@@ -227,8 +230,8 @@ def _simulated(held: Path, view: disclosure.View) -> dict[str, list[int]]:
             "recordings": len(report.recordings),
             "missing_hypotheses": report.n_missing,
             "release": view.release.value,
-            "report": disclosure.released_report(view, stored),
-            **disclosure.released_metrics(view, metrics),
+            "report": release.released_report(view, stored),
+            **release.released_metrics(view, metrics),
         }
         answers.setdefault(json.dumps(answer, sort_keys=True), []).append(secret)
     return answers
@@ -237,7 +240,7 @@ def _simulated(held: Path, view: disclosure.View) -> dict[str, list[int]]:
 def test_an_image_encoding_k_bits_gets_no_more_than_the_bound(bits: Bits) -> None:
     client, e = bits.client, bits.evaluation_id
     settings = get_settings()
-    bound = disclosure.bits_per_evaluation(recordings=len(HELD), subjects=len(HELD))
+    bound = capacity.bits_per_evaluation(recordings=len(HELD), subjects=len(HELD))
     secret = int(SECRET, 16) % 2**K
 
     # --- what the owner reads --------------------------------------------------------------
@@ -257,15 +260,15 @@ def test_an_image_encoding_k_bits_gets_no_more_than_the_bound(bits: Bits) -> Non
         if value is None:
             continue
         if metric.endswith("fp_rate"):
-            assert value == disclosure.round_fp_rate(value), metric
+            assert value == release.round_fp_rate(value), metric
         else:
             assert value == round(value, settings.released_decimals), metric
     assert "pooled_counts" not in json.dumps([result, board, side.json(), download.json()])
 
     # --- decoding: the answers this image can cause, and which secrets give the one read ---
-    view = disclosure.decide(
+    view = decision.decide(
         None,
-        disclosure.Facts(held_out=True, dataset_level=disclosure.Disclosure.AGGREGATE, subjects=2),
+        rule_facts.Facts(held_out=True, dataset_level=Disclosure.AGGREGATE, subjects=2),
     )
     answers = _simulated(bits.held, view)
     read = _answer(result)
@@ -277,9 +280,9 @@ def test_an_image_encoding_k_bits_gets_no_more_than_the_bound(bits: Bits) -> Non
 
     # --- the control: exact figures and pooled counts carry every bit -----------------------
     exact = client.get(f"/api/v1/evaluations/{e}/result", headers=bits.admin).json()
-    admin_view = disclosure.decide(
+    admin_view = decision.decide(
         User(role=Role.ADMIN),
-        disclosure.Facts(held_out=True, dataset_level=disclosure.Disclosure.AGGREGATE, subjects=2),
+        rule_facts.Facts(held_out=True, dataset_level=Disclosure.AGGREGATE, subjects=2),
     )
     exact_answers = _simulated(bits.held, admin_view)
     assert exact_answers[_answer(exact)] == [secret]

@@ -27,6 +27,7 @@ from szbench.auth import service as auth
 from szbench.config import get_settings
 from szbench.datasets.service import create_dataset, register_dataset_version
 from szbench.db import session_scope
+from szbench.disclosure.decision import OUTCOME_TEXT
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -40,7 +41,6 @@ from szbench.models import (
     User,
     VersionStatus,
 )
-from szbench.results.disclosure import OUTCOME_TEXT
 from szbench_worker import pipeline
 
 from ._pipeline_factories import Rec, make_prepared_dataset, truncate_all

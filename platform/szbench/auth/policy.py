@@ -15,7 +15,7 @@ The rules:
   admin publishes them) and it is not a smoke test;
 - held-out datasets' recordings and annotations are never served to non-admins; a public
   sample's are served to anyone signed in (what a viewer learns of an evaluation, the
-  detections made on the data included, is :func:`szbench.results.disclosure.decide`'s);
+  detections made on the data included, is :func:`szbench.disclosure.decision.decide`'s);
 - a team is seen by its members; its owners (and admins) manage it (:func:`can_manage_team`);
 - admin logs of runs are for admins only.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from szbench.results.disclosure import Comparing
+from szbench.disclosure.decision import Comparing
 
 
 class ComparedEvaluation(BaseModel):

@@ -1,9 +1,9 @@
 """Two or more algorithms on one dataset version: per-subject values side by side and a
 paired test over subjects (:func:`szbench_scoring.stats.paired_comparison`).
 
-What a viewer gets is decided by :mod:`szbench.results.disclosure` (each evaluation's
-:attr:`~szbench.results.disclosure.View.comparison`, each pair by
-:func:`~szbench.results.disclosure.released_test`): per-subject values and exact tests where
+What a viewer gets is decided by :mod:`szbench.disclosure` (each evaluation's
+:attr:`~szbench.disclosure.decision.View.comparison`, each pair by
+:func:`~szbench.disclosure.release.released_test`): per-subject values and exact tests where
 per-subject figures are disclosed; at the aggregate level the paired tests alone, rounded,
 over enough subjects; nothing under the Ladder. Each evaluation must also be visible to the
 viewer (:func:`szbench.auth.policy.can_view_evaluation`).
@@ -20,10 +20,10 @@ from sqlalchemy.orm import Session
 
 from szbench.compare.schemas import ComparedEvaluation, Comparison, PairedTest, SubjectRow
 from szbench.config import get_settings
+from szbench.disclosure import decision, release
 from szbench.errors import BadRequest
 from szbench.evaluations import queries as evaluations
 from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, SubjectResult, User
-from szbench.results import disclosure
 from szbench.results.queries import METRICS
 from szbench_scoring.stats import (
     CONFIDENCE_LEVEL,
@@ -67,8 +67,8 @@ def load(session: Session, evaluation_ids: list[int], *, viewer: User | None) ->
     return rows
 
 
-def views_of(rows: list[Evaluation], *, viewer: User | None) -> dict[int, disclosure.View]:
-    return {row.id: disclosure.view_of(viewer, row) for row in rows}
+def views_of(rows: list[Evaluation], *, viewer: User | None) -> dict[int, decision.View]:
+    return {row.id: decision.view_of(viewer, row) for row in rows}
 
 
 def _differing(xa: list[float], xb: list[float]) -> int:
@@ -114,7 +114,7 @@ def compare(
         raise BadRequest(f"metric: unknown metric {metric!r} (known: {', '.join(METRICS)})")
     rows = load(session, evaluation_ids, viewer=viewer)
     views = views_of(rows, viewer=viewer)
-    mode = disclosure.require_comparison(views)
+    mode = release.require_comparison(views)
     column = getattr(SubjectResult, metric)
     per_eval: dict[int, dict[str, float | None]] = {row.id: {} for row in rows}
     for evaluation_id, subject, value in session.execute(
@@ -126,7 +126,7 @@ def compare(
     subjects = sorted({s for values in per_eval.values() for s in values})
     table = (
         [SubjectRow(subject=s, values=[per_eval[row.id].get(s) for row in rows]) for s in subjects]
-        if mode == disclosure.Comparing.SUBJECTS
+        if mode == decision.Comparing.SUBJECTS
         else []
     )
     settings = get_settings()
@@ -143,7 +143,7 @@ def compare(
         smallest = (
             smallest_p_value(c.n_subjects, settings.compare_permutations) if c.n_subjects else None
         )
-        released = disclosure.released_test(
+        released = release.released_test(
             [views[a.id], views[b.id]],
             metric,
             mean_difference=c.mean_difference,
@@ -180,7 +180,7 @@ def compare(
                 algorithm_version=row.algorithm_version.version,
                 title=algorithm.title,
                 owner=algorithm.owner.name or f"user {algorithm.owner_id}",
-                value=disclosure.released_value(
+                value=release.released_value(
                     views[row.id], metric, getattr(row.result, metric) if row.result else None
                 ),
             )
@@ -193,7 +193,7 @@ def compare(
         n_resamples=settings.bootstrap_resamples,
         release=mode,
         min_subjects=settings.intervals_min_subjects,
-        subjects_withheld=disclosure.comparison_withheld(views),
+        subjects_withheld=release.comparison_withheld(views),
         evaluations=compared,
         subjects=table,
         tests=tests,

@@ -15,9 +15,10 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from szbench.disclosure import decision
+from szbench.disclosure import facts as rule_facts
 from szbench.errors import Forbidden, NotFound, Unauthorized
 from szbench.models import Dataset, DatasetKind, DatasetVersion, Disclosure, Recording, User
-from szbench.results import disclosure
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,22 @@ class VersionFacts:
     total: Size
     #: ``(subject, size)`` in subject order; None where per-subject figures are not disclosed.
     subjects: list[tuple[str, Size]] | None
+    #: Why they are not (None: they are).
+    withheld: str | None = None
 
 
-def subjects_disclosed(dataset: Dataset, viewer: User | None) -> bool:
-    """Whether ``viewer`` may see per-subject counts (seizures included) of ``dataset``: its
-    own rule, decided where every such rule is (no phase governs the data itself)."""
-    facts = disclosure.Facts(
+def subjects_view(
+    dataset: Dataset, phases: tuple[rule_facts.PhaseRules, ...], viewer: User | None
+) -> decision.View:
+    """What ``viewer`` may learn of a version of ``dataset`` named by ``phases``, decided
+    where every such rule is: per-subject counts (seizures included) follow the same
+    rules as per-subject results of evaluations on that data."""
+    facts = rule_facts.Facts(
         held_out=dataset.kind != DatasetKind.PUBLIC_SAMPLE,
         dataset_level=dataset.disclosure or Disclosure.AGGREGATE,
+        data_phases=phases,
     )
-    return disclosure.decide(viewer, facts).subjects
+    return decision.decide(viewer, facts)
 
 
 def _size(recordings: int, seconds: float | None, seizures: int | None, unknown: int) -> Size:
@@ -80,7 +87,7 @@ def version_facts(session: Session, dataset: Dataset, viewer: User | None) -> li
     rows: dict[int, list[tuple[str, int, float, int | None, int]]] = {}
     for dv_id, subject, n, seconds, seizures, unknown in per_subject:
         rows.setdefault(dv_id, []).append((subject, n, seconds or 0.0, seizures, unknown))
-    disclosed = subjects_disclosed(dataset, viewer)
+    phases = rule_facts.data_phases(session, ids)
     out = []
     for version in reversed(dataset.versions):
         mine = rows.get(version.id, [])
@@ -91,8 +98,10 @@ def version_facts(session: Session, dataset: Dataset, viewer: User | None) -> li
             sum(r[4] for r in mine),
         )
         total = Size(total.recordings, total.hours, total.seizures, subjects=len(mine))
-        subjects = [(r[0], _size(r[1], r[2], r[3], r[4])) for r in mine] if disclosed else None
-        out.append(VersionFacts(version=version, total=total, subjects=subjects))
+        view = subjects_view(dataset, phases[version.id], viewer)
+        subjects = [(r[0], _size(r[1], r[2], r[3], r[4])) for r in mine] if view.subjects else None
+        withheld = None if view.subjects else view.withheld("Per-subject figures") + "."
+        out.append(VersionFacts(version=version, total=total, subjects=subjects, withheld=withheld))
     return out
 
 

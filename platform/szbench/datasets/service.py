@@ -181,7 +181,7 @@ def reference_text(annotations_file: Path) -> str | None:
 
 def set_disclosure(session: Session, dataset: Dataset, disclosure: Disclosure) -> Dataset:
     """What non-admins see of results on ``dataset`` from now on (see
-    :mod:`szbench.results.disclosure`)."""
+    :mod:`szbench.disclosure`)."""
     dataset.disclosure = disclosure
     session.flush()
     changes.dataset_changed(session, dataset.id)

@@ -12,7 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
 from szbench.auth import policy
-from szbench.config import get_settings
+from szbench.disclosure import decision
+from szbench.disclosure import progress as timing
 from szbench.errors import Forbidden, NotFound
 from szbench.evaluations.holds import platform_hold
 from szbench.evaluations.schemas import EvaluationDetail, EvaluationOut, Progress, Provenance
@@ -27,14 +28,15 @@ from szbench.models import (
     EvaluationKind,
     EvaluationStatus,
     Phase,
+    Recording,
     RecordingRun,
+    RunOutcome,
     User,
 )
-from szbench.results import disclosure
 
 _LOAD = (
     joinedload(Evaluation.algorithm_version).joinedload(AlgorithmVersion.algorithm),
-    # What szbench.results.disclosure.facts_of reads: the phase and the data it names, the
+    # What szbench.disclosure.facts.facts_of reads: the phase and the data it names, the
     # result's subject count.
     joinedload(Evaluation.algorithm_version)
     .joinedload(AlgorithmVersion.phase)
@@ -91,8 +93,15 @@ def list_evaluations(
         clauses.append(Dataset.slug == where.dataset)
     if where.dataset_version is not None:
         clauses.append(DatasetVersion.version == where.dataset_version)
+    # An unfinished status is matched as each evaluation's viewer sees it (shown_status):
+    # a coarse view learns of a start or a switch to scoring at a tick only, filters too.
+    unfinished = (
+        where.status is not None and not where.status.finished and not policy.is_admin(viewer)
+    )
     if where.status is not None:
-        clauses.append(Evaluation.status == where.status)
+        clauses.append(
+            Evaluation.status.in_(_UNFINISHED) if unfinished else Evaluation.status == where.status
+        )
     if where.kind is not None:
         clauses.append(Evaluation.kind == where.kind)
     if where.mine:
@@ -100,6 +109,11 @@ def list_evaluations(
             return [], 0
         clauses.append(policy.algorithms_acted_for(viewer))
     query = _joined().where(*clauses)
+    if unfinished:
+        candidates = list(session.scalars(query.options(*_LOAD).order_by(Evaluation.id.desc())))
+        shown = shown_progress(session, candidates, viewer=viewer)
+        matching = [e for e in candidates if shown_status(e, shown[e.id][1]) == where.status]
+        return matching[offset : offset + limit], len(matching)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(
         query.options(*_LOAD).order_by(Evaluation.id.desc()).limit(limit).offset(offset)
@@ -148,25 +162,25 @@ def shown_progress(
     *,
     viewer: User | None,
     now: datetime | None = None,
-) -> dict[int, tuple[disclosure.View, disclosure.ShownProgress]]:
+) -> dict[int, tuple[decision.View, timing.ShownProgress]]:
     """Each evaluation's view for ``viewer`` and its progress as that view may follow it
-    (:func:`szbench.results.disclosure.shown_progress`)."""
-    now = now or datetime.now(UTC)
-    views = {e.id: disclosure.view_of(viewer, e) for e in evaluations}
-    coarse = [e.id for e in evaluations if views[e.id].progress != disclosure.ProgressDetail.FULL]
-    at_tick = runs_done_at(session, coarse, disclosure.progress_clock(now)) if coarse else {}
+    (:func:`szbench.disclosure.progress.shown_progress`)."""
+    now = now or timing.now()
+    views = {e.id: decision.view_of(viewer, e) for e in evaluations}
+    coarse = [e.id for e in evaluations if views[e.id].progress != decision.ProgressDetail.FULL]
+    at_tick = runs_done_at(session, coarse, timing.progress_clock(now)) if coarse else {}
     return {
         e.id: (
             views[e.id],
-            disclosure.shown_progress(
+            timing.shown_progress(
                 views[e.id],
                 done=e.recordings_done,
-                # Once it is over, its count is the final one (not a moment's).
-                done_at_tick=e.recordings_done
-                if e.status.finished
-                else min(at_tick.get(e.id, 0), e.recordings_done),
+                done_at_tick=min(at_tick.get(e.id, 0), e.recordings_done),
                 total=e.recordings_total,
-                now=now,
+                started_at=e.started_at,
+                running=e.status in _ACTIVE,
+                finished=e.status.finished,
+                moment=now,
             ),
         )
         for e in evaluations
@@ -180,9 +194,9 @@ def progress(
     viewer: User | None,
     now: datetime | None = None,
 ) -> Progress:
-    now = now or datetime.now(UTC)
+    now = now or timing.now()
     view, shown = shown_progress(session, [evaluation], viewer=viewer, now=now)[evaluation.id]
-    coarse = shown.detail != disclosure.ProgressDetail.FULL
+    coarse = shown.detail != decision.ProgressDetail.FULL
     counts = outcome_counts(session, [evaluation.id])[evaluation.id]
     finished = evaluation.status.finished
     # A count per evaluation once it is over, as outcome_summary: while it runs, a count
@@ -194,44 +208,53 @@ def progress(
     )
     status = shown_status(evaluation, shown)
     state = shown_state(evaluation, shown)
-    estimate, basis = (None, None)
-    if status == EvaluationStatus.RUNNING and state != "scoring":
+    estimate: tuple[float | None, datetime | None, str | None] = (None, None, None)
+    if status in (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING) and state != "scoring":
         if coarse:
-            estimate, basis = _coarse_remaining(view, evaluation, shown, now)
-        else:
-            estimate, basis = _remaining(session, evaluation, view.run_resources)
+            estimate = _coarse_estimate(session, evaluation, shown)
+        elif status == EvaluationStatus.RUNNING:
+            remaining, basis = _remaining(session, evaluation, view.run_resources)
+            finish = None if remaining is None else now + timedelta(seconds=remaining)
+            estimate = (remaining, finish, basis)
+    remaining_s, finish_at, basis = estimate
     return Progress(
         status=status,
         state=state,
         detail=shown.detail.value,
         recordings_done=shown.done,
+        recordings_done_at_most=shown.done_at_most if coarse and not finished else None,
         recordings_total=shown.total,
         fraction_done=round(shown.fraction, 4),
         as_of=shown.as_of if coarse and not finished else None,
-        outcomes=disclosure.outcome_summary(view, counts, finished=finished),
+        next_update_at=shown.next_update if coarse and not finished else None,
+        outcomes=timing.outcome_summary(view, counts, finished=finished),
         failed_recordings=failed,
         complete=None if failed is None or not finished else failed == 0,
-        estimated_remaining_s=estimate,
-        estimated_finish_at=None if estimate is None else now + timedelta(seconds=estimate),
+        estimated_remaining_s=remaining_s,
+        estimated_finish_at=finish_at,
         estimate_basis=basis,
         held_by=platform_hold(session, evaluation),
     )
 
 
 _ACTIVE = (EvaluationStatus.RUNNING, EvaluationStatus.SCORING)
+_UNFINISHED = (EvaluationStatus.QUEUED, *_ACTIVE)
 
 
-def shown_status(evaluation: Evaluation, shown: disclosure.ShownProgress) -> EvaluationStatus:
-    """The status as the viewer of ``shown`` may see it: a coarse view sees an evaluation
-    scoring only once its shown progress has every recording run (the worker's switch to
-    scoring would tell when the last run finished)."""
-    coarse = shown.detail == disclosure.ProgressDetail.COARSE
-    if coarse and evaluation.status in _ACTIVE and not shown.all_run:
-        return EvaluationStatus.RUNNING
-    return evaluation.status
+def shown_status(evaluation: Evaluation, shown: timing.ShownProgress) -> EvaluationStatus:
+    """The status as the viewer of ``shown`` may see it. A coarse view sees an unfinished
+    evaluation as it stood at the clock's last tick: queued until a tick after it started
+    (when the worker took it up tells how long what ran before it took), scoring only once
+    its shown progress has every recording run (the switch to scoring tells when the last
+    run finished), running in between. Its end is shown at once."""
+    if shown.detail != decision.ProgressDetail.COARSE or evaluation.status.finished:
+        return evaluation.status
+    if not shown.started:
+        return EvaluationStatus.QUEUED
+    return EvaluationStatus.SCORING if shown.all_run else EvaluationStatus.RUNNING
 
 
-def shown_state(evaluation: Evaluation, shown: disclosure.ShownProgress) -> str:
+def shown_state(evaluation: Evaluation, shown: timing.ShownProgress) -> str:
     """The status as people should read it, from the progress a viewer may follow: a
     running evaluation whose every recording has finished waits for its scoring (it can no
     longer be cancelled)."""
@@ -241,24 +264,67 @@ def shown_state(evaluation: Evaluation, shown: disclosure.ShownProgress) -> str:
     return status.value
 
 
-def _coarse_remaining(
-    view: disclosure.View,
-    evaluation: Evaluation,
-    shown: disclosure.ShownProgress,
-    now: datetime,
-) -> tuple[float | None, str | None]:
-    """The estimate a coarse view gets: from the shown fraction and the time from the
-    (rounded) start to the clock's tick, so it tells nothing the view does not show."""
-    started = disclosure.shown_moment(view, evaluation.started_at)
-    if started is None or shown.fraction <= 0 or shown.fraction >= 1:
-        return None, None
-    elapsed = max(0.0, (shown.as_of - started).total_seconds())
-    if elapsed <= 0:
-        return None, None
-    finish = shown.as_of.timestamp() + elapsed / shown.fraction * (1 - shown.fraction)
-    step = get_settings().progress_step_s
-    finish = -(-finish // step) * step
-    return max(0.0, finish - now.timestamp()), "share of recordings done since the start"
+SHARE_BASIS = "share of recordings done since the start"
+SMOKE_BASIS = "speed of its smoke test on the public sample, one recording after another"
+
+
+def _coarse_estimate(
+    session: Session, evaluation: Evaluation, shown: timing.ShownProgress
+) -> tuple[float | None, datetime | None, str | None]:
+    """The estimate a coarse view gets, as of the clock's tick (so it moves only with it):
+    ``(seconds left, finish moment rounded up to the clock, basis)``. From the shown share
+    and the (rounded) start once a step is shown; before that, from how fast the version's
+    smoke test ran on the public sample, scaled to the hours of this data (both public): the
+    length of the whole run, and its finish once the start is shown. Neither tells anything
+    the view does not show."""
+    tick = shown.as_of
+    if shown.started_at is not None and 0 < shown.fraction < 1:
+        elapsed = (tick - shown.started_at).total_seconds()
+        if elapsed > 0:
+            finish = timing.round_up_to_clock(
+                tick + timedelta(seconds=elapsed / shown.fraction * (1 - shown.fraction))
+            )
+            return (finish - tick).total_seconds(), finish, SHARE_BASIS
+        return None, None, None
+    if shown.fraction > 0:
+        return None, None, None
+    length = smoke_estimate_s(session, evaluation)
+    if length is None:
+        return None, None, None
+    if shown.started_at is None:
+        return length, None, SMOKE_BASIS + ", once it starts"
+    finish = timing.round_up_to_clock(shown.started_at + timedelta(seconds=length))
+    if finish <= tick:
+        return None, None, None  # longer than that estimate: nothing better to say
+    return (finish - tick).total_seconds(), finish, SMOKE_BASIS
+
+
+def smoke_estimate_s(session: Session, evaluation: Evaluation) -> float | None:
+    """How long the evaluation's recordings take one after another at the speed the
+    version's smoke test ran on the public sample (seconds of run per second of EEG);
+    None without a finished smoke test."""
+    speed = session.execute(
+        select(func.sum(RecordingRun.wall_time_s), func.sum(Recording.duration_s))
+        .join(Recording, RecordingRun.recording_id == Recording.id)
+        .join(Evaluation, RecordingRun.evaluation_id == Evaluation.id)
+        .where(
+            Evaluation.algorithm_version_id == evaluation.algorithm_version_id,
+            Evaluation.kind == EvaluationKind.SMOKE_TEST,
+            RecordingRun.outcome == RunOutcome.OK,
+            RecordingRun.wall_time_s.is_not(None),
+        )
+    ).one()
+    wall, seconds = speed
+    if not wall or not seconds:
+        return None
+    total = session.scalar(
+        select(func.sum(Recording.duration_s)).where(
+            Recording.dataset_version_id == evaluation.dataset_version_id
+        )
+    )
+    if not total:
+        return None
+    return float(wall) / float(seconds) * float(total)
 
 
 def _remaining(
@@ -348,6 +414,20 @@ def run_summaries(session: Session, evaluation_ids: Iterable[int]) -> dict[int, 
     }
 
 
+def shown_summary(view: decision.View, summary: RunSummary, *, finished: bool) -> RunSummary:
+    """What ``view`` may see of an evaluation's runs: host names for admins; time and memory
+    of held-out runs for admins (a container can choose both); GPU models and drivers, which
+    appear as runs are stored, for a coarse view once the evaluation is over."""
+    shown = summary
+    if not view.worker_hosts:
+        shown = dataclasses.replace(shown, worker_hosts=[])
+    if not view.run_resources:
+        shown = dataclasses.replace(shown, wall_time_s=None, peak_memory_bytes=None)
+    if not view.run_hardware(finished=finished):
+        shown = dataclasses.replace(shown, gpu_models=[], gpu_drivers=[])
+    return shown
+
+
 def make_provenance(
     summary: RunSummary,
     *,
@@ -376,15 +456,13 @@ def make_provenance(
 def provenances(
     session: Session, evaluations: list[Evaluation], *, viewer: User | None
 ) -> dict[int, Provenance]:
-    """Provenance of each evaluation, with its runs' hosts, GPUs, time and memory.
-
-    Time and memory of held-out runs are for admins: a container can choose both.
-    """
+    """Provenance of each evaluation, with its runs' hosts, GPUs, time and memory, as
+    ``viewer`` may see them (:func:`shown_summary`)."""
     summaries = run_summaries(session, [e.id for e in evaluations])
     for e in evaluations:
-        if not disclosure.view_of(viewer, e).run_resources:
-            summary = summaries[e.id]
-            summaries[e.id] = dataclasses.replace(summary, wall_time_s=None, peak_memory_bytes=None)
+        summaries[e.id] = shown_summary(
+            decision.view_of(viewer, e), summaries[e.id], finished=e.status.finished
+        )
     return {
         e.id: make_provenance(
             summaries[e.id],
@@ -401,7 +479,7 @@ def provenances(
 
 def to_out(
     evaluation: Evaluation,
-    shown: tuple[disclosure.View, disclosure.ShownProgress] | None = None,
+    shown: tuple[decision.View, timing.ShownProgress] | None = None,
 ) -> EvaluationOut:
     """The evaluation as a viewer sees it; ``shown`` (:func:`shown_progress`) is that
     viewer's progress and view: without it, the stored figures (admin use only)."""
@@ -429,13 +507,13 @@ def to_out(
         recordings_total=evaluation.recordings_total,
         source_evaluation_id=evaluation.source_evaluation_id,
         created_at=evaluation.created_at,
-        started_at=_moment(view, evaluation.started_at),
+        started_at=shown[1].started_at if shown else evaluation.started_at,
         finished_at=_moment(view, evaluation.finished_at),
     )
 
 
-def _moment(view: disclosure.View | None, moment: datetime | None) -> datetime | None:
-    return moment if view is None else disclosure.shown_moment(view, moment)
+def _moment(view: decision.View | None, moment: datetime | None) -> datetime | None:
+    return moment if view is None else timing.shown_moment(view, moment)
 
 
 def to_outs(

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from szbench.disclosure.decision import Release
 from szbench.models import EvaluationKind, EvaluationStatus, RunOutcome
-from szbench.results.disclosure import Release
 
 
 class Provenance(BaseModel):
@@ -20,18 +20,28 @@ class Provenance(BaseModel):
     scorer_version: str
     scoring_params: dict[str, Any]
     official: bool
-    worker_hosts: list[str] = Field(default_factory=list)
-    gpu_models: list[str] = Field(default_factory=list)
-    gpu_drivers: list[str] = Field(default_factory=list)
+    worker_hosts: list[str] = Field(
+        default_factory=list, description="The hosts that ran it; for admins only (empty)."
+    )
+    gpu_models: list[str] = Field(
+        default_factory=list,
+        description="GPU models of its runs; on held-out data, for non-admins, once it is "
+        "over (they appear as runs are stored).",
+    )
+    gpu_drivers: list[str] = Field(
+        default_factory=list, description="GPU drivers of its runs; as gpu_models."
+    )
     wall_time_s: float | None = Field(default=None, description="Sum over the runs.")
     peak_memory_bytes: int | None = Field(default=None, description="Largest over the runs.")
 
 
 class RunProvenance(BaseModel):
     image_digest: str
-    recording_checksum: str
+    recording_checksum: str | None = Field(
+        description="The recording's sha256; on held-out data for admins only (null)."
+    )
     scorer_version: str
-    worker_host: str
+    worker_host: str | None = Field(description="The host that ran it; for admins only (null).")
     gpu_model: str | None
     gpu_driver: str | None
     wall_time_s: float | None
@@ -54,11 +64,26 @@ class Progress(BaseModel):
         "1/SZBENCH_PROGRESS_FRACTION_STEPS as they stood at as_of, the last tick of a clock "
         "of SZBENCH_PROGRESS_STEP_S seconds; no per-recording time (docs/security.md).",
     )
-    recordings_done: int
+    recordings_done: int = Field(
+        description="Recordings run; for a coarse view the least the shown step allows, as "
+        "of as_of."
+    )
+    recordings_done_at_most: int | None = Field(
+        default=None,
+        description="Coarse view of a running evaluation: the most recordings that may have "
+        "run by as_of (recordings_done to this); null otherwise.",
+    )
     recordings_total: int
     fraction_done: float = Field(default=0.0, description="recordings_done / recordings_total.")
     as_of: datetime | None = Field(
-        default=None, description="The moment a coarse answer describes; null when 'full'."
+        default=None,
+        description="The moment a coarse answer about a running evaluation describes (the "
+        "progress clock's last tick); null when 'full' or finished.",
+    )
+    next_update_at: datetime | None = Field(
+        default=None,
+        description="Coarse view of a running evaluation: the next tick, when this answer "
+        "next moves (nothing in it moves before, except the end); null otherwise.",
     )
     outcomes: dict[str, int] = Field(
         description="Finished runs by outcome. Where per-recording results are not disclosed "
@@ -78,13 +103,14 @@ class Progress(BaseModel):
     )
     estimated_remaining_s: float | None = Field(
         default=None,
-        description="An estimate, not a promise, of the seconds left in a running evaluation; "
-        "estimate_basis says what it rests on.",
+        description="An estimate, not a promise, of the seconds left in an unfinished "
+        "evaluation (for a coarse view: from as_of; for one not shown started: the whole "
+        "run); estimate_basis says what it rests on.",
     )
     estimated_finish_at: datetime | None = Field(
         default=None,
         description="When the estimate says it will finish (for a coarse view: rounded up to "
-        "the progress clock).",
+        "the progress clock; null while it is not shown started).",
     )
     estimate_basis: str | None = None
     held_by: str | None = Field(

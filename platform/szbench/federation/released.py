@@ -1,7 +1,7 @@
 """What a bundle may carry: the one adapter between federation and the disclosure rules.
 
-Every question federation asks of :mod:`szbench.results.disclosure` goes through this
-module (the disclosure package is being restructured; only the imports here move). A
+Every question federation asks of the disclosure rules (:mod:`szbench.disclosure`) goes
+through this module. A
 centre publishes what its own rules release to an anonymous reader of its own site
 (``decide(None, ...)``): at the ``aggregate`` level the rounded figures, at ``subject`` and
 ``recording`` the exact dataset-level figures; never under the Ladder. The hub checks the
@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from szbench.disclosure import decision, release
+from szbench.disclosure.decision import Release, View
 from szbench.models import Evaluation
-from szbench.results import disclosure
-from szbench.results.disclosure import View
 
 #: A bundle's figures and the rules that decide them.
 RULE_ROUNDED = "rounded"
@@ -25,23 +25,23 @@ RULE_EXACT = "exact"
 
 def view_of(evaluation: Evaluation) -> View:
     """What this centre releases of ``evaluation`` to anyone outside it."""
-    return disclosure.view_of(None, evaluation)
+    return decision.view_of(None, evaluation)
 
 
 def rule_of(view: View) -> str | None:
     """``rounded`` or ``exact``; None where nothing may be published (the Ladder)."""
-    if view.release == disclosure.Release.ROUNDED:
+    if view.release == Release.ROUNDED:
         return RULE_ROUNDED
-    if view.release == disclosure.Release.EXACT:
+    if view.release == Release.EXACT:
         return RULE_EXACT
     return None
 
 
 def figures(view: View, metrics: Mapping[str, float | None]) -> dict[str, float | None]:
     """The dataset-level figures ``view`` releases (the metrics it withholds left out)."""
-    released = disclosure.released_metrics(view, metrics)
-    if view.release == disclosure.Release.ROUNDED:
-        return {m: released[m] for m in disclosure.ROUNDED_METRICS if m in released}
+    released = release.released_metrics(view, metrics)
+    if view.release == Release.ROUNDED:
+        return {m: released[m] for m in release.ROUNDED_METRICS if m in released}
     return released
 
 
@@ -56,9 +56,9 @@ def grid_refusal(rule: str, decimals: int, metric: str, value: float | None) -> 
         return f"{metric}: {value!r} is outside 0 to 1"
     if rule == RULE_EXACT:
         return None
-    if metric not in disclosure.ROUNDED_METRICS:
+    if metric not in release.ROUNDED_METRICS:
         return f"{metric} is withheld at the aggregate level (rounded release)"
-    shown = disclosure.round_fp_rate(value) if fp else disclosure.round_ratio(value, decimals)
+    shown = release.round_fp_rate(value) if fp else release.round_ratio(value, decimals)
     if shown != value:
         return f"{metric}: {value!r} is not on the released grid (it would be {shown!r})"
     return None
@@ -70,7 +70,7 @@ def decimals_of(view: View) -> int:
 
 def bits_per_result(*, recordings: int, decimals: int | None = None) -> float:
     """The most bits one published result at the aggregate level (rounded) carries about a
-    centre's held-out data: its figures (:data:`~szbench.results.disclosure.ROUNDED_METRICS`
+    centre's held-out data: its figures (:data:`~szbench.results.release.ROUNDED_METRICS`
     on their grids, or null) and the count of failed recordings (0 to ``recordings``). The
     dataset's description is the centre's own choice, the same for every algorithm, and
     tells nothing an algorithm chose.
@@ -82,5 +82,5 @@ def bits_per_result(*, recordings: int, decimals: int | None = None) -> float:
 
     decimals = get_settings().released_decimals if decimals is None else decimals
     ratio = math.log2(10**decimals + 2)
-    fp = math.log2(disclosure.FP_RATE_GRID_SIZE + 1)
+    fp = math.log2(release.FP_RATE_GRID_SIZE + 1)
     return 4 * ratio + fp + math.log2(recordings + 1)

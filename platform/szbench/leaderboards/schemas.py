@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from szbench.disclosure.decision import Release
 from szbench.evaluations.schemas import RELEASE_DESCRIPTION, Metrics, Provenance
 from szbench.models import DatasetKind, FailedRecordings, ReleaseRule
-from szbench.results.disclosure import Release
 
 
 class Interval(BaseModel):
@@ -62,8 +62,10 @@ class LeaderboardEntry(Metrics):
         "setting)."
     )
     unranked_reason: str | None = Field(
-        description="failed (incomplete, not ranked by its rule) or duplicate (an earlier "
-        "submission of the same image ranks); null when ranked."
+        description="failed (incomplete, not ranked by its rule), not_released (under the "
+        "Ladder, its evaluation did not beat the best its submitter or team had been shown on "
+        "this data by more than the step, so it shows no score of its own) or duplicate (an "
+        "earlier submission of the same image ranks); null when ranked."
     )
     duplicate_of: DuplicateOf | None
     submitted_at: datetime | None = Field(description="When the algorithm version was uploaded.")
@@ -115,8 +117,32 @@ class BoardRelease(BaseModel):
         "other metrics and every raw count withheld."
     )
     phases: list[PhaseRelease] = Field(
-        description="Phases naming this dataset version and their rule; entries of other "
-        "phases or none follow the dataset's disclosure level."
+        description="Phases naming this dataset version and their rule. Every evaluation on "
+        "this data, in any phase or none, follows the open ones (the lowest level, the Ladder "
+        "where any releases by it); an entry of a closed phase follows that phase's rules."
+    )
+    rule: Release | None = Field(
+        default=None,
+        description="How an evaluation on this data is released to a non-admin now (but an "
+        "entry of a closed phase of its own): exact, rounded or ladder.",
+    )
+    bits_per_evaluation: float | None = Field(
+        default=None,
+        description="The most bits one evaluation here tells a non-admin about the held-out "
+        "data through its released figures, failed count and status, by that rule "
+        "(docs/security.md); null where the figures are exact.",
+    )
+    timing_bits_per_evaluation: float | None = Field(
+        default=None,
+        description="The most bits one held-out evaluation here tells a non-admin through "
+        "when its progress moves (the progress clock and its finish); null for a public "
+        "sample.",
+    )
+    bits_per_comparison: float | None = Field(
+        default=None,
+        description="The most bits one paired test with another entry tells a non-admin at "
+        "the aggregate level; null where no test is released (the Ladder, too few subjects) "
+        "or the figures are exact.",
     )
 
 
@@ -137,7 +163,8 @@ class Leaderboard(BaseModel):
         "override it for its entries; see each entry's failed_recordings_rule)."
     )
     unranked_total: int = Field(
-        description="Entries shown apart (failed or duplicate); listed with unranked=true."
+        description="Entries shown apart (failed, not_released or duplicate); listed with "
+        "unranked=true."
     )
     sort: str
     order: str
@@ -155,7 +182,9 @@ class LeaderboardIndexRow(BaseModel):
     dataset_version: str
     entries: int = Field(description="Ranked entries in the leaderboard's default view.")
     unranked: int = Field(
-        default=0, description="Entries shown apart there (failed or duplicate images)."
+        default=0,
+        description="Entries shown apart there (failed, no score released by the Ladder, or "
+        "duplicate images).",
     )
 
 

@@ -2,11 +2,11 @@
 SzCORE way (per-subject-averaged event F1, then event sensitivity), with statistics.
 
 :func:`leaderboard` runs named steps: resolve the dataset version, select the rows the viewer
-may see (each with its :class:`~szbench.results.disclosure.View`), keep the newest of each
+may see (each with its :class:`~szbench.disclosure.decision.View`), keep the newest of each
 version (and the latest version of each algorithm), release each row's figures as its view
 says (rounded, the Ladder's score, or exact), set apart what does not rank, rank on the
 released figures, order, window, add the statistics the views allow, and build the entries.
-Every rule of what a viewer learns comes from :func:`szbench.results.disclosure.decide`;
+Every rule of what a viewer learns comes from :func:`szbench.disclosure.decision.decide`;
 ranking and sorting use the released figures, so neither tells more than the figures shown.
 
 Two kinds of entry are shown apart, unranked (``?unranked=true``), never ranked by default:
@@ -20,7 +20,6 @@ Two kinds of entry are shown apart, unranked (``?unranked=true``), never ranked 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -33,8 +32,12 @@ from sqlalchemy.orm import Session
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
+from szbench.disclosure import bits, decision, ladder, release
+from szbench.disclosure import facts as rule_facts
+from szbench.disclosure import progress as timing
+from szbench.disclosure.decision import Release
 from szbench.errors import BadRequest
-from szbench.evaluations.queries import make_provenance, run_summaries
+from szbench.evaluations.queries import make_provenance, run_summaries, shown_summary
 from szbench.leaderboards import statistics
 from szbench.leaderboards.schemas import (
     BoardRelease,
@@ -53,6 +56,7 @@ from szbench.models import (
     Algorithm,
     AlgorithmVersion,
     Dataset,
+    DatasetKind,
     DatasetResult,
     DatasetVersion,
     Evaluation,
@@ -61,10 +65,10 @@ from szbench.models import (
     FailedRecordings,
     Phase,
     PhaseDatasetVersion,
+    Recording,
     RecordingRun,
     User,
 )
-from szbench.results import disclosure, ladder
 from szbench.results.queries import METRICS
 from szbench.stamped_cache import Answer, StampedCache, viewer_key
 
@@ -109,7 +113,7 @@ class Row:
     finished_at: datetime | None
     subjects: int
     recordings: int
-    view: disclosure.View
+    view: decision.View
     submitted_at: datetime | None = None
     started_at: datetime | None = None
     failures_rule: FailedRecordings = FailedRecordings.UNRANKED
@@ -136,7 +140,7 @@ def _desc_key(value: float | None) -> float:
 
 def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[Row]:
     """The official, finished results on ``dv`` that ``viewer`` may see, newest first, each
-    with its view (the rules of its governing phase, else its dataset's)."""
+    with its view (the rules of the phases naming ``dv``, else its dataset's)."""
     query = (
         select(
             Evaluation.id,
@@ -159,7 +163,7 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
             Dataset.failed_recordings,
             Dataset.kind,
             Dataset.disclosure,
-            *disclosure.PHASE_COLUMNS,
+            *rule_facts.PHASE_COLUMNS,
             DatasetResult.subjects,
             DatasetResult.recordings,
             *(getattr(DatasetResult, m) for m in METRICS),
@@ -181,8 +185,9 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
         )
         .order_by(Evaluation.id.desc())
     )
-    records = session.execute(disclosure.join_governing_phase(query)).all()
+    records = session.execute(rule_facts.join_own_phase(query)).all()
     failed = failed_counts(session, [record[0] for record in records])
+    data = rule_facts.data_phases(session, [dv.id])[dv.id]
     rows = []
     for record in records:
         (eid, avid, aver, aid, aname, atitle, owner_id, team_id, owner, published, digest, scorer,
@@ -190,8 +195,14 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
          dataset_level, *rest) = record  # fmt: skip
         phase = tuple(rest[:6])
         subjects, recordings, *values = rest[6:]
-        facts = disclosure.facts_from_row(
-            kind, dataset_level, phase, subjects=subjects, owner_id=owner_id, team_id=team_id
+        facts = rule_facts.facts_from_row(
+            kind,
+            dataset_level,
+            phase,
+            data=data,
+            subjects=subjects,
+            owner_id=owner_id,
+            team_id=team_id,
         )
         rows.append(
             Row(
@@ -212,7 +223,7 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
                 submitted_at=submitted,
                 started_at=started,
                 failures_rule=FailedRecordings(phase_rule or dataset_rule),
-                view=disclosure.decide(viewer, facts),
+                view=decision.decide(viewer, facts),
                 failed_recordings=failed.get(eid, 0),
                 subjects=subjects,
                 recordings=recordings,
@@ -224,17 +235,32 @@ def _select(session: Session, dv: DatasetVersion, viewer: User | None) -> list[R
 
 def _newest(rows: list[Row], versions: VersionsMode) -> list[Row]:
     """The newest evaluation of each algorithm version; with ``latest``, of each algorithm
-    only its latest version."""
-    newest_per_version: dict[int, Row] = {}
+    only its latest version. Under the Ladder a figure belongs to the evaluation that earned
+    it, so an entry whose own evaluation released no score gives way to the one of the same
+    version (or, with ``latest``, of the same algorithm) that released the best."""
+    per_version: dict[int, Row] = {}
     for row in rows:  # newest evaluation first
-        newest_per_version.setdefault(row.algorithm_version_id, row)
-    kept = list(newest_per_version.values())
+        kept = per_version.setdefault(row.algorithm_version_id, row)
+        if _earned(row) is not None and (_earned(kept) is None):
+            per_version[row.algorithm_version_id] = row
+    kept_rows = list(per_version.values())
     if versions == "latest":
         latest: dict[int, Row] = {}
-        for row in sorted(kept, key=lambda r: -r.algorithm_version_id):
-            latest.setdefault(row.algorithm_id, row)
-        kept = list(latest.values())
-    return kept
+        for row in sorted(kept_rows, key=lambda r: -r.algorithm_version_id):
+            chosen = latest.setdefault(row.algorithm_id, row)
+            if _is_ladder(chosen) and (_earned(row) or -1.0) > (_earned(chosen) or -1.0):
+                latest[row.algorithm_id] = row
+        kept_rows = list(latest.values())
+    return kept_rows
+
+
+def _is_ladder(row: Row) -> bool:
+    return row.view.release == Release.LADDER
+
+
+def _earned(row: Row) -> float | None:
+    """The score a Ladder row's own evaluation earned (None: none, or not the Ladder)."""
+    return row.metrics.get(release.LADDER_METRIC) if _is_ladder(row) else None
 
 
 # --- release ---------------------------------------------------------------------------------
@@ -242,9 +268,10 @@ def _newest(rows: list[Row], versions: VersionsMode) -> list[Row]:
 
 def _release(session: Session, rows: list[Row]) -> None:
     """Replace each row's figures by what its view releases (rank and order follow them)."""
+    # Under the Ladder, each row's own evaluation's earned score (disclosure.ladder).
     scores = ladder.ladder_scores(session, [(r.evaluation_id, r.view) for r in rows])
     for row in rows:
-        row.metrics = disclosure.released_metrics(
+        row.metrics = release.released_metrics(
             row.view, row.metrics, ladder_score=scores.get(row.evaluation_id)
         )
 
@@ -291,9 +318,9 @@ def earlier_same_image(
 
 
 def failures_rule(evaluation: Evaluation) -> FailedRecordings:
-    """The rule for ``evaluation``'s failed recordings: its governing phase's override (the
+    """The rule for ``evaluation``'s failed recordings: its own phase's override (the
     phase of its version, when the phase names its dataset version), else its dataset's."""
-    phase = disclosure.governing_phase(evaluation)
+    phase = rule_facts.own_phase(evaluation)
     if phase is not None and phase.failed_recordings is not None:
         return phase.failed_recordings
     return evaluation.dataset_version.dataset.failed_recordings
@@ -303,7 +330,7 @@ def failed_counts(session: Session, evaluation_ids: list[int]) -> dict[int, int]
     """Recordings that ended as the algorithm's failure, per evaluation.
 
     A count per evaluation is what every viewer may know of a finished evaluation (see
-    :func:`szbench.results.disclosure.outcome_summary`); which recording failed is not.
+    :func:`szbench.disclosure.progress.outcome_summary`); which recording failed is not.
     """
     if not evaluation_ids:
         return {}
@@ -321,12 +348,16 @@ def failed_counts(session: Session, evaluation_ids: list[int]) -> dict[int, int]
 
 
 def _set_apart(rows: list[Row]) -> tuple[list[Row], list[Row]]:
-    """(rankable, unranked): failures per their rule, then later copies of one image."""
+    """(rankable, unranked): failures per their rule, entries that released no score under
+    the Ladder, then later copies of one image."""
     rankable: list[Row] = []
     unranked: list[Row] = []
     for row in rows:
         if not row.complete and row.failures_rule == FailedRecordings.UNRANKED:
             row.unranked = "failed"
+            unranked.append(row)
+        elif _is_ladder(row) and _earned(row) is None:
+            row.unranked = "not_released"
             unranked.append(row)
         else:
             rankable.append(row)
@@ -370,9 +401,9 @@ def board_rows(
     session: Session, dv: DatasetVersion, *, viewer: User | None, versions: VersionsMode
 ) -> tuple[list[Row], list[Row]]:
     """(ranked, unranked): the entries in SzCORE rank order, and those shown apart."""
-    rows = _newest(_select(session, dv, viewer), versions)
+    rows = _select(session, dv, viewer)
     _release(session, rows)
-    ranked, apart = _set_apart(rows)
+    ranked, apart = _set_apart(_newest(rows, versions))
     _rank(ranked, apart)
     return ranked, apart
 
@@ -453,7 +484,7 @@ def _intervals(row: Row, stats: statistics.EntryStats | None) -> dict[str, Inter
         return None
     out = {}
     for metric, (low, high) in stats.ci.items():
-        released = disclosure.released_interval(row.view, metric, low, high)
+        released = release.released_interval(row.view, metric, low, high)
         if released is not None:
             out[metric] = Interval(low=released[0], high=released[1])
     return out
@@ -463,15 +494,13 @@ def _rank_stability(row: Row, stats: statistics.EntryStats | None) -> RankStabil
     if stats is None or not row.view.intervals:
         return None
     view = row.view
-    share = (
-        stats.best_share if view.exact else disclosure.round_ratio(stats.best_share, view.decimals)
-    )
+    share = stats.best_share if view.exact else release.round_ratio(stats.best_share, view.decimals)
     return RankStability(
-        median=disclosure.released_rank(view, stats.rank_median),
-        low=disclosure.released_rank(view, stats.rank_low),
-        high=disclosure.released_rank(view, stats.rank_high),
+        median=release.released_rank(view, stats.rank_median),
+        low=release.released_rank(view, stats.rank_low),
+        high=release.released_rank(view, stats.rank_high),
         best_share=share,
-        histogram=disclosure.released_histogram(view, stats.histogram),
+        histogram=release.released_histogram(view, stats.histogram),
     )
 
 
@@ -511,11 +540,8 @@ def _entries(
     summaries = run_summaries(session, [r.evaluation_id for r in window])
     items = []
     for row in window:
-        summary = summaries[row.evaluation_id]
-        if not row.view.run_resources:
-            # A container chooses how long it runs and how much memory it takes, from the
-            # data it reads: on held-out data those figures are for admins.
-            summary = dataclasses.replace(summary, wall_time_s=None, peak_memory_bytes=None)
+        # Board entries are finished evaluations.
+        summary = shown_summary(row.view, summaries[row.evaluation_id], finished=True)
         entry_stats = stats.by_evaluation.get(row.evaluation_id)
         items.append(
             LeaderboardEntry(
@@ -526,8 +552,9 @@ def _entries(
                 unranked_reason=row.unranked,
                 duplicate_of=_duplicate_of(row),
                 submitted_at=row.submitted_at,
-                started_at=row.started_at,
-                finished_at=row.finished_at,
+                # On held-out data a non-admin reads times rounded up to the progress clock.
+                started_at=timing.shown_moment(row.view, row.started_at),
+                finished_at=timing.shown_moment(row.view, row.finished_at),
                 evaluation_id=row.evaluation_id,
                 algorithm_id=row.algorithm_id,
                 algorithm=row.algorithm,
@@ -558,9 +585,10 @@ def _entries(
     return items
 
 
-def board_release(session: Session, dv: DatasetVersion) -> BoardRelease:
-    """How this board releases scores to non-admins: per phase naming it, its rule now;
-    everything else exact, rounded where its dataset discloses aggregate figures only."""
+def board_release(session: Session, dv: DatasetVersion, *, entries: int = 1) -> BoardRelease:
+    """How this board releases scores to non-admins: per phase naming it, its rule now; the
+    rule every evaluation on it follows outside a closed phase of its own, and what one
+    evaluation can tell a non-admin by that rule, in bits (``disclosure.bits``)."""
     settings = get_settings()
     phases = session.scalars(
         select(Phase)
@@ -568,7 +596,30 @@ def board_release(session: Session, dv: DatasetVersion) -> BoardRelease:
         .where(PhaseDatasetVersion.dataset_version_id == dv.id)
         .order_by(Phase.id)
     ).all()
-    rules = [disclosure.rules_of(p) for p in phases]
+    rules = [rule_facts.rules_of(p) for p in phases]
+    dataset = dv.dataset
+    recordings, subjects = session.execute(
+        select(func.count(Recording.id), func.count(func.distinct(Recording.subject))).where(
+            Recording.dataset_version_id == dv.id
+        )
+    ).one()
+    view = decision.decide(
+        None,
+        rule_facts.Facts(
+            held_out=dataset.kind != DatasetKind.PUBLIC_SAMPLE,
+            dataset_level=dataset.disclosure,
+            data_phases=tuple(rules),
+            subjects=subjects,
+        ),
+    )
+    timeout = (dataset.run_limits or {}).get("timeout_s") or settings.runner_timeout_s
+    bound = bits.bound(
+        view,
+        recordings=recordings,
+        subjects=subjects,
+        entries=entries,
+        run_timeout_s=float(timeout),
+    )
     return BoardRelease(
         decimals=settings.released_decimals,
         phases=[
@@ -580,7 +631,15 @@ def board_release(session: Session, dv: DatasetVersion) -> BoardRelease:
             )
             for r in rules
         ],
+        rule=view.release,
+        bits_per_evaluation=_one_decimal(bound.figures),
+        timing_bits_per_evaluation=_one_decimal(bound.timing),
+        bits_per_comparison=_one_decimal(bound.comparison),
     )
+
+
+def _one_decimal(bits_: float | None) -> float | None:
+    return None if bits_ is None else round(bits_, 1)
 
 
 def _resolve(session: Session, query: BoardQuery) -> tuple[Dataset, DatasetVersion]:
@@ -605,7 +664,7 @@ def leaderboard(session: Session, query: BoardQuery, *, viewer: User | None) -> 
         dataset_version=dv.version,
         kind=dataset.kind,
         ranking=RANKING_RULE,
-        release=board_release(session, dv),
+        release=board_release(session, dv, entries=len(ranked)),
         failed_recordings=dataset.failed_recordings,
         unranked_total=len(apart),
         sort=query.sort,
@@ -661,7 +720,7 @@ def _facts(session: Session, subject: tuple[str, str | None]) -> LeaderboardFact
         .order_by(Phase.id)
     ).all()
     closed = tuple(
-        (pid, disclosure.phase_closed(is_open, closes)) for pid, is_open, closes in phases
+        (pid, rule_facts.phase_closed(is_open, closes)) for pid, is_open, closes in phases
     )
     return LeaderboardFacts(dv_id, revision, closed)
 

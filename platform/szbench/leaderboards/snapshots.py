@@ -3,7 +3,7 @@
 A snapshot stores the board as :func:`szbench.leaderboards.service.leaderboard` shows it to
 an anonymous visitor (``viewer=None``), whoever takes it: what every reader of the paper may
 see, never an admin's exact figures nor an owner's hidden entry, so a snapshot is no channel
-around :func:`szbench.results.disclosure.decide`. The figures are those released at that
+around :func:`szbench.disclosure.decision.decide`. The figures are those released at that
 moment (rounded to ``SZBENCH_RELEASED_DECIMALS``, by the Ladder, or exact once a phase
 closed), with every entry's image digest and scorer version, the dataset version's manifest
 checksum and the board's rules.

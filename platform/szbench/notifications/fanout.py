@@ -2,7 +2,7 @@
 
 The event's composer (:mod:`szbench.notifications.kinds`) says who hears of it and what
 each one is told, through the rules every page follows (:mod:`szbench.auth.policy`,
-:mod:`szbench.results.disclosure`): an algorithm's owner learns what their evaluation page
+:mod:`szbench.disclosure`): an algorithm's owner learns what their evaluation page
 shows them, never the message of a run on held-out data. Each payload is composed once and
 stored with its delivery, so every attempt sends the same bytes. Inactive accounts get
 nothing.

@@ -8,6 +8,7 @@ from szbench.api.deps import SessionDep
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import Page, PageDep
 from szbench.auth.dependencies import AdminOnly, Anyone
+from szbench.disclosure import facts as rule_facts
 from szbench.models import DatasetVersion, Phase
 from szbench.phases import service
 from szbench.phases.schemas import (
@@ -17,7 +18,6 @@ from szbench.phases.schemas import (
     PhaseUpdate,
     PublishOut,
 )
-from szbench.results import disclosure
 
 router = APIRouter(prefix="/phases", tags=["phases"], responses=ERROR_RESPONSES)
 
@@ -30,7 +30,7 @@ def _out(phase: Phase) -> PhaseOut:
     return PhaseOut(
         **fields,
         accepting=service.refusal(phase) is None,
-        release=disclosure.rules_of(phase).release,
+        release=rule_facts.rules_of(phase).release,
         dataset_versions=[
             DatasetVersionRef(dataset=dv.dataset.slug, version=dv.version)
             for dv in phase.dataset_versions

@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from szbench.auth import policy
 from szbench.config import get_settings
+from szbench.disclosure import decision, ladder, release
 from szbench.errors import Forbidden, NotFound, Unauthorized
 from szbench.evaluations.queries import provenances
 from szbench.evaluations.schemas import DatasetResultOut, RunOut, RunProvenance, SubjectResultOut
@@ -25,7 +26,7 @@ from szbench.models import (
     SubjectResult,
     User,
 )
-from szbench.results import disclosure, ladder, run_log
+from szbench.results import run_log
 
 METRICS = (
     "event_sensitivity",
@@ -49,31 +50,35 @@ def dataset_result(
     result = session.scalar(
         select(DatasetResult).where(DatasetResult.evaluation_id == evaluation.id)
     )
+    view = decision.view_of(viewer, evaluation)
     if result is None:
-        raise NotFound(
-            f"evaluation {evaluation.id} has no result yet (status {evaluation.status.value})"
+        # The stored status would tell a coarse viewer when the evaluation started.
+        status = (
+            ""
+            if view.progress == decision.ProgressDetail.COARSE
+            else (f" (status {evaluation.status.value})")
         )
-    view = disclosure.view_of(viewer, evaluation)
+        raise NotFound(f"evaluation {evaluation.id} has no result yet{status}")
     return DatasetResultOut(
         evaluation_id=evaluation.id,
         subjects=result.subjects,
         recordings=result.recordings,
         missing_hypotheses=result.missing_hypotheses,
         release=view.release,
-        report=disclosure.released_report(view, result.report or {}),
+        report=release.released_report(view, result.report or {}),
         provenance=provenances(session, [evaluation], viewer=viewer)[evaluation.id],
         **released_metrics(session, [(evaluation, view)])[evaluation.id],
     )
 
 
 def released_metrics(
-    session: Session, shown: list[tuple[Evaluation, disclosure.View]]
+    session: Session, shown: list[tuple[Evaluation, decision.View]]
 ) -> dict[int, dict[str, float | None]]:
     """Each evaluation's dataset-level figures as its view releases them (the Ladder's
     scores read in one query per submitter)."""
     scores = ladder.ladder_scores(session, [(e.id, view) for e, view in shown])
     return {
-        e.id: disclosure.released_metrics(
+        e.id: release.released_metrics(
             view,
             metrics_of(e.result) if e.result is not None else dict.fromkeys(METRICS),
             ladder_score=scores.get(e.id),
@@ -91,7 +96,7 @@ def subject_results(
     offset: int = 0,
 ) -> tuple[list[SubjectResultOut], int]:
     """Per-subject results; Forbidden where the evaluation's disclosure keeps them hidden."""
-    disclosure.view_of(viewer, evaluation).require_subjects(evaluation.id)
+    decision.view_of(viewer, evaluation).require_subjects(evaluation.id)
     where = SubjectResult.evaluation_id == evaluation.id
     total = session.scalar(select(func.count(SubjectResult.id)).where(where)) or 0
     query = select(SubjectResult).where(where).order_by(SubjectResult.subject).offset(offset)
@@ -119,9 +124,9 @@ def recording_runs(
     """Per-recording runs; Forbidden where the evaluation's disclosure keeps them hidden.
 
     Messages, exit codes and resources of held-out runs are reduced to what
-    :mod:`szbench.results.disclosure` lets this viewer see.
+    :mod:`szbench.disclosure` lets this viewer see.
     """
-    view = disclosure.view_of(viewer, evaluation)
+    view = decision.view_of(viewer, evaluation)
     view.require_run_list(evaluation.id, finished=evaluation.status.finished)
     clauses = [RecordingRun.evaluation_id == evaluation.id]
     if outcome is not None:
@@ -151,7 +156,7 @@ def recording_runs(
                 subject=run.recording.subject,
                 outcome=run.outcome,
                 exit_code=run.exit_code if details else None,
-                submitter_message=disclosure.run_message(view, run.outcome, run.submitter_message),
+                submitter_message=decision.run_message(view, run.outcome, run.submitter_message),
                 admin_log=run.admin_log if admin else None,
                 log=logs.get(run.id),
                 attempts=run.attempts,
@@ -167,9 +172,9 @@ def recording_runs(
                 has_detections=run.detections_tsv is not None,
                 provenance=RunProvenance(
                     image_digest=run.image_digest,
-                    recording_checksum=run.recording_checksum,
+                    recording_checksum=run.recording_checksum if view.recording_checksums else None,
                     scorer_version=run.scorer_version,
-                    worker_host=run.worker_host,
+                    worker_host=run.worker_host if view.worker_hosts else None,
                     gpu_model=run.gpu_model,
                     gpu_driver=run.gpu_driver,
                     wall_time_s=run.wall_time_s if resources else None,
@@ -208,7 +213,7 @@ def detections(
     run = session.get(RecordingRun, run_id)
     if run is None or run.evaluation_id != evaluation.id:
         raise NotFound(f"evaluation {evaluation.id} has no run {run_id}")
-    if not disclosure.view_of(viewer, evaluation).detections:
+    if not decision.view_of(viewer, evaluation).detections:
         if viewer is None:
             raise Unauthorized("sign in to read detections")
         raise Forbidden(

@@ -14,11 +14,12 @@ from szbench.api.downloads import table_response
 from szbench.api.errors import ERROR_RESPONSES
 from szbench.api.pagination import IdPath, Page, PageDep
 from szbench.auth.dependencies import Anyone
+from szbench.disclosure import decision
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations.queries import provenances
 from szbench.evaluations.schemas import DatasetResultOut, RunOut, SubjectResultsPage
 from szbench.models import RunOutcome
-from szbench.results import disclosure, queries, service
+from szbench.results import queries, service
 from szbench.results.schemas import AlgorithmResultRow, AlgorithmResults
 
 router = APIRouter(tags=["results"], responses=ERROR_RESPONSES)
@@ -177,7 +178,7 @@ def algorithm_results(
             offset=page.offset,
         )
         prov = provenances(session, window, viewer=caller.user)
-        views = [(e, disclosure.view_of(caller.user, e)) for e in window]
+        views = [(e, decision.view_of(caller.user, e)) for e in window]
         released = queries.released_metrics(session, views)
         items = [
             AlgorithmResultRow(

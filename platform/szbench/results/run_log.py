@@ -6,7 +6,7 @@ may append its own ``[worker]``/``[reconciler]`` lines. The owner of a public-sa
 only what follows the first marker, up to the first appended worker line, and only for
 outcomes the algorithm itself caused: an infrastructure failure's note may name host paths.
 Held-out runs never reach this function for non-admins (see
-:attr:`szbench.results.disclosure.View.run_details`).
+:attr:`szbench.disclosure.decision.View.run_details`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from szbench.disclosure.decision import Release
 from szbench.evaluations.schemas import RELEASE_DESCRIPTION, Metrics, Provenance
-from szbench.results.disclosure import Release
 
 
 class AlgorithmResultRow(Metrics):

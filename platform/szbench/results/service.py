@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from szbench.auth import policy
 from szbench.config import get_settings
+from szbench.disclosure import decision
+from szbench.disclosure import facts as rule_facts
 from szbench.errors import NotFound
 from szbench.models import (
     Algorithm,
@@ -21,10 +23,10 @@ from szbench.models import (
     Evaluation,
     EvaluationKind,
     Phase,
+    PhaseDatasetVersion,
     User,
     Visibility,
 )
-from szbench.results import disclosure
 from szbench.stamped_cache import Answer, StampedCache, viewer_key
 
 
@@ -37,7 +39,7 @@ class EvaluationFacts(NamedTuple):
     visibility: Visibility
     published: bool
     kind: EvaluationKind
-    disclosure: disclosure.Facts
+    disclosure: rule_facts.Facts
     # The evaluation's, its algorithm's and its dataset version's counters: a result, a
     # publish, a rule of the dataset or of the governing phase bumps one of them.
     revisions: tuple[int, int, int]
@@ -68,7 +70,8 @@ def _evaluation_facts(session: Session, evaluation_id: int) -> EvaluationFacts |
             Evaluation.kind,
             Dataset.kind,
             Dataset.disclosure,
-            *disclosure.PHASE_COLUMNS,
+            *rule_facts.PHASE_COLUMNS,
+            Evaluation.dataset_version_id,
             DatasetResult.subjects,
             Evaluation.revision,
             Algorithm.revision,
@@ -81,13 +84,19 @@ def _evaluation_facts(session: Session, evaluation_id: int) -> EvaluationFacts |
         .outerjoin(DatasetResult, DatasetResult.evaluation_id == Evaluation.id)
         .where(Evaluation.id == evaluation_id)
     )
-    row = session.execute(disclosure.join_governing_phase(query)).first()
+    row = session.execute(rule_facts.join_own_phase(query)).first()
     if row is None:
         return None
     owner_id, team_id, visibility, published, kind, dataset_kind, level, *rest = row
-    phase, (subjects, *revisions) = tuple(rest[:6]), rest[6:]
-    facts = disclosure.facts_from_row(
-        dataset_kind, level, phase, subjects=subjects, owner_id=owner_id, team_id=team_id
+    phase, (dv_id, subjects, *revisions) = tuple(rest[:6]), rest[6:]
+    facts = rule_facts.facts_from_row(
+        dataset_kind,
+        level,
+        phase,
+        data=rule_facts.data_phases(session, [dv_id])[dv_id],
+        subjects=subjects,
+        owner_id=owner_id,
+        team_id=team_id,
     )
     evaluation_rev, algorithm_rev, dataset_rev = revisions
     return EvaluationFacts(
@@ -125,15 +134,33 @@ def _algorithm_facts(session: Session, algorithm_id: int) -> AlgorithmFacts | No
     ).first()
     if row is None:
         return None
+    # Its versions' own phases and every phase naming data it was evaluated on: their rules
+    # decide what its results show.
+    evaluated_on = (
+        select(Evaluation.dataset_version_id)
+        .join(AlgorithmVersion, Evaluation.algorithm_version_id == AlgorithmVersion.id)
+        .where(AlgorithmVersion.algorithm_id == algorithm_id)
+    )
     phases = session.execute(
         select(Phase.id, Phase.is_open, Phase.closes_at)
-        .join(AlgorithmVersion, AlgorithmVersion.phase_id == Phase.id)
-        .where(AlgorithmVersion.algorithm_id == algorithm_id)
-        .distinct()
+        .where(
+            or_(
+                Phase.id.in_(
+                    select(AlgorithmVersion.phase_id).where(
+                        AlgorithmVersion.algorithm_id == algorithm_id
+                    )
+                ),
+                Phase.id.in_(
+                    select(PhaseDatasetVersion.phase_id).where(
+                        PhaseDatasetVersion.dataset_version_id.in_(evaluated_on)
+                    )
+                ),
+            )
+        )
         .order_by(Phase.id)
     ).all()
     closed = tuple(
-        (pid, disclosure.phase_closed(is_open, closes_at)) for pid, is_open, closes_at in phases
+        (pid, rule_facts.phase_closed(is_open, closes_at)) for pid, is_open, closes_at in phases
     )
     return AlgorithmFacts(*row, phases_closed=closed)
 
@@ -171,7 +198,7 @@ def authorize_evaluation(viewer: User | None, evaluation_id: int, facts: Evaluat
 def authorize_subjects(viewer: User | None, evaluation_id: int, facts: EvaluationFacts) -> None:
     """:func:`authorize_evaluation`, and the per-subject figures must be disclosed."""
     authorize_evaluation(viewer, evaluation_id, facts)
-    disclosure.decide(viewer, facts.disclosure).require_subjects(evaluation_id)
+    decision.decide(viewer, facts.disclosure).require_subjects(evaluation_id)
 
 
 def authorize_algorithm(viewer: User | None, algorithm_id: int, facts: AlgorithmFacts) -> None:
@@ -195,12 +222,12 @@ def evaluation_answer(
     authorize: Callable[[User | None, int, EvaluationFacts], None] = authorize_evaluation,
 ) -> Answer:
     """An answer about one evaluation, shared by every viewer with the same
-    :class:`~szbench.results.disclosure.View` of it (admins, the owner, everyone else)."""
+    :class:`~szbench.disclosure.decision.View` of it (admins, the owner, everyone else)."""
     facts = evaluation_answers.facts(session, evaluation_id)
     if facts is None:
         raise NotFound(f"evaluation {evaluation_id} does not exist")
     authorize(viewer, evaluation_id, facts)
-    view = disclosure.decide(viewer, facts.disclosure)
+    view = decision.decide(viewer, facts.disclosure)
     return evaluation_answers.answer(evaluation_id, facts, (variant, view.shape), build)
 
 

@@ -521,6 +521,7 @@ def evaluation_page(
         "failures_rule": failures_rule(evaluation).value,
         "smoke_reason": web_queries.smoke_rejection(evaluation, version),
         "board_url": _board_url(evaluation, version),
+        **web_queries.progress_clock_words(),
     }
     return render(request, "evaluation.html", caller, context)
 

@@ -19,6 +19,7 @@ from szbench.datasets import queries as datasets
 from szbench.datasets import router as datasets_api
 from szbench.datasets import service as dataset_service
 from szbench.datasets.schemas import DatasetVersionCreate
+from szbench.disclosure.facts import rules_of
 from szbench.errors import BadRequest, SzbenchError
 from szbench.evaluations import queries as evaluations
 from szbench.models import (
@@ -31,7 +32,6 @@ from szbench.models import (
 )
 from szbench.phases import service as phases
 from szbench.phases.schemas import PhaseCreate
-from szbench.results.disclosure import rules_of
 from szbench.web import forms
 from szbench.web import queries as web_queries
 from szbench.web.common import CsrfChecked, redirect, render

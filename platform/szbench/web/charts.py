@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from html import escape
 
-_ids = itertools.count(1)
+# Each request runs in its own copy of the context, so each answer counts from 1: ids never
+# collide within a page, and the same page is the same bytes each time (a counter shared by
+# the process made every answer differ, and told how many charts others had been shown).
+_ids: ContextVar[Iterator[int] | None] = ContextVar("chart_ids", default=None)
 
 
 def _uid(prefix: str) -> str:
-    # Unique per process: several charts share one page, and ids must not collide.
-    return f"{prefix}-{next(_ids)}"
+    ids = _ids.get()
+    if ids is None:
+        ids = itertools.count(1)
+        _ids.set(ids)
+    return f"{prefix}-{next(ids)}"
 
 
 def is_missing(value: float | None) -> bool:

@@ -21,9 +21,9 @@ from szbench.auth.dependencies import Anyone
 from szbench.compare import service
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
+from szbench.disclosure import decision, release
 from szbench.errors import BadRequest
 from szbench.leaderboards import service as leaderboards
-from szbench.results import disclosure
 from szbench.results.queries import METRICS
 from szbench.web import charts
 from szbench.web.common import render
@@ -146,8 +146,8 @@ def compare_page(
         # What may be shown is the disclosure module's answer (each entry's view, each pair's
         # released test); the page only draws it.
         views = service.views_of(rows, viewer=caller.user)
-        if disclosure.comparing(views.values()) == disclosure.Comparing.NONE:
-            context["hidden"] = disclosure.comparison_withheld(views)
+        if release.comparing(views.values()) == decision.Comparing.NONE:
+            context["hidden"] = release.comparison_withheld(views)
         else:
             comparison = service.compare(session, chosen, viewer=caller.user, metric=metric)
             # An entry is called what the leaderboard and its own page call it: its title

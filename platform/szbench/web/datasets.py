@@ -83,7 +83,6 @@ def dataset_page(request: Request, slug: str, session: SessionDep, caller: Anyon
         "versions": versions,
         "boards": boards,
         "public_sample": dataset.kind == DatasetKind.PUBLIC_SAMPLE,
-        "subjects_disclosed": facts.subjects_disclosed(dataset, caller.user),
     }
     return render(request, "dataset.html", caller, context)
 

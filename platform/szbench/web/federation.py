@@ -19,10 +19,10 @@ from fastapi.responses import HTMLResponse, Response
 
 from szbench.api.deps import SessionDep
 from szbench.auth.dependencies import AdminOnly, Anyone
+from szbench.disclosure import decision
 from szbench.errors import SzbenchError
 from szbench.federation import centre, queries, service, signing
 from szbench.models import Algorithm, AlgorithmVersion, User
-from szbench.results import disclosure
 from szbench.results import queries as results
 from szbench.web import queries as web_queries
 from szbench.web.common import CsrfChecked, redirect, render
@@ -144,7 +144,7 @@ def _hub_figures(
             for e in web_queries.visible_results(session, algorithm, viewer)
             if e.algorithm_version_id in version_ids and e.official
         ]
-        views = [(e, disclosure.view_of(viewer, e)) for e in shown]
+        views = [(e, decision.view_of(viewer, e)) for e in shown]
         released = results.released_metrics(session, views)
         for e, view in views:
             out.setdefault(e.algorithm_version_id, []).append(

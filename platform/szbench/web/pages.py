@@ -14,6 +14,7 @@ from szbench.auth import accounts, cookies, mail
 from szbench.auth.dependencies import Anyone
 from szbench.config import get_settings
 from szbench.datasets import queries as datasets
+from szbench.disclosure import decision
 from szbench.errors import (
     BadRequest,
     Forbidden,
@@ -28,7 +29,6 @@ from szbench.leaderboards import service as leaderboards
 from szbench.leaderboards import snapshots
 from szbench.leaderboards.statistics import CI_METRICS
 from szbench.models import Evaluation
-from szbench.results import disclosure
 from szbench.results import queries as results
 from szbench.web import charts, forms
 from szbench.web import queries as web_queries
@@ -312,7 +312,7 @@ def algorithm_page(
             raise NotFound(f"evaluation {evaluation} is not a result of this algorithm")
     elif shown:
         selected = shown[-1]
-    views = [(e, disclosure.view_of(caller.user, e)) for e in shown]
+    views = [(e, decision.view_of(caller.user, e)) for e in shown]
     context: dict[str, object] = {
         "title": algorithm.title or algorithm.name,
         "algorithm": algorithm,
@@ -339,7 +339,7 @@ def algorithm_page(
 def _evaluation_charts(
     session: SessionDep, evaluation: Evaluation, caller: Caller
 ) -> dict[str, object]:
-    view = disclosure.view_of(caller.user, evaluation)
+    view = decision.view_of(caller.user, evaluation)
     subjects_hidden = None
     subjects: list[SubjectResultOut] = []
     if view.subjects:
@@ -378,7 +378,8 @@ def _evaluation_charts(
         entry = next((e for e in board.items if e.evaluation_id == evaluation.id), None)
         if entry is not None and entry.rank_stability is None and statistics_status == "ok":
             statistics_status = (
-                "not disclosed: this phase releases scores by the Ladder until it closes"
+                f"not disclosed: phase {view.ladder_phase} releases scores on this data by the "
+                "Ladder until it closes"
                 if view.release.value == "ladder"
                 else f"not disclosed: over {entry.subjects} subject(s) the resampled ranks "
                 "would show per-subject results, which this held-out dataset does not disclose"

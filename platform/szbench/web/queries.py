@@ -21,6 +21,8 @@ from sqlalchemy.orm import Session, joinedload
 from szbench.algorithms import service as algorithms
 from szbench.auth import policy
 from szbench.config import get_settings
+from szbench.disclosure import decision
+from szbench.disclosure import progress as timing
 from szbench.evaluations import queries as evaluations
 from szbench.evaluations import service as evaluation_service
 from szbench.models import (
@@ -38,7 +40,6 @@ from szbench.models import (
     VersionStatus,
 )
 from szbench.quotas import service as quotas
-from szbench.results import disclosure
 from szbench.results import queries as results
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Submissions:
 
     views: list[AlgorithmView]
     counts: dict[int, dict[str, int]]
-    shown: dict[int, disclosure.ShownProgress]
+    shown: dict[int, timing.ShownProgress]
 
 
 def my_submissions(session: Session, user: User) -> Submissions:
@@ -101,10 +102,31 @@ def my_submissions(session: Session, user: User) -> Submissions:
     raw = evaluations.outcome_counts(session, [e.id for e in rows])
     shown = evaluations.shown_progress(session, list(rows), viewer=user)
     counts = {
-        e.id: disclosure.outcome_summary(shown[e.id][0], raw[e.id], finished=e.status.finished)
+        e.id: timing.outcome_summary(shown[e.id][0], raw[e.id], finished=e.status.finished)
         for e in rows
     }
     return Submissions(views, counts, {i: progress for i, (_, progress) in shown.items()})
+
+
+def progress_clock_words() -> dict[str, Any]:
+    """The progress clock, for pages that explain it: its step (a timedelta), the step and
+    the coarse fraction in words."""
+    settings = get_settings()
+    step_s, steps = settings.progress_step_s, settings.progress_fraction_steps
+    if step_s % 3600 == 0:
+        step_text = f"{step_s // 3600}-hour"
+    elif step_s % 60 == 0:
+        step_text = f"{step_s // 60}-minute"
+    else:
+        step_text = f"{step_s}-second"
+    fraction_text = {2: "halves", 4: "quarters", 10: "tenths"}.get(steps, f"steps of 1/{steps}")
+    return {
+        "step": timedelta(seconds=step_s),
+        "step_text": step_text,
+        "fraction_text": fraction_text,
+        # A rounded time is never shown as past before it is.
+        "clock_now": timing.now(),
+    }
 
 
 def closed_versions(views: list[AlgorithmView], user: User | None) -> dict[int, str]:
@@ -142,6 +164,7 @@ def progress_snapshot(session: Session, user: User) -> dict[str, Any]:
                         "finished": e.status.finished,
                         "detail": shown.detail.value,
                         "recordings_done": shown.done,
+                        "recordings_done_at_most": shown.done_at_most,
                         "recordings_total": shown.total,
                         "outcomes": mine.counts.get(e.id, {}),
                         "message": e.message,
@@ -204,7 +227,7 @@ def timelines(
     be shown, the reason.
     """
     dataset = evaluation.dataset_version.dataset
-    view = disclosure.view_of(viewer, evaluation)
+    view = decision.view_of(viewer, evaluation)
     if not view.recordings:
         return [], view.withheld("Timelines") + "."
     if not view.held_out and not policy.can_read_recordings(viewer, dataset):

@@ -17,7 +17,7 @@ container reads ``/data/$INPUT`` (one EDF) and writes ``/output/$OUTPUT`` (one T
 Who sees what: :attr:`RunResult.submitter_message` is the detailed reason: never a host path
 or the container's logs, but it may quote a bounded snippet of what the algorithm wrote, so
 it is shown only to admins and to the owner of a run on a public sample. Everyone else reads
-a fixed text per outcome (:mod:`szbench.results.disclosure`): an algorithm that has read
+a fixed text per outcome (:mod:`szbench.disclosure`): an algorithm that has read
 hidden EEG could otherwise smuggle it out through an error message, its exit code or its
 outcome. :attr:`RunResult.admin_log` has everything, for admins.
 

@@ -48,7 +48,7 @@ def _snippet(text: str, *paths: Path | str) -> str:
 
 def _row_text(tsv: Path, row: int) -> str | None:
     """Line ``row`` (1-based, the header is 1) of the algorithm's TSV, so its owner sees what
-    the parser refused; shown only where :mod:`szbench.results.disclosure` allows details."""
+    the parser refused; shown only where :mod:`szbench.disclosure` allows details."""
     try:
         with tsv.open("rb") as handle:
             for number, line in enumerate(handle, 1):

@@ -8,6 +8,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from szbench.auth import policy
+from szbench.disclosure import decision
+from szbench.disclosure import progress as timing
 from szbench.errors import NotFound
 from szbench.evaluations import queries as evaluation_queries
 from szbench.models import (
@@ -20,7 +22,6 @@ from szbench.models import (
     User,
 )
 from szbench.notifications.kinds.base import Composer, algorithm_facts, iso, link, number
-from szbench.results import disclosure
 from szbench.results import queries as result_queries
 
 
@@ -49,7 +50,11 @@ class EvaluationEnded(Composer):
         evaluation = session.get(Evaluation, event.evaluation_id)
         if evaluation is None or not policy.can_view_evaluation(user, evaluation):
             return None
-        return {**self.envelope(event, user), "evaluation": _facts(session, evaluation, user)}
+        payload = {**self.envelope(event, user), "evaluation": _facts(session, evaluation, user)}
+        # The event happens when the evaluation ends: rounded as its finish is (issue 28.3).
+        view = decision.view_of(user, evaluation)
+        payload["created_at"] = iso(timing.shown_moment(view, event.created_at))
+        return payload
 
     def summary(self, payload: dict[str, Any]) -> str:
         e = payload["evaluation"]
@@ -89,7 +94,7 @@ def _facts(session: Session, evaluation: Evaluation, user: User) -> dict[str, An
     """The evaluation as its page shows it to ``user``: outcome counts through the
     disclosure rules (:func:`szbench.evaluations.queries.progress`), the dataset-level
     figures as they are released to ``user`` (rounded, the Ladder's score or exact, with
-    ``release`` saying which: :mod:`szbench.results.disclosure`), the platform's own summary
+    ``release`` saying which: :mod:`szbench.disclosure`), the platform's own summary
     message."""
     progress = evaluation_queries.progress(session, evaluation, viewer=user)
     version = evaluation.algorithm_version
@@ -123,6 +128,6 @@ def _facts(session: Session, evaluation: Evaluation, user: User) -> dict[str, An
         "figures": figures,
         # Rounded to the progress clock for a non-admin on held-out data, as on the page.
         "finished_at": iso(
-            disclosure.shown_moment(disclosure.view_of(user, evaluation), evaluation.finished_at)
+            timing.shown_moment(decision.view_of(user, evaluation), evaluation.finished_at)
         ),
     }

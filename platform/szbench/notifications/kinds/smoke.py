@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from szbench.auth import policy
+from szbench.disclosure import decision
 from szbench.models import (
     Algorithm,
     AlgorithmVersion,
@@ -20,7 +21,6 @@ from szbench.models import (
     User,
 )
 from szbench.notifications.kinds.base import Composer, algorithm_facts, link
-from szbench.results import disclosure
 
 
 class SmokeTestFailed(Composer):
@@ -61,7 +61,7 @@ class SmokeTestFailed(Composer):
 
 def _message(session: Session, version: AlgorithmVersion, user: User) -> str:
     """Why the smoke test failed, as far as ``user`` may read the run's own message
-    (:func:`szbench.results.disclosure.run_message`). A rejection without a run (an image
+    (:func:`szbench.disclosure.decision.run_message`). A rejection without a run (an image
     refused before it ran) is the platform's own text."""
     smoke = session.scalars(
         select(Evaluation)
@@ -78,7 +78,7 @@ def _message(session: Session, version: AlgorithmVersion, user: User) -> str:
     )
     if smoke is None or run is None or run.outcome is None:
         return version.status_message
-    view = disclosure.view_of(user, smoke)
+    view = decision.view_of(user, smoke)
     if view.run_details:
         return version.status_message
-    return "Smoke test failed: " + disclosure.run_message(view, run.outcome, run.submitter_message)
+    return "Smoke test failed: " + decision.run_message(view, run.outcome, run.submitter_message)

@@ -1,12 +1,19 @@
 // The evaluation page: poll the progress answer (with its ETag: an unchanged answer is a
 // bodyless 304) and update the state, the bar, the count and the estimate in place; reload
-// once the evaluation is over, so that its results and runs appear. Without scripts the page
-// refreshes itself every minute (a <noscript> meta refresh) and offers a link.
+// once the evaluation is over, so that its results and runs appear. A coarse answer (held-out
+// data, non-admins) moves only at a tick of the progress clock or at the end: then the page
+// reloads, so that its sentences are the server's. Without scripts the page refreshes itself
+// every minute (a <noscript> meta refresh) and offers a link.
 "use strict";
 (function () {
   const box = document.getElementById("live-progress");
   if (!box || box.dataset.finished === "true") return;
   const url = box.dataset.progressUrl;
+  const coarse = box.dataset.coarse === "true";
+  // What the page shows of a coarse answer: when a poll says otherwise, a tick has passed.
+  function shownKey(p) {
+    return p.status + "|" + p.recordings_done + "|" + (p.as_of ? Date.parse(p.as_of) / 1000 : "");
+  }
   const note = document.getElementById("live-note");
   const intervalMs = 5000;
   let etag = null;
@@ -68,13 +75,18 @@
     if (!response.ok) { text(note, "Live updates stopped (" + response.status + "): reload the page."); return; }
     etag = response.headers.get("ETag");
     const p = await response.json();
+    if (["done", "failed", "cancelled"].includes(p.status)) { window.location.reload(); return; }
+    if (coarse) {
+      if (shownKey(p) !== box.dataset.shown) { window.location.reload(); return; }
+      text(note, "Updating at each tick of the progress clock.");
+      return schedule();
+    }
     last = p;
     show(p);
-    if (["done", "failed", "cancelled"].includes(p.status)) { window.location.reload(); return; }
     text(note, "Updating live.");
     schedule();
   }
 
-  text(note, "Updating live.");
+  text(note, coarse ? "Updating at each tick of the progress clock." : "Updating live.");
   schedule();
 })();

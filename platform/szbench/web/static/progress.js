@@ -63,7 +63,10 @@
         if (badge) badge.className = "badge status-" + e.status;
         const bar = row.querySelector('[data-field="progress"]');
         if (bar) { bar.max = Math.max(1, e.recordings_total); bar.value = e.recordings_done; }
-        text(row.querySelector('[data-field="progress-text"]'), e.recordings_done + " / " + e.recordings_total);
+        // On held-out data the count is a range (coarse steps): as the server writes it.
+        const most = e.recordings_done_at_most;
+        text(row.querySelector('[data-field="progress-text"]'),
+          (most > e.recordings_done ? e.recordings_done + "–" + most : e.recordings_done) + " / " + e.recordings_total);
         text(row.querySelector('[data-field="outcomes"]'), outcomes(e.outcomes));
         text(row.querySelector('[data-field="message"]'), e.message || "");
         // Every recording ran: the scores are being computed and there is nothing to cancel.
