@@ -32,16 +32,18 @@ from szbench.models import (
     Disclosure,
     EvaluationKind,
     EvaluationStatus,
+    NotificationEvent,
     Role,
     RunOutcome,
 )
-from szbench.notifications import service as notifications
+from szbench.notifications import events, kinds
 from szbench.web import (
     account,
     admin,
     algorithms,
     compare,
     datasets,
+    federation,
     pages,
     submit_help,
     teams,
@@ -88,7 +90,7 @@ def _routes() -> list[str]:
     api = {path for path, ops in app.openapi()["paths"].items() if "get" in ops}
     routers = (
         pages, compare, algorithms, account, admin, datasets, submit_help, snapshot_pages,
-        notification_pages, teams,
+        notification_pages, teams, federation,
     )  # fmt: skip
     web = {
         route.path
@@ -173,6 +175,9 @@ def test_nothing_an_owner_reads_moves_between_two_ticks(
         "upload_id": "0" * 32,
         "user_id": owner.id,
         "checksum": recordings[0].checksum,
+        "name": "a-centre",
+        "bundle_id": 0,
+        "result_id": 0,
     }
     urls = _urls(
         values,
@@ -254,9 +259,10 @@ def test_a_notification_about_a_held_out_evaluation_carries_rounded_times(
     finished = datetime(2026, 1, 1, 12, 7, 31, 123456, tzinfo=UTC)
     ev = f.evaluation(s, f.version(s, f.algorithm(s, owner)), held, finished_at=finished)
     f.result(s, ev, {"01": {"event_f1": 0.5}})
-    event_id = notifications.record_evaluation_end(s, ev)
+    event_id = events.record_evaluation_end(s, ev)
     assert event_id is not None
-    payload = notifications.compose(s, s.get_one(notifications.NotificationEvent, event_id), owner)
+    event = s.get_one(NotificationEvent, event_id)
+    payload = kinds.of(event.kind).compose(s, event, owner)
     assert payload is not None
     step = 900
     for moment in (payload["created_at"], payload["evaluation"]["finished_at"]):
