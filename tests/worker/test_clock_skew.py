@@ -141,7 +141,11 @@ def test_a_worker_an_hour_ahead_that_dies_gives_its_run_back_within_the_heartbea
         ahead.stop_all()
         from szbench_worker.docker_runner import cleanup_orphans
 
-        cleanup_orphans(docker_client, host=skewed_host, everything=True)
+        # The killed worker's staging directory too: its /output tmpfs stays mounted until
+        # a sweep unmounts it (a worker's start-up sweep on that host, in production).
+        cleanup_orphans(
+            docker_client, host=skewed_host, everything=True, work_dir=tmp_path / "runs"
+        )
 
 
 def test_a_worker_ten_minutes_behind_writes_times_in_order_and_serves_its_queue(
