@@ -114,8 +114,10 @@ class Beat:
     run_ids: Sequence[int]
     free_since: datetime | None
     started_at: datetime
-    #: Why it takes no runs now (:func:`szbench_worker.health.host_fault`); None: it does.
+    #: Why it takes no runs now (:func:`szbench_worker.health.host_fault`, a sentence anyone
+    #: may read); None: it does. ``fault_kind``: what its host lacks.
     fault: str | None = None
+    fault_kind: str | None = None
 
 
 def write_heartbeat(beat: Beat) -> None:
@@ -132,6 +134,7 @@ def write_heartbeat(beat: Beat) -> None:
         row.run_ids = sorted(beat.run_ids)
         row.free_since = beat.free_since
         row.fault = beat.fault[:500] if beat.fault else None
+        row.fault_kind = beat.fault_kind[:40] if beat.fault and beat.fault_kind else None
         row.last_seen_at = _now()
 
 
