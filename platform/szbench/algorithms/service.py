@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from szbench.errors import (
     InvalidSubmission,
     NotFound,
     PayloadTooLarge,
+    ServiceUnavailable,
 )
 from szbench.evaluations import service as evaluation_service
 from szbench.links import check_link
@@ -37,6 +39,8 @@ from szbench.phases import service as phases
 from szbench.quotas import service as quotas
 from szbench.uploads import service as uploads
 from szbench.uploads.service import UploadSession
+
+log = logging.getLogger(__name__)
 
 # name[:port]/path[:tag]@sha256:<hex>: a reference pinned to content, so a re-run runs
 # the same bytes. Tag-only references are refused (see docs/api.md).
@@ -208,8 +212,24 @@ def check_upload(upload: UploadSession) -> CheckedUpload:
         raise Conflict(f"upload_id: upload {upload.id} has already been submitted (or was deleted)")
     settings = get_settings()
     info = check_image_archive(archive, allow_root=settings.allow_root_images)
-    pushed = registry.push_archive(archive, info.digest, settings) if settings.registry else None
+    pushed = _push(archive, info.digest) if settings.registry else None
     return CheckedUpload(upload, archive, info, pushed.digest if pushed else None)
+
+
+#: What a submitter reads when the registry does not take an accepted upload (its address,
+#: and the registry's own words, are for the operator's log only).
+REGISTRY_AWAY = (
+    "the platform's image registry is unavailable, so the image could not be stored; the "
+    "upload is kept: submit it again in a few minutes"
+)
+
+
+def _push(archive: Path, image_id: str) -> registry.Pushed:
+    try:
+        return registry.push_archive(archive, image_id, get_settings())
+    except ServiceUnavailable as exc:
+        log.error("pushing image %s to the registry failed: %s", image_id, exc.detail)
+        raise ServiceUnavailable(REGISTRY_AWAY) from exc
 
 
 ARCHIVE_REFUSALS = (InvalidSubmission, PayloadTooLarge)
