@@ -64,8 +64,10 @@ class Settings(BaseSettings):
     runner_helper_image: str = ""
     """Image of the keeper container that holds a run's `/output` volume (the engine's capped
     tmpfs) mounted until the worker has read it, for a worker that cannot mount the tmpfs
-    itself (not root, or in a container); it needs `sleep` and `stat`. Such a worker refuses
-    to start without it. Resolved to an image id once per worker process, so a name moved
+    itself: not root, or not in the mount namespace of the engine behind `DOCKER_HOST` (a
+    worker in a container, or in a namespace of its own); it needs `sleep` and `stat`. Such
+    a worker refuses to start without it (`celery worker` exits before it reports ready,
+    naming this setting). Resolved to an image id once per worker process, so a name moved
     later changes nothing."""
     runner_log_bytes: int = 1024**2
     """Container log kept for admins (its tail)."""
@@ -84,8 +86,8 @@ class Settings(BaseSettings):
     runner_work_dir: Path | None = None
     """Per-run staging; empty: `data_dir/runs`."""
     runner_output_tmpfs: bool | None = None
-    """Who mounts `/output`'s capped tmpfs: true the worker (root in dockerd's mount
-    namespace), false the engine (a volume per run, held by a keeper of
+    """Who mounts `/output`'s capped tmpfs: true the worker (root in the mount namespace of
+    the engine it talks to), false the engine (a volume per run, held by a keeper of
     `runner_helper_image`); empty: the worker when it can."""
     runner_local_command: str = "python3 examples/baseline/detect.py"
     """The detector `runner_backend=local` runs (the demo's baseline)."""
