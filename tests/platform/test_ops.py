@@ -111,7 +111,7 @@ def _closed_port() -> int:
 
 @pytest.mark.redis
 def test_metrics_report_the_database_while_only_the_broker_is_down(
-    settings_env: pytest.MonkeyPatch, pg_url: str, tmp_path
+    settings_env: pytest.MonkeyPatch, pg_url: str
 ) -> None:
     """Issue 29 item 8: a broker outage drops the queue lengths, not the database's figures."""
     client = _client(
@@ -124,8 +124,26 @@ def test_metrics_report_the_database_while_only_the_broker_is_down(
         version = f.version(s, f.algorithm(s, f.user(s)))
         dv = f.dataset_version(s, f.dataset(s, DatasetKind.HELD_OUT))
         f.evaluation(s, version, dv, status=EvaluationStatus.RUNNING, queue="gpu")
+    text = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
+    assert "szbench_metrics_db_up 1.0" in text
+    assert "szbench_metrics_broker_up 0.0" in text
+    assert 'szbench_evaluations{status="running"}' in text
+    assert "szbench_runs_finished_total" in text
+    assert "szbench_queue_length" not in text
+    client = _client(settings_env, SZBENCH_BROKER_URL=redis_url(15))
+    text = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
+    assert "szbench_metrics_broker_up 1.0" in text
+    assert 'szbench_queue_length{queue="gpu"}' in text
+
+
+def test_metrics_count_the_workers_taking_no_runs_by_what_they_lack(
+    settings_env: pytest.MonkeyPatch, pg_url: str
+) -> None:
+    """Issue 29 item 2: a sick host says why in /metrics too."""
+    client = _client(settings_env, SZBENCH_DATABASE_URL=pg_url, SZBENCH_METRICS_TOKEN="scrape-me")
+    tag = uuid.uuid4().hex[:8]
+    with db.session_scope() as s:
         now = datetime.now(UTC)
-        tag = uuid.uuid4().hex[:8]
         for i, kind in enumerate([None, "registry", "registry", "recording_cache"]):
             s.add(
                 WorkerHeartbeat(
@@ -134,19 +152,9 @@ def test_metrics_report_the_database_while_only_the_broker_is_down(
                 )
             )  # fmt: skip
     text = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
-    assert "szbench_metrics_db_up 1.0" in text
-    assert "szbench_metrics_broker_up 0.0" in text
-    assert 'szbench_evaluations{status="running"}' in text
-    assert "szbench_runs_finished_total" in text
-    assert "szbench_queue_length" not in text
-    # Workers, and those that take no runs by what their host lacks (item 2).
     assert f'szbench_workers_live{{queue="q{tag}"}} 4.0' in text
     assert f'szbench_workers_sick{{queue="q{tag}",reason="registry"}} 2.0' in text
     assert f'szbench_workers_sick{{queue="q{tag}",reason="recording_cache"}} 1.0' in text
-    client = _client(settings_env, SZBENCH_BROKER_URL=redis_url(15))
-    text = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
-    assert "szbench_metrics_broker_up 1.0" in text
-    assert 'szbench_queue_length{queue="gpu"}' in text
 
 
 @pytest.mark.slow

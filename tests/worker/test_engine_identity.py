@@ -30,8 +30,6 @@ import pytest
 
 from szbench.models import RunOutcome
 from szbench_worker.docker_runner import DockerRunner
-from szbench_worker.docker_runner.client import engine_pid
-from szbench_worker.docker_runner.mounts import shares_mounts_with_engine
 from szbench_worker.runner import RunnerError
 from tests.worker.conftest import BASE_IMAGE, LIMITS, REPO, write_edf
 
@@ -111,6 +109,9 @@ def second_engine(docker_client: Any, test_images: dict[str, str]) -> Iterator[S
 def test_the_engine_is_the_process_behind_the_socket(
     docker_client: Any, second_engine: SecondEngine
 ) -> None:
+    from szbench_worker.docker_runner.client import engine_pid
+    from szbench_worker.docker_runner.mounts import shares_mounts_with_engine
+
     ours = second_engine.client()
     assert engine_pid(ours) == second_engine.pid
     shared = engine_pid(docker_client)
@@ -193,6 +194,8 @@ def test_a_root_worker_in_the_engines_mount_namespace_mounts_output_itself(
 def test_a_socket_handed_to_the_engine_by_a_service_manager(tmp_path: Path) -> None:
     """systemd's socket activation: the socket's listener (the peer's credentials) is the
     manager; the engine is the process named dockerd that holds the listening socket."""
+    from szbench_worker.docker_runner.client import engine_pid
+
     path = str(tmp_path / "engine.sock")
     manager = subprocess.Popen(
         [sys.executable, "-c", _MANAGER, path], stdout=subprocess.PIPE, text=True

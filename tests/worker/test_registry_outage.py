@@ -44,7 +44,6 @@ from szbench.models import (
     VersionStatus,
     WorkerHeartbeat,
 )
-from szbench_worker.faults import REGISTRY_AWAY
 from tests.platform import factories as f
 
 from . import _live_services as live
@@ -54,6 +53,8 @@ from .test_reconcile_celery import OwnRedis
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
+#: What the worker's heartbeat, the evaluation's hold and the smoke test say (no address).
+REGISTRY_AWAY = "the image registry does not answer"
 #: How long the registry is away (the issue's figure).
 OUTAGE_S = 120.0
 #: Every timer a worker reads, left at its shipped default for this test.
@@ -180,7 +181,10 @@ def _present(docker_client: Any, image_id: str) -> bool:
 
 def _heartbeat_faults() -> list[tuple[str | None, str | None]]:
     with session_scope() as session:
-        return [(b.fault, b.fault_kind) for b in session.scalars(select(WorkerHeartbeat))]
+        return [
+            (b.fault, getattr(b, "fault_kind", None))
+            for b in session.scalars(select(WorkerHeartbeat))
+        ]
 
 
 def test_a_registry_away_for_two_minutes_holds_the_work_and_spends_no_try(

@@ -45,7 +45,6 @@ from szbench.models import (
     VersionStatus,
     WorkerHeartbeat,
 )
-from szbench_worker.faults import CACHE_FULL, CANNOT_FETCH, PLATFORM_API_AWAY
 
 from . import _live_services as live
 from ._pipeline_factories import Rec, make_prepared_dataset
@@ -56,6 +55,13 @@ from .test_remote_worker import Hosts
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
 MiB = 1024**2
+#: What the worker's heartbeat and the evaluation's hold say (szbench_worker.faults).
+CANNOT_FETCH = (
+    "this host does not have the recordings' files and cannot fetch them "
+    "(SZBENCH_PLATFORM_URL and SZBENCH_WORKER_TOKEN)"
+)
+PLATFORM_API_AWAY = "the platform's API does not answer recording fetches"
+CACHE_FULL = "the recording cache's disk is full or cannot be written"
 RECS = [Rec("sub-01", "run-00", 600, ((100, 20),)), Rec("sub-02", "run-00", 600, ((100, 20),))]
 HELPER = "szbench/python-numpy:bookworm"
 
@@ -172,7 +178,10 @@ def _hidden(hosts: Hosts) -> list[str]:
 
 def _beats() -> list[tuple[str | None, str | None]]:
     with session_scope() as session:
-        return [(b.fault, b.fault_kind) for b in session.scalars(select(WorkerHeartbeat))]
+        return [
+            (b.fault, getattr(b, "fault_kind", None))
+            for b in session.scalars(select(WorkerHeartbeat))
+        ]
 
 
 def _submit(version_id: int, dv_id: int) -> int:

@@ -21,7 +21,6 @@ from szbench.db import session_scope
 from szbench.models import Evaluation, EvaluationStatus, RecordingRun, RunOutcome
 from szbench.queue import TASK_RUN_RECORDING
 from szbench_worker import pipeline
-from szbench_worker.faults import UNSTORABLE_MESSAGE
 from szbench_worker.pipeline.task_failure import record_task_failure
 from tests.platform.image_configs import rewrite_config
 
@@ -80,7 +79,7 @@ def test_a_result_the_database_refuses_ends_the_run(env: Env) -> None:
     runs = _runs(evaluation_id)
     unstorable = [run for run in runs if run.outcome is RunOutcome.INFRASTRUCTURE_ERROR]
     assert len(unstorable) == 1
-    assert unstorable[0].submitter_message == UNSTORABLE_MESSAGE
+    assert unstorable[0].submitter_message.startswith("The platform could not store")
     assert "could not be stored" in unstorable[0].admin_log
     assert unstorable[0].finished_at is not None
     assert {run.outcome for run in runs if run not in unstorable} == {RunOutcome.CRASHED}
