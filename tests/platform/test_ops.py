@@ -111,12 +111,14 @@ def _closed_port() -> int:
 
 @pytest.mark.redis
 def test_metrics_report_the_database_while_only_the_broker_is_down(
-    settings_env: pytest.MonkeyPatch, pg_url: str
+    settings_env: pytest.MonkeyPatch, tmp_path
 ) -> None:
     """Issue 29 item 8: a broker outage drops the queue lengths, not the database's figures."""
+    url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    migrate.upgrade(url)
     client = _client(
         settings_env,
-        SZBENCH_DATABASE_URL=pg_url,
+        SZBENCH_DATABASE_URL=url,
         SZBENCH_BROKER_URL=f"redis://127.0.0.1:{_closed_port()}/0",
         SZBENCH_METRICS_TOKEN="scrape-me",
     )
@@ -137,10 +139,12 @@ def test_metrics_report_the_database_while_only_the_broker_is_down(
 
 
 def test_metrics_count_the_workers_taking_no_runs_by_what_they_lack(
-    settings_env: pytest.MonkeyPatch, pg_url: str
+    settings_env: pytest.MonkeyPatch, tmp_path
 ) -> None:
     """Issue 29 item 2: a sick host says why in /metrics too."""
-    client = _client(settings_env, SZBENCH_DATABASE_URL=pg_url, SZBENCH_METRICS_TOKEN="scrape-me")
+    url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    migrate.upgrade(url)
+    client = _client(settings_env, SZBENCH_DATABASE_URL=url, SZBENCH_METRICS_TOKEN="scrape-me")
     tag = uuid.uuid4().hex[:8]
     with db.session_scope() as s:
         now = datetime.now(UTC)
