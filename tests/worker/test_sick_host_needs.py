@@ -48,8 +48,11 @@ from szbench.models import (
 
 from . import _live_services as live
 from ._pipeline_factories import Rec, make_prepared_dataset
-from .test_pipeline_celery import LIMITS, SLOW_GOOD, add_version
-from .test_reconcile_celery import OwnRedis
+from .test_pipeline_celery import LIMITS, add_version
+from .test_reconcile_celery import (
+    OwnRedis,
+    slow_image,  # noqa: F401 (a fixture)
+)
 from .test_remote_worker import Hosts
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
@@ -226,26 +229,18 @@ def _done(hosts: Hosts, evaluation_id: int) -> None:
 
 
 def test_a_second_host_is_sick_while_a_fetch_needs_what_it_lacks(
-    second_host: dict[str, Any], docker_client: Any, tmp_path: Path
+    second_host: dict[str, Any],
+    docker_client: Any,
+    slow_image: str,  # noqa: F811
 ) -> None:
     hosts: ApiHosts = second_host["hosts"]
     disk: SmallDisk = second_host["disk"]
-    from szbench_worker.docker_runner import build_image
-
-    context = tmp_path / "image"
-    context.mkdir()
-    (context / "run.py").write_text(SLOW_GOOD)
-    (context / "Dockerfile").write_text(
-        'FROM szbench/python-numpy:bookworm\nCOPY run.py /run.py\nCMD ["python3", "/run.py"]\n'
-    )
-    tag = f"szbench-test/needs:{uuid.uuid4().hex[:8]}"
-    build_image(context, tag, docker_client)
     with session_scope() as session:
         operator = auth.create_user(session, email="ops@example.org", password=None,
                                     role=Role.ADMIN)  # fmt: skip
         _, token = auth.create_token(session, operator, name="gpu-1", scopes=["worker"])
         auth.create_user(session, email="alice@example.org", password=None)
-        version = add_version(session, tag, docker_client)
+        version = add_version(session, slow_image, docker_client)  # by id
         version.image_reference = None
         prepared = make_prepared_dataset(hosts.main_dir / "datasets" / "held", RECS, seed=5)
         dataset = create_dataset(session, slug="held", kind=DatasetKind.HELD_OUT,

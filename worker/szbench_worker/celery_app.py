@@ -253,6 +253,8 @@ class _Heartbeat(threading.Thread):
         self._free_since: datetime | None = None
         #: The run queues this worker stopped consuming while its host is sick.
         self._paused: list[str] = []
+        #: The run queues it consumes again after a pause (checked while the host is fit).
+        self._consumed: list[str] = []
         self._said: str | None = None
 
     def check_host(self) -> None:
@@ -267,6 +269,7 @@ class _Heartbeat(threading.Thread):
         self.beat.fault_kind = fault.kind if fault else None
         if fault and not self._paused:
             self._paused = [q for q in self.beat.queues if q in QUEUES]
+            self._consumed = []
             log.error(
                 "this host cannot run containers (%s: %s): taking no runs",
                 fault.kind,
@@ -282,7 +285,22 @@ class _Heartbeat(threading.Thread):
             log.warning("this host can run containers again: taking runs from %s", self._paused)
             for queue in self._paused:
                 self.consumer.call_soon(self.consumer.add_task_queue, queue)
+            self._consumed = self._paused
             self._paused = []
+        elif not fault:
+            self._resume_lost()
+
+    def _resume_lost(self) -> None:
+        """Consume again a run queue that a healthy worker does not consume: Celery does not
+        keep the order of the calls scheduled on its consumer (a pause and a resume a moment
+        apart, around a task that held the consumer, once left the queue cancelled)."""
+        consumer = self.consumer.task_consumer
+        if consumer is None:
+            return
+        for queue in self._consumed:
+            if not consumer.consuming_from(queue):
+                log.warning("consuming run queue %s again (its resume was lost)", queue)
+                self.consumer.call_soon(self.consumer.add_task_queue, queue)
 
     def sample(self) -> Any:
         from celery.worker import state as worker_state
