@@ -141,12 +141,27 @@ def engine_pid(client: docker.DockerClient) -> int | None:
     peer = _peer_pid(path)
     if peer is None:
         return None
-    with contextlib.suppress(OSError):
-        if _comm(peer) == "dockerd":
-            return peer
+    if _is_dockerd(peer):
+        return peer
+    # Handed over by a service manager: found once (a scan of every process's descriptors),
+    # then trusted while that process lives (the health check asks every heartbeat).
+    known = _HANDED_OVER.get((path, peer))
+    if known is not None and _is_dockerd(known):
+        return known
     inodes = _listening_inodes(os.path.realpath(path)) | _listening_inodes(path)
     for pid in _holders(inodes) if inodes else ():
-        with contextlib.suppress(OSError):
-            if pid != peer and _comm(pid) == "dockerd":
-                return pid
+        if pid != peer and _is_dockerd(pid):
+            _HANDED_OVER[path, peer] = pid
+            return pid
     return peer
+
+
+#: Engines found behind a socket a service manager made: (socket path, manager) -> engine.
+_HANDED_OVER: dict[tuple[str, int], int] = {}
+
+
+def _is_dockerd(pid: int) -> bool:
+    try:
+        return _comm(pid) == "dockerd"
+    except OSError:
+        return False
