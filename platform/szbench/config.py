@@ -266,8 +266,9 @@ class Settings(BaseSettings):
     """A worker not heard from for this long is dead, and the runs it claimed are sent again."""
     worker_min_free_bytes: int = 1024**3
     """A worker stops taking runs while its work directories have less free space than
-    this, and goes on when they have it again; a run that fails for want of it would only
-    spend the algorithm's retries."""
+    this (and, once a fetch failed for want of room, its recording cache's disk), and goes
+    on when they have it again; a run that fails for want of it would only spend the
+    algorithm's retries."""
     reconcile_interval_s: float = 60.0
     """How often celery beat sends the reconcile task (to the maintenance queue)."""
     reconcile_stale_s: float = 300.0
