@@ -24,6 +24,7 @@ _.sample_f1
 _.sample_fp_rate
 
 # Enum members: values stored in the database and accepted by the API.
+_.ALGORITHM  # szbench_worker.faults.Blame: the algorithm's fault is an outcome, never raised
 _.CENTRE
 _.PRIVATE
 _.RETIRED

@@ -34,6 +34,28 @@ evaluation (no reuse) per fault:
 - ``clock-behind``: a worker whose clock runs ten minutes behind does the whole
   evaluation; the drill checks that every stored time is in order and that the
   evaluation's page never said that no worker served its queue.
+- ``registry-down-pull``: the registry (Debian's ``docker-registry``) stopped for
+  ``--registry-outage-s`` (default 120) while the worker must pull the version's image by
+  digest (it was removed from the drill's engine first);
+- ``registry-down-push``: the registry stopped for ``--push-outage-s`` (default 60) while a
+  new version of the image is submitted through the API with ``szbench algorithm submit``
+  (the platform pushes each accepted upload to the registry); then its evaluation;
+- ``api-down-fetch``: the platform's API (uvicorn) stopped for ``--api-outage-s`` (default
+  120) while the worker must fetch the recordings (a dataset whose files this worker does not
+  see, its cache emptied first);
+- ``cache-full``: the worker's recording cache's disk (a tmpfs of its own) filled to its last
+  byte for ``--cache-full-s`` (default 120) while it must fetch;
+- ``missing-setting``: a worker started without ``SZBENCH_PLATFORM_URL`` and
+  ``SZBENCH_WORKER_TOKEN`` must fetch; after ``--setting-fix-s`` (default 60) the operator
+  restarts it with them.
+
+For the last five the drill also runs, beside its own engine, a registry (reached from the
+engine's network namespace through a relay of its own: a unix socket across the namespaces),
+the API (in a mount namespace where the second dataset's folder exists; the worker, like a
+worker on another host, does not see it and fetches its recordings by checksum), a worker
+token and a researcher's token, and a tmpfs for the recording cache. Each of those faults
+records what a researcher and an operator see meanwhile (the evaluation's hold, the worker's
+fault), printed with its row.
 
 Every timer is the shipped default (heartbeat, reconciler, retry backoff, visibility
 timeout) unless an option below sets it; the header of the output says which were changed.
@@ -43,7 +65,8 @@ DONE, stored results per recording (must be 1), containers started per recording
 run's ``attempts``), and whether every recording's counts and the dataset's scores equal
 the undisturbed run's. Exit status 1 when any fault did not recover or changed a score.
 
-Run (root, with the Docker engine and the base image: scripts/test-services.sh)::
+Run (root, with the Docker engine, the base image and docker-registry:
+scripts/test-services.sh)::
 
     .venv/bin/python scripts/fault_drill.py [--recordings 4] [--pg-outage-s 60] [--keep]
 """
@@ -52,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -59,6 +83,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -70,7 +95,6 @@ REPO = Path(__file__).resolve().parents[1]
 for part in ("platform", "worker", "scoring", "."):
     sys.path.insert(0, str(REPO / part))
 
-from tests.worker._pipeline_factories import Rec, make_prepared_dataset  # noqa: E402
 
 BASE_IMAGE = "szbench/python-numpy:bookworm"
 IMAGE = "szbench-drill/slow-detector:latest"
@@ -94,7 +118,14 @@ FAULTS = (
     "broker-down-submit",
     "clock-ahead-killed",
     "clock-behind",
+    "registry-down-pull",
+    "registry-down-push",
+    "api-down-fetch",
+    "cache-full",
+    "missing-setting",
 )
+#: The faults whose evaluation runs on the dataset this worker must fetch, not see.
+REMOTE_FAULTS = ("api-down-fetch", "cache-full", "missing-setting")
 #: Timers the drill may shorten: option name -> setting. None (the default): shipped value.
 TIMERS = {
     "heartbeat_s": "SZBENCH_WORKER_HEARTBEAT_INTERVAL_S",
@@ -197,6 +228,8 @@ class Dockerd:
         self.root = Path(tempfile.mkdtemp(prefix="szdrill-", dir="/tmp"))
         self.url = f"unix://{self.root / 'docker.sock'}"
         self.proc: subprocess.Popen[bytes] | None = None
+        #: Called after every start (the registry's relay into its new network namespace).
+        self.on_start: list[Callable[[], None]] = []
 
     def start(self) -> None:
         import docker
@@ -208,8 +241,12 @@ class Dockerd:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
-                docker.DockerClient(base_url=self.url, timeout=5).ping()
+            up = False
+            with contextlib.suppress(Exception):  # not up yet
+                up = bool(docker.DockerClient(base_url=self.url, timeout=5).ping())
+            if up:
+                for hook in self.on_start:
+                    hook()
                 return
             if self.proc.poll() is not None:
                 break
@@ -258,6 +295,170 @@ class SmallDisk:
 
     def remove(self) -> None:
         subprocess.run(["umount", "-l", str(self.path)], check=False)
+
+
+def _endpoint(spec: str) -> tuple[int, Any]:
+    """``tcp:HOST:PORT`` or ``unix:PATH`` as a socket family and address."""
+    kind, _, rest = spec.partition(":")
+    if kind == "unix":
+        return socket.AF_UNIX, rest
+    host, _, port = rest.rpartition(":")
+    return socket.AF_INET, (host, int(port))
+
+
+def relay(listen: str, connect: str) -> None:
+    """Forward every connection to ``listen`` to ``connect`` (the drill's ``--relay``): the
+    registry on this namespace's loopback, reached from the engine's network namespace
+    through a unix socket (a path crosses network namespaces, a loopback port does not).
+    A connection that cannot be forwarded is closed at once, as a stopped registry's is."""
+    family, address = _endpoint(listen)
+    server = socket.socket(family, socket.SOCK_STREAM)
+    if family == socket.AF_INET:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)
+    server.bind(address)
+    server.listen(64)
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def serve(client: socket.socket) -> None:
+        target_family, target = _endpoint(connect)
+        upstream = socket.socket(target_family, socket.SOCK_STREAM)
+        try:
+            upstream.connect(target)
+        except OSError:
+            client.close()
+            upstream.close()
+            return
+        back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+        back.start()
+        pump(client, upstream)
+        back.join()
+        client.close()
+        upstream.close()
+
+    while True:
+        client, _ = server.accept()
+        threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+
+class Registry:
+    """Debian's ``docker-registry`` on a loopback port of this namespace, with a relay into
+    the drill engine's network namespace at the same address (so one ``SZBENCH_REGISTRY``
+    names it for the platform's pushes and the engine's pulls)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.socket = root / "registry.sock"
+        self.config = root / "registry.yml"
+        self.config.write_text(
+            "version: 0.1\nlog: {level: warn}\n"
+            f"storage: {{filesystem: {{rootdirectory: {root / 'registry-data'}}}}}\n"
+            f'http: {{addr: "{self.address}"}}\n'
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.relays: list[subprocess.Popen[bytes]] = []
+        self.engine_relay: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("docker-registry")
+        if binary is None:
+            raise SystemExit("docker-registry not found (apt-get install docker-registry)")
+        with open(self.root / "registry.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "serve", str(self.config)], stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            time.sleep(0.1)
+        raise SystemExit("the drill's registry did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+    def relay_into(self, engine: Dockerd) -> None:
+        """(Re)start the relays: this namespace's side once, the engine's side for the
+        network namespace the engine has now (a new one each time it starts)."""
+        me = [sys.executable, str(Path(__file__).resolve()), "--relay"]
+        if not self.relays:
+            self.relays.append(
+                subprocess.Popen([*me, f"unix:{self.socket}", f"tcp:{self.address}"])
+            )
+        if self.engine_relay is not None:
+            self.engine_relay.kill()
+            self.engine_relay.wait()
+        assert engine.proc is not None
+        into = ["nsenter", f"--net=/proc/{engine.proc.pid}/ns/net", "--"]
+        # A new network namespace's loopback is down: up, for the relay's 127.0.0.1.
+        subprocess.run([*into, "ip", "link", "set", "lo", "up"], check=True)
+        self.engine_relay = subprocess.Popen(
+            [*into, *me, f"tcp:{self.address}", f"unix:{self.socket}"]
+        )
+
+    def remove(self) -> None:
+        self.stop()
+        for proc in [*self.relays, self.engine_relay]:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+class Api:
+    """The platform's API (uvicorn) in a mount namespace of its own where ``hidden`` (a
+    dataset folder the worker must not see) is bind-mounted from ``real``."""
+
+    def __init__(self, root: Path, env: dict[str, str], hidden: Path, real: Path) -> None:
+        self.root = root
+        self.env = env
+        self.hidden = hidden
+        self.real = real
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+        cmd += ['mount --bind "$0" "$1" && shift && exec "$@"', str(self.real), str(self.hidden)]
+        cmd += [sys.executable, "-m", "uvicorn", "szbench.app:create_production_app", "--factory"]
+        cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+        with open(self.root / "api.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        import requests
+
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.3)
+        raise SystemExit(f"the drill's API did not start; see {self.root / 'api.log'}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 class Worker:
@@ -330,6 +531,15 @@ def build_image() -> str:
         return build(Path(ctx), IMAGE, connect()).digest
 
 
+def save_image(digest: str, path: Path) -> None:
+    """The image as ``docker save`` writes it, by id (its tag is any checkout's to move)."""
+    from szbench_worker.docker_runner import connect
+
+    with path.open("wb") as fh:
+        for chunk in connect().api.get_image(digest):
+            fh.write(chunk)
+
+
 def load_image(digest: str, engine: Dockerd) -> None:
     """The image (with its base layers) into the drill's engine, by the same id."""
     import docker
@@ -367,6 +577,66 @@ def seed(prepared: Path, digest: str, timeout_s: int) -> tuple[int, int]:
         dv = register_dataset_version(session, dataset, version="1", prepared_path=prepared)
         session.flush()
         return version.id, dv.id
+
+
+def make_tokens() -> dict[str, str]:
+    """A worker token (an admin's, scope ``worker`` alone) and a researcher's token."""
+    from szbench.auth import service as auth
+    from szbench.db import session_scope
+    from szbench.models import Role
+
+    with session_scope() as session:
+        ops = auth.create_user(session, email="ops@example.org", password=None, role=Role.ADMIN)
+        _, worker = auth.create_token(session, ops, name="drill-host", scopes=["worker"])
+        researcher = auth.create_user(session, email="researcher@example.org", password=None)
+        _, submitter = auth.create_token(session, researcher, scopes=["read", "write"])
+    return {"worker": worker, "submit": submitter}
+
+
+def seed_remote(real: Path, hidden: Path, recs: list[Any], timeout_s: int) -> int:
+    """A second dataset (not held out: no new version is evaluated on it by itself) whose
+    files the worker does not see: registered from ``real``, recorded at ``hidden``."""
+    from szbench.datasets.service import create_dataset, register_dataset_version
+    from szbench.db import session_scope
+    from szbench.models import DatasetKind
+    from tests.worker._pipeline_factories import make_prepared_dataset
+
+    make_prepared_dataset(real, recs, seed=9)
+    with session_scope() as session:
+        limits = {"timeout_s": timeout_s, "memory_bytes": 256 * 1024**2, "cpus": 1}
+        dataset = create_dataset(
+            session,
+            slug="drill-remote",
+            kind=DatasetKind.PUBLIC_SAMPLE,
+            run_limits=limits,
+            confirm_public=True,
+        )
+        dv = register_dataset_version(session, dataset, version="1", prepared_path=real)
+        dv.path = str(hidden)
+        session.flush()
+        return dv.id
+
+
+def seed_pulled(digest: str, registry_address: str, archive: Path) -> int:
+    """The image pushed to the drill's registry, and a version that runs it from there."""
+    from szbench.algorithms import registry
+    from szbench.config import Settings
+    from szbench.db import session_scope
+    from szbench.models import Algorithm, AlgorithmVersion, VersionStatus
+
+    pushed = registry.push_archive(archive, digest, Settings(registry=registry_address))
+    with session_scope() as session:
+        algorithm = session.query(Algorithm).filter_by(name="slow-detector").one()
+        version = AlgorithmVersion(
+            algorithm_id=algorithm.id,
+            version="pulled",
+            image_digest=digest,
+            registry_digest=pushed.digest,
+            status=VersionStatus.ACTIVE,
+        )
+        session.add(version)
+        session.flush()
+        return version.id
 
 
 def submit(version_id: int, dv_id: int) -> int:
@@ -505,15 +775,22 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     root = Path(tempfile.mkdtemp(prefix="szbench-drill-"))
     pg, broker = Postgres(root), Redis(root)
     engine = Dockerd()
+    registry = Registry(root)
     disk: SmallDisk | None = None
+    cache_disk: SmallDisk | None = None
+    api: Api | None = None
     workers: list[Worker] = []
     other_hosts: list[str] = []  # hosts of workers a fault started (removed at the end)
     try:
         pg.init()
         broker.start()
+        registry.start()
+        engine.on_start.append(lambda: registry.relay_into(engine))
         engine.start()
         load_image(args.digest, engine)
         disk = SmallDisk(root, Settings().worker_min_free_bytes + 64 * MiB)
+        (root / "cache-disk").mkdir()
+        cache_disk = SmallDisk(root / "cache-disk", Settings().worker_min_free_bytes + 64 * MiB)
         host = f"drill-{uuid.uuid4().hex[:6]}"
         timers = {
             setting: str(getattr(args, option))
@@ -551,6 +828,29 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         db.reset_engine()
         queue.reset_celery()
         migrate.upgrade(pg.url)
+        tokens = make_tokens()
+        # The second dataset's folder: the API sees it (bind-mounted at `hidden` in its own
+        # mount namespace), the worker does not, as on another host: it fetches.
+        hidden, real = root / "remote-hidden", root / "remote"
+        hidden.mkdir()
+        real.mkdir()
+        api_env = {
+            **env,
+            "SZBENCH_DATA_DIR": str(root / "api-data"),
+            "SZBENCH_REGISTRY": registry.address,
+            # The drill's image runs as root (its base image's user): accepted here.
+            "SZBENCH_ALLOW_ROOT_IMAGES": "true",
+        }
+        api = Api(root, api_env, hidden, real)
+        api.start()
+        env.update(
+            {
+                "SZBENCH_PLATFORM_URL": api.url,
+                "SZBENCH_WORKER_TOKEN": tokens["worker"],
+                "SZBENCH_RECORDING_CACHE_DIR": str(cache_disk.path / "cache"),
+                "SZBENCH_REGISTRY": registry.address,
+            }
+        )
         run = Worker(
             "run",
             env,
@@ -585,16 +885,26 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "redis": broker,
             "engine": engine,
             "disk": disk,
+            "cache_disk": cache_disk,
+            "registry": registry,
+            "api": api,
             "run": run,
             "scheduler": scheduler,
+            "workers": workers,
             "host": host,
             "env": env,
-            "workers": workers,
             "other_hosts": other_hosts,
+            "tokens": tokens,
+            "hidden": hidden,
+            "real": real,
+            "seen": {},
         }
     finally:
         for w in workers:
             w.stop()
+        if api is not None:
+            api.stop()
+        registry.remove()
         broker.kill()
         with contextlib.suppress(Exception):
             pg.stop()
@@ -606,8 +916,9 @@ def stack(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
                 for other in other_hosts:
                     cleanup_orphans(host=other, everything=True)
         engine.remove()
-        if disk is not None:
-            disk.remove()
+        for small in (disk, cache_disk):
+            if small is not None:
+                small.remove()
         if args.keep:
             print(f"scratch folder kept: {root}")
         else:
@@ -637,6 +948,8 @@ def apply(
         s["redis"].start()
         queue.reset_celery()
         return evaluation_id, t
+    if fault in NEW_FAULTS:
+        return NEW_FAULTS[fault](s, args, submit_it)
     evaluation_id = submit_it()
     container = running_container(s["host"])
     t = time.monotonic()
@@ -732,6 +1045,174 @@ def clock_skew_check(fault: str, s: dict[str, Any], evaluation_id: int) -> tuple
     return note, in_order
 
 
+def observe(s: dict[str, Any], fault: str, evaluation_id: int, until: float) -> None:
+    """What a researcher and an operator see while ``fault`` lasts (until ``until``, a
+    monotonic time): the evaluation's hold (its page and API) and the worker's fault (its
+    heartbeat, /metrics), once a heartbeat has said it."""
+    from sqlalchemy import select
+
+    from szbench.db import session_scope
+    from szbench.evaluations.holds import platform_hold
+    from szbench.models import Evaluation, WorkerHeartbeat
+
+    def look() -> dict[str, Any] | None:
+        with session_scope() as session:
+            beats = [(b.fault_kind, b.fault) for b in session.scalars(select(WorkerHeartbeat))]
+            sick = [b for b in beats if b[0]]
+            if not sick:
+                return None
+            runs = session.get_one(Evaluation, evaluation_id).runs
+            return {
+                "hold": platform_hold(session, session.get_one(Evaluation, evaluation_id)),
+                "worker": sick[0][0],
+                "attempts": max((r.attempts for r in runs), default=0),
+            }
+
+    while time.monotonic() < until - 1:
+        seen = _retrying(look)
+        if seen:
+            s["seen"][fault] = seen
+            print(f"    seen: {seen}", flush=True)
+            return
+        time.sleep(1)
+    s["seen"][fault] = {"hold": None, "worker": None}
+
+
+def _outage(
+    s: dict[str, Any],
+    fault: str,
+    length_s: float,
+    submit_it: Callable[[], int],
+    down: Callable[[], None],
+    up: Callable[[], None],
+) -> tuple[int, float]:
+    down()
+    t = time.monotonic()
+    evaluation_id = submit_it()
+    observe(s, fault, evaluation_id, t + length_s)
+    time.sleep(max(0.0, length_s - (time.monotonic() - t)))
+    up()
+    return evaluation_id, t
+
+
+def _empty_cache(s: dict[str, Any]) -> None:
+    shutil.rmtree(s["cache_disk"].path / "cache" / "sha256", ignore_errors=True)
+
+
+def registry_down_pull(
+    s: dict[str, Any], args: argparse.Namespace, submit_it: Callable[[], int]
+) -> tuple[int, float]:
+    import docker
+
+    # Off the drill's engine: the worker must pull it (by digest) from the registry.
+    docker.DockerClient(base_url=s["engine"].url, timeout=60).images.remove(args.digest, force=True)
+    registry = s["registry"]
+    return _outage(
+        s, "registry-down-pull", args.registry_outage_s, submit_it, registry.stop, registry.start
+    )
+
+
+def registry_down_push(
+    s: dict[str, Any], args: argparse.Namespace, submit_it: Callable[[], int]
+) -> tuple[int, float]:
+    """A new version submitted through the API (the CLI) while the registry is away: the
+    submission is answered 503 (the upload kept) until it is back; the CLI retries."""
+    from sqlalchemy import select
+
+    from szbench.db import session_scope
+    from szbench.models import Algorithm, AlgorithmVersion, Evaluation, EvaluationKind
+
+    del submit_it  # the API makes this evaluation (the version's activation)
+    name = f"pushed-{uuid.uuid4().hex[:6]}"
+    cmd = [sys.executable, "-m", "szbench.cli.main", "algorithm", "submit", name, "-v", "1"]
+    cmd += ["--image", str(s["root"] / "image.tar"), "--server", s["api"].url]
+    cmd += ["--token", s["tokens"]["submit"]]
+    env = {**s["env"], "XDG_CACHE_HOME": str(s["root"] / "cli-cache")}
+    s["registry"].stop()
+    t = time.monotonic()
+    with open(s["root"] / "cli.log", "ab") as log:
+        cli = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    time.sleep(args.push_outage_s)
+    s["registry"].start()
+    rc = cli.wait(900)
+    said = (s["root"] / "cli.log").read_text(errors="replace")
+    s["seen"]["registry-down-push"] = {
+        "cli_exit": rc,
+        "answered_503": said.count("server answered 503"),
+        "address_shown": str(s["registry"].port) in said,
+    }
+    print(f"    seen: {s['seen']['registry-down-push']}", flush=True)
+
+    def evaluation() -> int | None:
+        with session_scope() as session:
+            return session.scalar(
+                select(Evaluation.id)
+                .join(AlgorithmVersion, AlgorithmVersion.id == Evaluation.algorithm_version_id)
+                .join(Algorithm, Algorithm.id == AlgorithmVersion.algorithm_id)
+                .where(Algorithm.name == name, Evaluation.kind == EvaluationKind.FULL)
+            )
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = _retrying(evaluation)
+        if found:
+            return int(found), t
+        time.sleep(1)
+    raise SystemExit(f"no evaluation of the pushed version; see {s['root'] / 'cli.log'}")
+
+
+def api_down_fetch(
+    s: dict[str, Any], args: argparse.Namespace, submit_it: Callable[[], int]
+) -> tuple[int, float]:
+    _empty_cache(s)
+    api = s["api"]
+    return _outage(s, "api-down-fetch", args.api_outage_s, submit_it, api.stop, api.start)
+
+
+def cache_full(
+    s: dict[str, Any], args: argparse.Namespace, submit_it: Callable[[], int]
+) -> tuple[int, float]:
+    _empty_cache(s)
+    disk = s["cache_disk"]
+    return _outage(s, "cache-full", args.cache_full_s, submit_it, disk.fill, disk.empty)
+
+
+def missing_setting(
+    s: dict[str, Any], args: argparse.Namespace, submit_it: Callable[[], int]
+) -> tuple[int, float]:
+    """A worker started without the settings to fetch; the operator restarts it with them."""
+    _empty_cache(s)
+    run: Worker = s["run"]
+    unset_env = {
+        k: v
+        for k, v in run.env.items()
+        if k not in ("SZBENCH_PLATFORM_URL", "SZBENCH_WORKER_TOKEN")
+    }
+    unset = Worker(run.name, unset_env, run.log, *run.args)
+
+    def down() -> None:
+        run.stop()
+        unset.start()
+        s["workers"].append(unset)
+
+    def up() -> None:
+        unset.stop()
+        run.start()
+
+    return _outage(s, "missing-setting", args.setting_fix_s, submit_it, down, up)
+
+
+NEW_FAULTS: dict[
+    str, Callable[[dict[str, Any], argparse.Namespace, Callable[[], int]], tuple[int, float]]
+] = {
+    "registry-down-pull": registry_down_pull,
+    "registry-down-push": registry_down_push,
+    "api-down-fetch": api_down_fetch,
+    "cache-full": cache_full,
+    "missing-setting": missing_setting,
+}
+
+
 def dead_letters(s: dict[str, Any]) -> int:
     import redis
 
@@ -742,7 +1223,27 @@ def dead_letters(s: dict[str, Any]) -> int:
     return -1
 
 
+def _judge_seen(fault: str, seen: dict[str, Any]) -> str:
+    """What was seen during ``fault``, as the row's note; "NOT HELD" when the worker did
+    not say why it took no runs, or a try was spent meanwhile."""
+    if fault == "registry-down-push":
+        ok = seen.get("cli_exit") == 0 and not seen.get("address_shown")
+        return (
+            f"CLI exit {seen.get('cli_exit')}, {seen.get('answered_503')} answer(s) 503, "
+            f"registry address {'SHOWN' if seen.get('address_shown') else 'not shown'}"
+            + ("" if ok else "; NOT HELD")
+        )
+    if not seen.get("worker") or not seen.get("hold") or seen.get("attempts"):
+        return f"NOT HELD ({seen})"
+    return f"worker lacks {seen['worker']}; hold: {seen['hold']}"
+
+
 def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--relay":
+        relay(sys.argv[2], sys.argv[3])
+        return 0
+    from tests.worker._pipeline_factories import Rec, make_prepared_dataset
+
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -751,6 +1252,11 @@ def main() -> int:
     p.add_argument("--pg-outage-s", type=float, default=60)
     p.add_argument("--full-s", type=float, default=120)
     p.add_argument("--engine-outage-s", type=float, default=180)
+    p.add_argument("--registry-outage-s", type=float, default=120)
+    p.add_argument("--push-outage-s", type=float, default=60)
+    p.add_argument("--api-outage-s", type=float, default=120)
+    p.add_argument("--cache-full-s", type=float, default=120)
+    p.add_argument("--setting-fix-s", type=float, default=60)
     p.add_argument("--timeout-s", type=float, default=1800)
     # Timers: the shipped defaults unless set (a shortened run says so in its header).
     for option in TIMERS:
@@ -779,24 +1285,36 @@ def main() -> int:
         ]
         prepared = make_prepared_dataset(s["root"] / "prepared", recs)
         version_id, dv_id = seed(prepared, digest, timeout_s=120)
-        t0 = time.monotonic()
-        reference = submit(version_id, dv_id)
-        ok, state = wait_finished(reference, args.timeout_s)
-        undisturbed_s = time.monotonic() - t0
-        if not ok:
-            raise SystemExit(f"the undisturbed evaluation ended {state}; see the worker logs")
-        ref_counts, ref_metrics, _, _ = snapshot(reference)
-        print(f"undisturbed: {args.recordings} recordings in {undisturbed_s:.1f} s", flush=True)
+        remote_dv_id = seed_remote(s["real"], s["hidden"], recs, timeout_s=120)
+        save_image(digest, s["root"] / "image.tar")
+        pulled_id = seed_pulled(digest, s["registry"].address, s["root"] / "image.tar")
+        references = {}
+        for name, target in (("held", dv_id), ("fetched", remote_dv_id)):
+            t0 = time.monotonic()
+            reference = submit(version_id, target)
+            ok, state = wait_finished(reference, args.timeout_s)
+            if not ok:
+                raise SystemExit(f"the undisturbed evaluation ended {state}; see the worker logs")
+            ref_counts, ref_metrics, _, _ = snapshot(reference)
+            references[target] = (ref_counts, ref_metrics)
+            print(
+                f"undisturbed ({name}): {args.recordings} recordings in "
+                f"{time.monotonic() - t0:.1f} s",
+                flush=True,
+            )
         for fault in faults:
             print(f"== {fault}", flush=True)
             letters = dead_letters(s)
             worker_pid = s["run"].proc.pid
-            evaluation_id, t = apply(fault, s, args, lambda: submit(version_id, dv_id))
+            target = remote_dv_id if fault in REMOTE_FAULTS else dv_id
+            version = pulled_id if fault == "registry-down-pull" else version_id
+            evaluation_id, t = apply(fault, s, args, functools.partial(submit, version, target))
             ok, state = wait_finished(evaluation_id, args.timeout_s)
             seconds = time.monotonic() - t
             counts, metrics, per_recording, attempts = _retrying(
                 lambda eid=evaluation_id: snapshot(eid)
             ) or ({}, {}, {}, 0)
+            ref_counts, ref_metrics = references[target]
             outcome = Outcome(
                 fault=fault,
                 recovered=ok,
@@ -819,6 +1337,10 @@ def main() -> int:
             if fault in CLOCK_FAULTS:
                 outcome.note, in_order = clock_skew_check(fault, s, evaluation_id)
                 outcome.scores_equal = outcome.scores_equal and in_order
+            elif fault in NEW_FAULTS:
+                outcome.note = _judge_seen(fault, s["seen"].get(fault, {}))
+                if "NOT HELD" in outcome.note:
+                    outcome.scores_equal = False
             outcomes.append(outcome)
             print(f"   {outcome}", flush=True)
     print()

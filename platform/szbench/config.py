@@ -64,8 +64,10 @@ class Settings(BaseSettings):
     runner_helper_image: str = ""
     """Image of the keeper container that holds a run's `/output` volume (the engine's capped
     tmpfs) mounted until the worker has read it, for a worker that cannot mount the tmpfs
-    itself (not root, or in a container); it needs `sleep` and `stat`. Such a worker refuses
-    to start without it. Resolved to an image id once per worker process, so a name moved
+    itself: not root, or not in the mount namespace of the engine behind `DOCKER_HOST` (a
+    worker in a container, or in a namespace of its own); it needs `sleep` and `stat`. Such
+    a worker refuses to start without it (`celery worker` exits before it reports ready,
+    naming this setting). Resolved to an image id once per worker process, so a name moved
     later changes nothing."""
     runner_log_bytes: int = 1024**2
     """Container log kept for admins (its tail)."""
@@ -84,8 +86,8 @@ class Settings(BaseSettings):
     runner_work_dir: Path | None = None
     """Per-run staging; empty: `data_dir/runs`."""
     runner_output_tmpfs: bool | None = None
-    """Who mounts `/output`'s capped tmpfs: true the worker (root in dockerd's mount
-    namespace), false the engine (a volume per run, held by a keeper of
+    """Who mounts `/output`'s capped tmpfs: true the worker (root in the mount namespace of
+    the engine it talks to), false the engine (a volume per run, held by a keeper of
     `runner_helper_image`); empty: the worker when it can."""
     runner_local_command: str = "python3 examples/baseline/detect.py"
     """The detector `runner_backend=local` runs (the demo's baseline)."""
@@ -265,8 +267,9 @@ class Settings(BaseSettings):
     """A worker not heard from for this long is dead, and the runs it claimed are sent again."""
     worker_min_free_bytes: int = 1024**3
     """A worker stops taking runs while its work directories have less free space than
-    this, and goes on when they have it again; a run that fails for want of it would only
-    spend the algorithm's retries."""
+    this (and, once a fetch failed for want of room, its recording cache's disk), and goes
+    on when they have it again; a run that fails for want of it would only spend the
+    algorithm's retries."""
     reconcile_interval_s: float = 60.0
     """How often celery beat sends the reconcile task (to the maintenance queue)."""
     reconcile_stale_s: float = 300.0

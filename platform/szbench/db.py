@@ -2,6 +2,12 @@
 
 The request's session dependency commits or rolls back; services only flush. Worker tasks
 and CLI commands open their own scope with :func:`session_scope`.
+
+Every text is made storable once, on its way to the database (:func:`storable_parameters`,
+on every engine this module makes): a NUL character, which PostgreSQL's text refuses and
+which an engine's error, an algorithm's log or output, an image's configuration or a
+webhook's answer may carry, becomes U+FFFD, as undecodable bytes do. So nothing an outside
+party says can make a row unstorable (issue 29 item 5).
 """
 
 from __future__ import annotations
@@ -18,7 +24,43 @@ from sqlalchemy.orm import Session, sessionmaker
 from szbench.config import get_settings
 
 
+def _storable(value: Any) -> Any:
+    if isinstance(value, str) and "\0" in value:
+        return value.replace("\0", "\ufffd")
+    if isinstance(value, dict):
+        return {key: _storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_storable(item) for item in value)
+    return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, dict):
+        return any(_has_nul(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
+def storable_parameters(
+    _conn: Any, _cursor: Any, statement: str, parameters: Any, *_context: Any
+) -> tuple[str, Any]:
+    """A statement's parameters with every NUL in a text made U+FFFD (see the module
+    docstring); the same object when none holds one (nearly always: one pass, no copy)."""
+    if _has_nul(parameters):
+        parameters = _storable(parameters)
+    return statement, parameters
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
+    engine = _make_engine(url, **kwargs)
+    event.listen(engine, "before_cursor_execute", storable_parameters, retval=True)
+    return engine
+
+
+def _make_engine(url: str, **kwargs: Any) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":

@@ -645,8 +645,10 @@ class WorkerHeartbeat(Base):
     ``run_ids`` are the runs it holds right now; ``free_since`` is when it last had a free slot
     without receiving a task (None while every slot is busy): a live worker that has been free
     for a while proves that its queues hold nothing, so unfinished work is lost, not waiting.
-    ``fault`` says why the worker takes no runs now (its container engine or work directory;
-    ``szbench_worker.health``), None while it can run them.
+    ``fault`` says why the worker takes no runs now (``szbench_worker.health``: a sentence
+    shown to everyone, so it names no address or path), None while it can run them;
+    ``fault_kind`` what the host lacks (``engine``, ``work_dir``, ``recording_cache``,
+    ``platform_api``, ``registry``, ``setting``), for metrics.
     """
 
     __tablename__ = "worker_heartbeats"
@@ -661,6 +663,7 @@ class WorkerHeartbeat(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     fault: Mapped[str | None] = mapped_column(String(500))
+    fault_kind: Mapped[str | None] = mapped_column(String(40))
 
 
 class _Metrics:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -10,7 +12,7 @@ from fastapi.testclient import TestClient
 from szbench import db, migrate
 from szbench.app import create_app
 from szbench.config import get_settings
-from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome
+from szbench.models import DatasetKind, EvaluationStatus, Role, RunOutcome, WorkerHeartbeat
 from tests.platform import factories as f
 from tests.platform.helpers import single_connection_pool
 from tests.redis_urls import redis_url
@@ -99,6 +101,64 @@ def test_metrics_survive_a_dead_database(settings_env: pytest.MonkeyPatch) -> No
     r = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"})
     assert r.status_code == 200
     assert "szbench_metrics_db_up 0.0" in r.text
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.redis
+def test_metrics_report_the_database_while_only_the_broker_is_down(
+    settings_env: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """Issue 29 item 8: a broker outage drops the queue lengths, not the database's figures."""
+    url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    migrate.upgrade(url)
+    client = _client(
+        settings_env,
+        SZBENCH_DATABASE_URL=url,
+        SZBENCH_BROKER_URL=f"redis://127.0.0.1:{_closed_port()}/0",
+        SZBENCH_METRICS_TOKEN="scrape-me",
+    )
+    with db.session_scope() as s:
+        version = f.version(s, f.algorithm(s, f.user(s)))
+        dv = f.dataset_version(s, f.dataset(s, DatasetKind.HELD_OUT))
+        f.evaluation(s, version, dv, status=EvaluationStatus.RUNNING, queue="gpu")
+    text = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
+    assert "szbench_metrics_db_up 1.0" in text
+    assert "szbench_metrics_broker_up 0.0" in text
+    assert 'szbench_evaluations{status="running"}' in text
+    assert "szbench_runs_finished_total" in text
+    assert "szbench_queue_length" not in text
+    client = _client(settings_env, SZBENCH_BROKER_URL=redis_url(15))
+    text = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
+    assert "szbench_metrics_broker_up 1.0" in text
+    assert 'szbench_queue_length{queue="gpu"}' in text
+
+
+def test_metrics_count_the_workers_taking_no_runs_by_what_they_lack(
+    settings_env: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """Issue 29 item 2: a sick host says why in /metrics too."""
+    url = f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    migrate.upgrade(url)
+    client = _client(settings_env, SZBENCH_DATABASE_URL=url, SZBENCH_METRICS_TOKEN="scrape-me")
+    tag = uuid.uuid4().hex[:8]
+    with db.session_scope() as s:
+        now = datetime.now(UTC)
+        for i, kind in enumerate([None, "registry", "registry", "recording_cache"]):
+            s.add(
+                WorkerHeartbeat(
+                    id=f"{tag}:{i}", host=tag, queues=[f"q{tag}"], started_at=now,
+                    last_seen_at=now, fault=kind and "sick", fault_kind=kind,
+                )
+            )  # fmt: skip
+    text = client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
+    assert f'szbench_workers_live{{queue="q{tag}"}} 4.0' in text
+    assert f'szbench_workers_sick{{queue="q{tag}",reason="registry"}} 2.0' in text
+    assert f'szbench_workers_sick{{queue="q{tag}",reason="recording_cache"}} 1.0' in text
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -250,9 +251,10 @@ class _Heartbeat(threading.Thread):
     hands the task back to the queue (``reject_on_worker_lost``).
 
     Every interval it also checks the host (:func:`szbench_worker.health.host_fault`): while
-    the container engine does not answer or a work directory is full, the worker stops
-    consuming its run queues (so that no run spends an algorithm's retries here) and says
-    why in its heartbeat; when the host recovers it consumes them again. And it removes run
+    the host lacks something every run needs (the container engine, room in a work
+    directory, a service or setting a run found missing), the worker stops consuming its run
+    queues (so that no run spends an algorithm's retries here) and says why in its
+    heartbeat; when the host recovers it consumes them again. And it removes run
     containers of this host that ended and were never removed (an engine restart ends them
     while their runner cannot remove them).
     """
@@ -266,25 +268,54 @@ class _Heartbeat(threading.Thread):
         self._free_since: float | None = None
         #: The run queues this worker stopped consuming while its host is sick.
         self._paused: list[str] = []
+        #: The run queues it consumes again after a pause (checked while the host is fit).
+        self._consumed: list[str] = []
+        self._said: str | None = None
 
     def check_host(self) -> None:
         """Stop or resume taking runs as the host's health says (see the class)."""
         from szbench.queue import QUEUES
         from szbench_worker.health import host_fault
 
+        if not any(q in QUEUES for q in self.beat.queues):
+            return  # the scheduler: it runs no container, its host needs no engine
         fault = host_fault()
-        self.beat.fault = fault
+        self.beat.fault = fault.public if fault else None
+        self.beat.fault_kind = fault.kind if fault else None
         if fault and not self._paused:
             self._paused = [q for q in self.beat.queues if q in QUEUES]
-            log.error("this host cannot run containers (%s): taking no runs", fault)
+            self._consumed = []
+            log.error(
+                "this host cannot run containers (%s: %s): taking no runs",
+                fault.kind,
+                fault.detail,
+            )
             for queue in self._paused:
                 # Thread-safe: the consumer's own loop runs it.
                 self.consumer.call_soon(self.consumer.cancel_task_queue, queue)
-        elif not fault and self._paused:
+        elif fault and fault.public != self._said:
+            log.error("this host still cannot run containers (%s: %s)", fault.kind, fault.detail)
+        self._said = fault.public if fault else None
+        if not fault and self._paused:
             log.warning("this host can run containers again: taking runs from %s", self._paused)
             for queue in self._paused:
                 self.consumer.call_soon(self.consumer.add_task_queue, queue)
+            self._consumed = self._paused
             self._paused = []
+        elif not fault:
+            self._resume_lost()
+
+    def _resume_lost(self) -> None:
+        """Consume again a run queue that a healthy worker does not consume: Celery does not
+        keep the order of the calls scheduled on its consumer (a pause and a resume a moment
+        apart, around a task that held the consumer, once left the queue cancelled)."""
+        consumer = self.consumer.task_consumer
+        if consumer is None:
+            return
+        for queue in self._consumed:
+            if not consumer.consuming_from(queue):
+                log.warning("consuming run queue %s again (its resume was lost)", queue)
+                self.consumer.call_soon(self.consumer.add_task_queue, queue)
 
     def sample(self) -> Any:
         from celery.worker import state as worker_state
@@ -348,6 +379,32 @@ class _Heartbeat(threading.Thread):
 
 
 _heartbeat: _Heartbeat | None = None
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def refuse_to_start(sender: Any = None, **_: Any) -> None:
+    """A worker that cannot run refuses to start, before it reports ready (issue 29 item
+    10): settings that contradict each other, or no way to give runs their ``/output`` on
+    the engine it talks to (not root in that engine's mount namespace, and no
+    ``SZBENCH_RUNNER_HELPER_IMAGE``). It would otherwise take every run task and fail it.
+    A host that is only sick for now (its engine not up yet) starts, and takes runs once it
+    recovers. The scheduler (``maintenance`` only) runs no container and is not judged."""
+    from szbench.queue import QUEUES, is_embedded
+    from szbench_worker.health import startup_fault
+
+    if sender is None or is_embedded():
+        return
+    queues = set(sender.app.amqp.queues.consume_from or ())
+    if not queues & set(QUEUES):
+        return
+    reason = startup_fault(get_settings())
+    if reason is None:
+        return
+    # Logging is not set up yet at this signal: say it where the operator looks.
+    message = f"this worker cannot run containers, so it does not start: {reason}"
+    log.critical(message)
+    sys.stderr.write(f"szbench worker: {message}\n")
+    raise SystemExit(1)
 
 
 @signals.worker_init.connect  # type: ignore[untyped-decorator]

@@ -119,8 +119,10 @@ class Beat:
     #: For how long it has had a free slot without receiving a task (its monotonic clock);
     #: None while every slot is busy. Stored as a time on the database's clock.
     free_for_s: float | None
-    #: Why it takes no runs now (:func:`szbench_worker.health.host_fault`); None: it does.
+    #: Why it takes no runs now (:func:`szbench_worker.health.host_fault`, a sentence anyone
+    #: may read); None: it does. ``fault_kind``: what its host lacks.
     fault: str | None = None
+    fault_kind: str | None = None
 
 
 def write_heartbeat(beat: Beat) -> None:
@@ -141,6 +143,7 @@ def write_heartbeat(beat: Beat) -> None:
             None if beat.free_for_s is None else now - timedelta(seconds=beat.free_for_s)
         )
         row.fault = beat.fault[:500] if beat.fault else None
+        row.fault_kind = beat.fault_kind[:40] if beat.fault and beat.fault_kind else None
         row.last_seen_at = now
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from szbench.db import session_scope
@@ -30,9 +31,8 @@ from szbench.queue import (
     TASK_START_EVALUATION,
     send_task,
 )
-from szbench_worker import health, pipeline, reconcile
+from szbench_worker import faults, health, pipeline, reconcile
 from szbench_worker.celery_app import project_task
-from szbench_worker.runner import RunnerError
 
 log = logging.getLogger(__name__)
 
@@ -44,31 +44,47 @@ def start_evaluation(*, evaluation_id: int) -> None:
     log.info("evaluation %s started: %s", evaluation_id, outcome)
 
 
-#: How long a run task that reached a sick host waits before it goes back to its queue: the
+#: How long a task that reached a sick host waits before it goes back to its queue: the
 #: worker's heartbeat thread stops consuming within a second of seeing the fault, so the
 #: task goes to a healthy worker, or waits in the queue, instead of coming straight back.
 HAND_BACK_PAUSE_S = 2.0
 
 
-@project_task(TASK_RUN_RECORDING)
-def run_recording(*, run_id: int) -> None:
-    """Run the algorithm on one recording, score it, store the result."""
+def _on_a_fit_host(task: Any, body: Callable[[], Any], **kwargs: Any) -> Any:
+    """Run ``body`` unless this host lacks something every run needs; a task that finds it
+    sick (before or during the run) goes back to its queue: no retry spent, no attempt
+    counted unless a container ran (:mod:`szbench_worker.health`).
+
+    A transient platform fault the run itself found (:func:`szbench_worker.faults.classify`:
+    the registry or the platform's API away, the cache's disk full, a setting this host
+    lacks) is noted for the host first, so that the whole worker stops taking runs until
+    it is back. Any other fault is raised: retried (an infrastructure fault) or recorded.
+    """
     fault = health.host_fault()
     if fault is None:
         try:
-            step = pipeline.run_recording(run_id)
-        except RunnerError:
+            return body()
+        except Exception as exc:
+            verdict = faults.classify(exc)
+            if verdict.blame is not faults.Blame.PLATFORM_TRANSIENT:
+                raise
+            health.note(verdict)
             fault = health.host_fault()
             if fault is None:
                 raise  # the host is fine: a fault of this run, retried as before
-        else:
-            log.info("run %s: %s", run_id, step)
-            return
-    # The host is sick (engine away, work directory full): going back to the queue costs
-    # this run no retry, and it counts no attempt unless a container had started.
-    log.warning("run %s handed back: %s", run_id, fault)
+    log.warning("%s %s handed back: this host lacks %s (%s)", task.name, kwargs, fault.kind,
+                fault.detail)  # fmt: skip
     time.sleep(HAND_BACK_PAUSE_S)
-    send_task(TASK_RUN_RECORDING, queue=_queue_of(run_recording), run_id=run_id)
+    send_task(task.name, queue=_queue_of(task), **kwargs)
+    return None
+
+
+@project_task(TASK_RUN_RECORDING)
+def run_recording(*, run_id: int) -> None:
+    """Run the algorithm on one recording, score it, store the result."""
+    step = _on_a_fit_host(run_recording, lambda: pipeline.run_recording(run_id), run_id=run_id)
+    if step is not None:
+        log.info("run %s: %s", run_id, step)
 
 
 def _queue_of(task: Any) -> str:
@@ -91,8 +107,13 @@ def rescore_evaluation(*, evaluation_id: int) -> None:
 @project_task(TASK_SMOKE_TEST)
 def smoke_test(*, algorithm_version_id: int) -> None:
     """Accept or reject a new algorithm version on one public-sample recording."""
-    outcome = pipeline.smoke_test(algorithm_version_id)
-    log.info("smoke test of version %s: %s", algorithm_version_id, outcome)
+    outcome = _on_a_fit_host(
+        smoke_test,
+        lambda: pipeline.smoke_test(algorithm_version_id),
+        algorithm_version_id=algorithm_version_id,
+    )
+    if outcome is not None:
+        log.info("smoke test of version %s: %s", algorithm_version_id, outcome)
 
 
 @project_task(TASK_RECONCILE, queue=QUEUE_MAINTENANCE)

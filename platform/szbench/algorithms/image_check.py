@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from szbench.algorithms.image_config import nul_refusal
 from szbench.config import Settings, get_settings
 from szbench.errors import InvalidSubmission, PayloadTooLarge
 
@@ -773,6 +774,9 @@ def check_image_archive(
         )
     if not isinstance(config, dict):
         raise InvalidSubmission(f"{config_name}: the image config is not a JSON object")
+    refused = nul_refusal(config, config_name)
+    if refused is not None:
+        raise InvalidSubmission(refused)
     arch, os_name = config.get("architecture"), config.get("os")
     if (os_name, arch) != ("linux", "amd64"):
         raise InvalidSubmission(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,7 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from szbench import changes
 from szbench.algorithms import intake, registry
-from szbench.algorithms.image_check import ImageInfo, Progress, check_image_archive
+from szbench.algorithms.image_check import ImageInfo, ImageParts, Progress, check_image_archive
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.errors import (
@@ -22,6 +23,7 @@ from szbench.errors import (
     InvalidSubmission,
     NotFound,
     PayloadTooLarge,
+    ServiceUnavailable,
 )
 from szbench.evaluations import service as evaluation_service
 from szbench.links import check_link
@@ -37,6 +39,8 @@ from szbench.phases import service as phases
 from szbench.quotas import service as quotas
 from szbench.uploads import service as uploads
 from szbench.uploads.service import UploadSession
+
+log = logging.getLogger(__name__)
 
 # name[:port]/path[:tag]@sha256:<hex>: a reference pinned to content, so a re-run runs
 # the same bytes. Tag-only references are refused (see docs/api.md).
@@ -217,10 +221,9 @@ def check_upload(upload: UploadSession, *, progress: Progress | None = None) -> 
     settings = get_settings()
     info = check_image_archive(archive, allow_root=settings.allow_root_images, progress=progress)
     pushed = (
-        registry.push_archive(
+        _push(
             archive,
             info.digest,
-            settings,
             parts=info.parts,
             progress=None if progress is None else lambda d, t: progress("pushing", d, t),
         )
@@ -228,6 +231,32 @@ def check_upload(upload: UploadSession, *, progress: Progress | None = None) -> 
         else None
     )
     return CheckedUpload(upload, archive, info, pushed.digest if pushed else None)
+
+
+#: What a submitter reads when the registry does not take an accepted upload (its address,
+#: and the registry's own words, are for the operator's log only).
+REGISTRY_AWAY = (
+    "the platform's image registry is unavailable, so the image could not be stored; the "
+    "upload is kept: submit it again in a few minutes"
+)
+
+
+def _push(
+    archive: Path,
+    image_id: str,
+    *,
+    parts: ImageParts | None = None,
+    progress: registry.Progress | None = None,
+) -> registry.Pushed:
+    """Push to the registry; a registry that fails answers the submitter without its
+    address (kept in the API's log for the operator)."""
+    try:
+        return registry.push_archive(
+            archive, image_id, get_settings(), parts=parts, progress=progress
+        )
+    except ServiceUnavailable as exc:
+        log.error("pushing image %s to the registry failed: %s", image_id, exc.detail)
+        raise ServiceUnavailable(REGISTRY_AWAY) from exc
 
 
 ARCHIVE_REFUSALS = (InvalidSubmission, PayloadTooLarge)

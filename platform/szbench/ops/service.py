@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -19,7 +20,7 @@ from sqlalchemy import case, func, select, text
 
 from szbench.config import get_settings
 from szbench.db import get_sessionmaker
-from szbench.models import Evaluation, EvaluationStatus, RecordingRun
+from szbench.models import Evaluation, EvaluationStatus, RecordingRun, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,12 @@ def broker_queue_lengths(queues: list[str]) -> dict[str, int]:
 
 
 class DatabaseCollector(Collector):
-    """Queue, run and GPU figures, read from the database (and broker) on each scrape."""
+    """Queue, run, worker and GPU figures, read from the database (and broker) on each scrape.
+
+    The database and the broker are read apart: a broker outage drops only the queue
+    lengths (``szbench_metrics_broker_up 0``), never the database's figures, and the other
+    way round.
+    """
 
     def describe(self) -> list[Metric]:
         # Without this the registry would call collect(), i.e. query the database, at
@@ -98,24 +104,27 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
+        queues = set(KNOWN_QUEUES)
+        db_up = GaugeMetricFamily("szbench_metrics_db_up", "Database figures were readable.")
         try:
-            yield from self._collect()
+            figures = list(self._collect(queues))
         except Exception as exc:  # a scrape must not fail because the database is down
             log.warning("metrics: database collection failed: %s", exc)
-            up = GaugeMetricFamily("szbench_metrics_db_up", "Database figures were readable.")
-            up.add_metric([], 0)
-            yield up
-            return
-        up = GaugeMetricFamily("szbench_metrics_db_up", "Database figures were readable.")
-        up.add_metric([], 1)
-        yield up
+            db_up.add_metric([], 0)
+        else:
+            db_up.add_metric([], 1)
+            yield from figures
+        yield db_up
+        yield from _broker_figures(sorted(queues))
         took = GaugeMetricFamily(
             "szbench_metrics_collect_seconds", "Time spent reading the figures for this scrape."
         )
         took.add_metric([], time.perf_counter() - started)
         yield took
 
-    def _collect(self) -> Iterator[Metric]:
+    def _collect(self, queues: set[str]) -> Iterator[Metric]:
+        """The database's figures; ``queues`` gains every queue they name."""
+        settings = get_settings()
         active = (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING, EvaluationStatus.SCORING)
         with get_sessionmaker()() as session:
             evaluations = session.execute(
@@ -158,6 +167,12 @@ class DatabaseCollector(Collector):
                     RecordingRun.wall_time_s.is_not(None), RecordingRun.reused_from_id.is_(None)
                 )
             ).one()
+            since = datetime.now(UTC) - timedelta(seconds=settings.worker_heartbeat_timeout_s)
+            beats = session.execute(
+                select(WorkerHeartbeat.queues, WorkerHeartbeat.fault_kind).where(
+                    WorkerHeartbeat.last_seen_at >= since
+                )
+            ).all()
 
         gauge = GaugeMetricFamily(
             "szbench_evaluations", "Evaluations by status.", labels=["status"]
@@ -179,7 +194,6 @@ class DatabaseCollector(Collector):
         running = GaugeMetricFamily(
             "szbench_runs_running", "Recording runs in progress, by queue.", labels=["queue"]
         )
-        queues = set(KNOWN_QUEUES)
         for queue, n_wait, n_run in pending:
             queues.add(queue)
             waiting.add_metric([queue], n_wait or 0)
@@ -187,16 +201,7 @@ class DatabaseCollector(Collector):
         yield waiting
         yield running
 
-        lengths = broker_queue_lengths(sorted(queues))
-        if lengths:
-            broker = GaugeMetricFamily(
-                "szbench_queue_length",
-                "Messages waiting in the broker, by queue.",
-                labels=["queue"],
-            )
-            for queue, n in lengths.items():
-                broker.add_metric([queue], n)
-            yield broker
+        yield from _worker_figures(beats)
 
         gpus = GaugeMetricFamily(
             "szbench_gpus_in_use", "GPUs running a recording now, by worker host.", labels=["host"]
@@ -215,3 +220,53 @@ class DatabaseCollector(Collector):
         buckets.append(("+Inf", int(count or 0)))
         hist.add_metric([], buckets=buckets, sum_value=float(total or 0.0))
         yield hist
+
+
+def _worker_figures(beats: Any) -> Iterator[Metric]:
+    """Live workers per queue, and those that take no runs, by what their host lacks
+    (``worker_heartbeats.fault_kind``: docs/operations.md, "A sick host")."""
+    live: dict[str, int] = {}
+    sick: dict[tuple[str, str], int] = {}
+    for queues, fault_kind in beats:
+        for queue in queues or ():
+            live[queue] = live.get(queue, 0) + 1
+            if fault_kind:
+                sick[queue, fault_kind] = sick.get((queue, fault_kind), 0) + 1
+    workers = GaugeMetricFamily(
+        "szbench_workers_live",
+        "Workers heard from within the heartbeat timeout, by queue.",
+        labels=["queue"],
+    )
+    for queue, n in sorted(live.items()):
+        workers.add_metric([queue], n)
+    yield workers
+    unfit = GaugeMetricFamily(
+        "szbench_workers_sick",
+        "Live workers taking no runs, by queue and what their host lacks.",
+        labels=["queue", "reason"],
+    )
+    for (queue, reason), n in sorted(sick.items()):
+        unfit.add_metric([queue, reason], n)
+    yield unfit
+
+
+def _broker_figures(queues: list[str]) -> Iterator[Metric]:
+    """Queue lengths, and whether the broker answered (nothing without a Redis broker)."""
+    if not get_settings().broker_url.startswith(("redis://", "rediss://")):
+        return
+    up = GaugeMetricFamily("szbench_metrics_broker_up", "The broker's queue lengths were readable.")
+    try:
+        lengths = broker_queue_lengths(queues)
+    except Exception as exc:
+        log.warning("metrics: the broker's queue lengths are unreadable: %s", exc)
+        up.add_metric([], 0)
+        yield up
+        return
+    up.add_metric([], 1)
+    yield up
+    broker = GaugeMetricFamily(
+        "szbench_queue_length", "Messages waiting in the broker, by queue.", labels=["queue"]
+    )
+    for queue, n in lengths.items():
+        broker.add_metric([queue], n)
+    yield broker

@@ -31,6 +31,7 @@ from szbench_worker.docker_runner.images import (
     inspect_image,
     load_image_tarball,
     pull_image,
+    registry_answers,
 )
 from szbench_worker.docker_runner.output import OutputUsage, output_usage
 from szbench_worker.docker_runner.ownership import (
@@ -74,6 +75,7 @@ __all__ = [
     "output_usage",
     "owner_token",
     "pull_image",
+    "registry_answers",
     "remove_ended",
     "scratch_paths",
 ]

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from szbench.algorithms.image_config import nul_field
 from szbench_worker.docker_runner.sandbox import (
     is_inside,
 )
@@ -34,6 +35,10 @@ CANNOT_START_MESSAGES = {
     "mount": (
         "The container could not start: a folder the sandbox mounts (/data, /output, /tmp or "
         "one of the image's VOLUME paths) is a file, a symbolic link or read-only in the image."
+    ),
+    "nul": (
+        "The container could not start: a field of the image's configuration (its WORKDIR, "
+        "ENTRYPOINT, CMD, ENV, USER or a label) holds a NUL character."
     ),
 }
 
@@ -74,9 +79,17 @@ def config_refusal(config: dict[str, Any]) -> tuple[str, str] | None:
     'command'
     >>> config_refusal({"Cmd": ["python3"], "WorkingDir": "/proc/self/fd/7"})[0]
     'workdir'
+    >>> config_refusal({"Cmd": ["python3"], "WorkingDir": "/app\\x00x"})[0]
+    'nul'
     >>> config_refusal({"Cmd": ["python3"], "WorkingDir": "/app"}) is None
     True
     """
+    field = nul_field(config)
+    if field is not None:
+        # The engine would quote it back in its refusal (or runc cut a path at it): refused
+        # before any container, as the upload check refuses it (images given by reference,
+        # or accepted before that check).
+        return "nul", f"the image's Config.{field} holds a NUL character"
     command = [*(config.get("Entrypoint") or ()), *(config.get("Cmd") or ())]
     if not any(command):
         return "command", "the image configures neither Entrypoint nor Cmd"

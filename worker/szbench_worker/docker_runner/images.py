@@ -19,7 +19,7 @@ from typing import Any
 
 import docker
 import requests
-from docker.errors import APIError, DockerException, ImageNotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from szbench.algorithms.image_check import (
     ArchiveLimits,
@@ -30,7 +30,9 @@ from szbench.algorithms.image_check import (
 )
 from szbench.errors import SzbenchError
 from szbench_worker.docker_runner.client import connect
+from szbench_worker.faults import REGISTRY_AWAY
 from szbench_worker.runner import (
+    HostLacks,
     ImageError,
     ImageRefused,
     RunnerError,
@@ -152,10 +154,11 @@ def load_image_tarball(
     Raises
     ------
     ImageRefused
-        If the archive is over one of ``limits`` or malformed (the submitter's fault).
+        If the archive is over one of ``limits``, malformed, not loadable or holds other
+        than exactly one image (the submitter's fault). The message names the file by its
+        base name only.
     ImageError
-        If the file is not an image archive or holds other than exactly one image. The
-        message names the file by its base name only.
+        If the file is gone (the platform's fault).
     """
     client = client or connect()
     if not path.is_file():
@@ -190,13 +193,16 @@ def load_image_tarball(
         raise ImageRefused(f"{path.name}: {exc.detail}") from exc
     except (APIError, DockerException) as exc:
         log.warning("loading %s failed: %s", path, exc)
-        raise ImageError(
+        if "no space left on device" in _said(exc).lower():
+            raise RunnerError(f"loading {path.name} failed: {_said(exc)}") from exc
+        # The engine refused the archive's content: the image's fault, wherever it loads.
+        raise ImageRefused(
             f"{path.name}: not a loadable image archive (expected `docker save` output, "
             ".tar or .tar.gz)"
         ) from exc
     unique = {img.id: img for img in images}
     if len(unique) != 1:
-        raise ImageError(f"{path.name}: holds {len(unique)} images; upload exactly one")
+        raise ImageRefused(f"{path.name}: holds {len(unique)} images; upload exactly one")
     info = _info(next(iter(unique.values())))
     _remember(id_cache, path, state, info.digest, limits)
     return info
@@ -228,16 +234,43 @@ def pull_image(reference: str, client: docker.DockerClient | None = None) -> Ima
     client = client or connect()
     try:
         image = client.images.pull(reference)
-    except (APIError, DockerException) as exc:
+    except NotFound as exc:
+        # The registry answered: it has no such manifest (the platform's copy is gone).
+        raise ImageError(f"{reference}: the registry has no such image ({_said(exc)})") from exc
+    except (APIError, DockerException, requests.RequestException) as exc:
         log.warning("pulling %s failed: %s", reference, exc)
-        raise ImageError(
-            f"{reference}: the pull failed ({getattr(exc, 'explanation', '') or exc})"
-        ) from exc
+        said = _said(exc)
+        if "no space left on device" in said.lower():
+            raise RunnerError(f"pulling {reference} failed: {said}") from exc
+        # The engine reached no registry, or one in trouble: a wait mends it, not a retry.
+        raise HostLacks("registry", REGISTRY_AWAY, f"pulling {reference} failed: {said}") from exc
     info = _info(image)
     wanted = reference.rsplit("@", 1)[1]
     if not any(d.endswith("@" + wanted) for d in info.repo_digests):
         raise ImageError(f"{reference}: the registry served another manifest")
     return info
+
+
+def _said(exc: BaseException) -> str:
+    return str(getattr(exc, "explanation", "") or exc)
+
+
+#: What a worker's engine is asked for to see that the registry answers (an absent tag: an
+#: answer, "manifest unknown", is all it takes).
+_PROBE_TAG = "szbench-probe"
+
+
+def registry_answers(repository: str, client: docker.DockerClient) -> bool:
+    """Whether the engine reaches the registry of ``repository`` (``host:port/path``), as
+    its pulls would: the engine asks the registry for a tag's manifest."""
+    try:
+        client.api.inspect_distribution(f"{repository}:{_PROBE_TAG}")
+    except NotFound:
+        return True  # the registry answered that it has no such tag
+    except (APIError, DockerException, requests.RequestException) as exc:
+        log.info("the registry of %s does not answer: %s", repository, _said(exc))
+        return False
+    return True
 
 
 def inspect_image(reference: str, client: docker.DockerClient | None = None) -> ImageInfo:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -50,18 +49,20 @@ def umount(target: Path) -> None:
             raise
 
 
-def shares_mounts_with_dockerd() -> bool:
-    """Whether a local dockerd runs in this process's mount namespace (so it sees our mounts)."""
+def shares_mounts_with_engine(client: Any) -> bool:
+    """Whether the engine behind ``client`` runs in this process's mount namespace, so that
+    a tmpfs this process mounts is what the engine bind-mounts into a container.
+
+    The engine is the process answering on ``DOCKER_HOST`` (:func:`.client.engine_pid`),
+    whatever other engines run on the host. False when that cannot be shown (an engine over
+    TCP, outside this pid namespace, or a namespace this process may not read).
+    """
+    from szbench_worker.docker_runner.client import engine_pid
+
+    pid = engine_pid(client)
+    if pid is None:
+        return False
     try:
-        own = os.readlink("/proc/self/ns/mnt")
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{entry.name}/comm", encoding="ascii", errors="replace") as f:
-                    if f.read().strip() != "dockerd":
-                        continue
-                return os.readlink(f"/proc/{entry.name}/ns/mnt") == own
+        return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
     except OSError:
-        pass
-    return False
+        return False

@@ -63,7 +63,7 @@ from szbench_worker.docker_runner.cannot_start import (
 from szbench_worker.docker_runner.client import connect, cpuset_supported, userns_base
 from szbench_worker.docker_runner.cpus import NO_PINNING, CpuPool, cores_for
 from szbench_worker.docker_runner.images import platform_image_id
-from szbench_worker.docker_runner.mounts import shares_mounts_with_dockerd
+from szbench_worker.docker_runner.mounts import shares_mounts_with_engine
 from szbench_worker.docker_runner.outputfs import EngineTmpfs, HostTmpfs
 from szbench_worker.docker_runner.ownership import (
     LABEL_HOST,
@@ -107,6 +107,56 @@ from szbench_worker.runner import (
 )
 
 log = logging.getLogger(__name__)
+
+# --- who mounts /output ------------------------------------------------------------------
+
+
+def worker_mounts_output(
+    client: docker.DockerClient, *, output_tmpfs: bool | None, helper_image: str | None
+) -> bool:
+    """Whether this process mounts each run's ``/output`` tmpfs itself (True) or the engine
+    does, held by a keeper of ``helper_image`` (False); ``output_tmpfs`` None decides by
+    what this process can do.
+
+    Raises
+    ------
+    RunnerError
+        Neither can: a worker that is not root in the mount namespace of the engine it talks
+        to, without ``SZBENCH_RUNNER_HELPER_IMAGE``. Such a worker refuses to start.
+    """
+    if output_tmpfs is None:
+        # Mounting needs root, and the mount must be visible to the engine this client
+        # talks to (not to whichever dockerd runs first on the host): a worker in a
+        # container of its own, or beside an engine in another mount namespace, cannot.
+        output_tmpfs = os.geteuid() == 0 and shares_mounts_with_engine(client)
+    if not output_tmpfs and helper_image is None:
+        # No other bound is the kernel's: without a keeper the engine's tmpfs would go
+        # (with the output) the moment the run's container stops.
+        raise RunnerError(
+            "this worker cannot mount /output's tmpfs itself (it is not root in the mount "
+            "namespace of the engine it talks to), so the engine mounts one per run, held by "
+            "a container of SZBENCH_RUNNER_HELPER_IMAGE: set it to an image with `sleep` and "
+            "`stat` (compose: szbench/run-helper)"
+        )
+    return output_tmpfs
+
+
+def output_setup_fault(client: docker.DockerClient, settings: Any) -> str | None:
+    """Why a runner of ``settings`` could not give runs their ``/output`` on this engine (a
+    setting for the operator to fix), or None when it can."""
+    try:
+        helper = (
+            platform_image_id(
+                settings.runner_helper_image, client, setting="SZBENCH_RUNNER_HELPER_IMAGE"
+            )
+            if settings.runner_helper_image
+            else None
+        )
+        worker_mounts_output(client, output_tmpfs=settings.runner_output_tmpfs, helper_image=helper)
+    except RunnerError as exc:
+        return str(exc)
+    return None
+
 
 # --- the runner --------------------------------------------------------------------------
 
@@ -155,20 +205,9 @@ class DockerRunner:
             os.chmod(self.work_dir, 0o711)  # noqa: S103
         self.host = host or worker_host()
         self._owner: tuple[int, str] | None = (os.getpid(), owner_token())
-        if output_tmpfs is None:
-            # Mounting needs root, and the mount must be visible to dockerd: a worker inside a
-            # container has its own mount namespace, so there the plain directory is used.
-            output_tmpfs = os.geteuid() == 0 and shares_mounts_with_dockerd()
-        if not output_tmpfs and self.helper_image is None:
-            # No other bound is the kernel's: without a keeper the engine's tmpfs would go
-            # (with the output) the moment the run's container stops.
-            raise RunnerError(
-                "this worker cannot mount /output's tmpfs itself (it is not root in the "
-                "engine's mount namespace), so the engine mounts one per run, held by a "
-                "container of SZBENCH_RUNNER_HELPER_IMAGE: set it to an image with `sleep` "
-                "and `stat` (compose: szbench/run-helper)"
-            )
-        self.output_tmpfs = output_tmpfs
+        self.output_tmpfs = worker_mounts_output(
+            self.client, output_tmpfs=output_tmpfs, helper_image=self.helper_image
+        )
         self._userns = userns_base(self.client)
         self.cpu_pool: CpuPool | None = None
         if cpuset_supported(self.client):

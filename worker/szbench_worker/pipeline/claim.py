@@ -75,3 +75,16 @@ def claim_run(run_id: int, settings: Settings) -> Claim | RunStep:
             queue=evaluation.queue,
             expected_digest=evaluation.image_digest,
         )
+
+
+def unclaim_run(run_id: int) -> None:
+    """Take back the claim of a run whose container never started (a platform fault before
+    it: the registry or the platform's API away): the attempt is not counted, and the run
+    is waiting again, not held by this worker."""
+    with session_scope() as session:
+        run = lock_run(session, run_id)
+        if run is None or run.finished_at is not None or run.claimed_by != reconcile.worker_id():
+            return
+        run.attempts = max(0, run.attempts - 1)
+        run.started_at = None
+        run.claimed_by = ""

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from szbench.models import RecordingRun, RunOutcome
+from szbench_worker.faults import PERMANENT_MESSAGE
 from szbench_worker.pipeline.score import clear_counts
 from szbench_worker.runner import RunnerError
 
 #: Shown to a submitter when the platform, not the algorithm, failed on a recording.
-INFRA_MESSAGE = (
-    "The platform could not run or score this recording (an infrastructure fault, not your "
-    "algorithm's); an administrator has the details."
-)
+INFRA_MESSAGE = PERMANENT_MESSAGE
 
 
 class InfrastructureError(RunnerError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 from szbench.config import Settings, get_settings
 from szbench_worker import gpu as gpu_assignment
 from szbench_worker import recordings
-from szbench_worker.pipeline.claim import claim_run
+from szbench_worker.faults import Blame, classify
+from szbench_worker.pipeline.claim import claim_run, unclaim_run
 from szbench_worker.pipeline.deps import get_dependencies
 from szbench_worker.pipeline.faults import InfrastructureError
 from szbench_worker.pipeline.store import (
@@ -20,7 +22,7 @@ from szbench_worker.pipeline.store import (
     store_refused,
     store_result,
 )
-from szbench_worker.runner import ImageError, ImageRefused
+from szbench_worker.runner import RunnerError
 
 
 def work_dir(settings: Settings | None = None) -> Path:
@@ -54,16 +56,8 @@ def run_recording(run_id: int) -> RunStep:
             return store_refused(run_id, NOT_ALLOWED_MESSAGE)
         try:
             image = deps.resolve_image(claim.image)
-        except ImageRefused as exc:
-            # Over the archive limits (lowered since the upload): the submitter's fault, kept
-            # off the engine, not retried.
-            return store_result(
-                run_id, refused_image_result(exc, claim.expected_digest), resolved_image=None
-            )
-        except ImageError as exc:
-            # The image was accepted once (it has a digest) and is gone or unloadable now:
-            # the platform's problem, recorded for an admin, not retried forever.
-            return store_infrastructure_failure(run_id, f"image unavailable: {exc}")
+        except Exception as exc:
+            return _before_the_container(run_id, claim.expected_digest, exc)
         local_digest = getattr(deps.runner, "digest", None)
         if isinstance(local_digest, str) and local_digest != claim.expected_digest:
             # A trusted local-process runner runs its own command, whatever the image: never
@@ -72,12 +66,17 @@ def run_recording(run_id: int) -> RunStep:
                 "this worker runs only its own trusted local command "
                 f"({local_digest}), not {claim.expected_digest}"
             )
-        # In place on the main host; fetched by checksum into this host's cache elsewhere,
-        # verified before every run and held (never evicted) until the run is over; a
-        # RecordingUnavailable is retried like any platform fault.
-        with recordings.located(
-            claim.recording_path, claim.recording_checksum, settings
-        ) as recording:
+        with contextlib.ExitStack() as held:
+            # In place on the main host; fetched by checksum into this host's cache
+            # elsewhere, verified before every run and held (never evicted) until the run is
+            # over. A fetch that fails is judged like the image's (the platform's API away,
+            # the cache's disk full: the host's fault, no try spent).
+            try:
+                recording = held.enter_context(
+                    recordings.located(claim.recording_path, claim.recording_checksum, settings)
+                )
+            except Exception as exc:
+                return _before_the_container(run_id, claim.expected_digest, exc)
             result = deps.runner.run(
                 image=image,
                 recording=recording.path,
@@ -88,3 +87,19 @@ def run_recording(run_id: int) -> RunStep:
         return store_result(run_id, result, resolved_image=image)
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
+
+
+def _before_the_container(run_id: int, digest: str, exc: Exception) -> RunStep:
+    """What a failure to get the image or the recording means for the run, as
+    :func:`~szbench_worker.faults.classify` judges it: the image's fault ends the run
+    ``crashed`` (not retried), a permanent platform fault ends it ``infrastructure_error``;
+    a transient one (the registry, the platform's API, the cache's disk away) or a bug
+    raises, and the run counts no attempt (no container ran), so that its task goes back to
+    the queue or retries without the algorithm's tries spent."""
+    verdict = classify(exc)
+    if verdict.blame is Blame.IMAGE:
+        return store_result(run_id, refused_image_result(verdict, digest), resolved_image=None)
+    if verdict.blame is Blame.PLATFORM_PERMANENT and isinstance(exc, RunnerError):
+        return store_infrastructure_failure(run_id, verdict.detail)
+    unclaim_run(run_id)
+    raise exc

@@ -31,11 +31,12 @@ from szbench.models import (
 )
 from szbench.notifications import events as notify
 from szbench_scoring import SCORER_VERSION, ScoringParams
+from szbench_worker.faults import Blame, Verdict, classify
 from szbench_worker.pipeline.deps import get_dependencies
 from szbench_worker.pipeline.rows import lock, now
 from szbench_worker.pipeline.run import run_recording
 from szbench_worker.pipeline.store import NOT_ALLOWED_MESSAGE
-from szbench_worker.runner import ImageError
+from szbench_worker.runner import RunnerError
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ def smoke_test(algorithm_version_id: int) -> SmokeOutcome:
     deps = get_dependencies()
     try:
         image = deps.resolve_image(version)
-    except ImageError as exc:
-        return _decide_smoke(algorithm_version_id, None, rejected_because=str(exc))
+    except Exception as exc:
+        return _smoke_fault(algorithm_version_id, exc)
     digest = image if image.startswith("sha256:") else (version.image_digest or image)
     with session_scope() as session:
         version = session.get_one(AlgorithmVersion, algorithm_version_id)
@@ -93,8 +94,52 @@ def smoke_test(algorithm_version_id: int) -> SmokeOutcome:
         else:
             run_id = _smoke_run(session, version, recording)
     if run_id is not None:
-        run_recording(run_id)
+        try:
+            run_recording(run_id)
+        except Exception as exc:
+            _hold(algorithm_version_id, classify(exc))
+            raise
     return _decide_smoke(algorithm_version_id, run_id)
+
+
+def _smoke_fault(algorithm_version_id: int, exc: Exception) -> SmokeOutcome:
+    """The version's image could not be had: what that means, as
+    :func:`~szbench_worker.faults.classify` judges it. Only the image's own fault rejects
+    the version; a platform fault never does, and its message never names the platform's
+    addresses (the registry's, a host's path)."""
+    verdict = classify(exc)
+    if verdict.blame is Blame.IMAGE:
+        return _decide_smoke(algorithm_version_id, None, rejected_because=verdict.public)
+    if verdict.blame is Blame.PLATFORM_PERMANENT and isinstance(exc, RunnerError):
+        log.error("smoke test of version %s: %s", algorithm_version_id, verdict.detail)
+        with session_scope() as session:
+            version = lock(session, AlgorithmVersion, algorithm_version_id)
+            if version is not None and version.status == VersionStatus.SMOKE_TESTING:
+                version.status = VersionStatus.PENDING
+                version.status_message = (
+                    "The smoke test could not run because of a platform fault; an "
+                    "administrator has the details."
+                )
+                return SmokeOutcome(version.status, version.status_message)
+        return SmokeOutcome(None, "already decided")
+    _hold(algorithm_version_id, verdict)
+    raise exc
+
+
+def _hold(algorithm_version_id: int, verdict: Verdict) -> None:
+    """Say on the version why its smoke test waits (a transient platform fault: its task
+    goes back to the queue or retries, and the test goes on by itself)."""
+    if verdict.blame is not Blame.PLATFORM_TRANSIENT:
+        return
+    try:
+        with session_scope() as session:
+            version = lock(session, AlgorithmVersion, algorithm_version_id)
+            if version is not None and version.status == VersionStatus.SMOKE_TESTING:
+                version.status_message = (
+                    f"Smoke test waiting: {verdict.public}; it goes on by itself once that is back."
+                )
+    except Exception:  # the database itself may be what is away: the fault goes on up
+        log.warning("could not say why version %s's smoke test waits", algorithm_version_id)
 
 
 def _smoke_recording(session: Session, settings: Settings) -> Recording | None:

@@ -9,15 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlalchemy.exc
+
 from szbench.db import session_scope
 from szbench.models import Evaluation, RunOutcome
 from szbench_scoring import AnnotationError
+from szbench_worker.faults import UNSTORABLE_MESSAGE, Blame, Verdict, classify
 from szbench_worker.pipeline.attribution import image_of_result
 from szbench_worker.pipeline.faults import mark_infrastructure_failure
 from szbench_worker.pipeline.progress import finish_run
 from szbench_worker.pipeline.rows import lock_run, now
 from szbench_worker.pipeline.score import score_run, scoring_params
-from szbench_worker.runner import ImageRefused, RunResult, worker_host
+from szbench_worker.runner import RunResult, worker_host
 
 NOT_ALLOWED_MESSAGE = (
     "This host runs only the algorithm images on its allow-list (SZBENCH_ALLOWED_IMAGES); "
@@ -26,7 +29,8 @@ NOT_ALLOWED_MESSAGE = (
 
 
 IMAGE_REFUSED_MESSAGE = (
-    "The algorithm's image archive is over this host's image limits and was not loaded."
+    "The algorithm's image was refused before it ran: its archive is over this host's image "
+    "limits or cannot be loaded."
 )
 
 
@@ -47,7 +51,37 @@ def store_result(run_id: int, result: RunResult, *, resolved_image: str | None) 
     the runner to start; None when no image was started (refused before loading). A result
     from any other image raises :class:`~.attribution.MisattributedResult` (nothing stored,
     the task retries).
+
+    Every text is made storable on its way to the database (:mod:`szbench.db`); a result
+    the database still refuses (a value its column cannot hold) is itself an outcome that
+    ends the run: ``infrastructure_error`` with fixed texts (:func:`store_unstorable`),
+    never a task retried for ever while the evaluation stays running.
     """
+    try:
+        return _store_result(run_id, result, resolved_image=resolved_image)
+    except sqlalchemy.exc.StatementError as exc:
+        verdict = classify(exc)
+        if verdict.blame is not Blame.PLATFORM_PERMANENT:
+            raise  # the database is away: retried
+        return store_unstorable(run_id, verdict)
+
+
+def store_unstorable(run_id: int, verdict: Verdict) -> RunStep:
+    """End a run whose result the database refused: fixed texts only (the refused ones may
+    be what it cannot hold), the database's reason for admins, bounded."""
+    detail = verdict.detail.replace("\0", "\\0")[:4000]
+    with session_scope() as session:
+        run = lock_run(session, run_id)
+        if run is None or run.finished_at is not None:
+            return RunStep(ran_container=True, skipped="already finished")
+        mark_infrastructure_failure(run, f"[worker] the result could not be stored: {detail}")
+        run.submitter_message = UNSTORABLE_MESSAGE
+        run.detections_tsv = None
+        progress = finish_run(session, run)
+        return RunStep(ran_container=True, stored=True, progress=progress)
+
+
+def _store_result(run_id: int, result: RunResult, *, resolved_image: str | None) -> RunStep:
     with session_scope() as session:
         run = lock_run(session, run_id)
         if run is None:
@@ -87,15 +121,16 @@ def store_result(run_id: int, result: RunResult, *, resolved_image: str | None) 
         return RunStep(ran_container=True, stored=True, progress=progress)
 
 
-def refused_image_result(exc: ImageRefused, digest: str) -> RunResult:
-    """The result of an image archive over the limits: the submitter's fault, no run."""
+def refused_image_result(verdict: Verdict, digest: str) -> RunResult:
+    """The result of an image refused before it ran (over the limits, not loadable): the
+    submitter's fault, no container."""
     return RunResult(
         outcome=RunOutcome.CRASHED,
         exit_code=None,
         duration_s=0.0,
         peak_memory_bytes=None,
         submitter_message=IMAGE_REFUSED_MESSAGE,
-        admin_log=f"[worker] image refused before loading: {exc}",
+        admin_log=f"[worker] image refused before loading: {verdict.detail}",
         output_tsv=None,
         annotations=None,
         image_digest=digest,

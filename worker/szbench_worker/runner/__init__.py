@@ -50,6 +50,7 @@ from szbench_worker.runner.host import (
 )
 from szbench_worker.runner.interface import (
     GpuInfo,
+    HostLacks,
     ImageError,
     ImageRefused,
     Limits,
@@ -80,6 +81,7 @@ __all__ = [
     "MAX_SUBMITTER_DETAIL",
     "UNSTORABLE_OUTPUT",
     "GpuInfo",
+    "HostLacks",
     "ImageError",
     "ImageRefused",
     "Limits",

@@ -30,6 +30,20 @@ class ImageRefused(ImageError):
     retried. The message is submitter-safe (it names the limit and its setting)."""
 
 
+class HostLacks(RunnerError):
+    """Something every run on this host needs is missing now: the platform's transient
+    fault, never the algorithm's (:mod:`szbench_worker.faults`). ``need`` names it
+    (``registry``, ``platform_api``, ``recording_cache``, ``setting``); ``public`` says so
+    in a sentence anyone may read (no address, path or engine's words); the message is the
+    operator's detail. The host takes no run until it is back (:mod:`szbench_worker.health`).
+    """
+
+    def __init__(self, need: str, public: str, detail: str) -> None:
+        super().__init__(detail)
+        self.need = need
+        self.public = public
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resources and sandbox of one run. Built from settings with :meth:`from_settings`.
