@@ -136,3 +136,28 @@ def test_html_from_the_templates_keeps_text_as_text(value: str) -> None:
     parser.feed(html)
     parser.close()
     assert parser.tags == ["p"]
+
+
+def test_a_mail_prints_released_figures_as_they_were_released() -> None:
+    """A rounded figure (0.56) in a notification mail is not printed as 0.560: the third
+    decimal would claim a precision the platform never released; an exact one keeps 3."""
+    from szbench.notifications.kinds.evaluation import EvaluationEnded
+
+    def lines(release: str, f1: float, fp: float) -> str:
+        figures = {
+            "event_f1": f1,
+            "event_sensitivity": None,
+            "event_precision": 0.5,
+            "event_fp_rate": fp,
+            "subjects": 12,
+            "release": release,
+        }
+        payload = {"evaluation": {"figures": figures, "url": "https://x/e/1"}}
+        return "\n".join(EvaluationEnded().mail_lines(payload))
+
+    rounded = lines("rounded", 0.56, 12.0)
+    assert "Event F1 0.56, sensitivity n/a, precision 0.5, false positives per day 12 " in rounded
+    exact = lines("exact", 0.5634, 11.96)
+    assert (
+        "Event F1 0.563, sensitivity n/a, precision 0.500, false positives per day 11.960" in exact
+    )

@@ -26,9 +26,15 @@ def iso(moment: datetime | None) -> str | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 
-def number(value: Any) -> str:
-    """A figure in an e-mail."""
-    return "n/a" if value is None else f"{value:.3f}"
+def number(value: Any, release: str | None = None) -> str:
+    """A figure in an e-mail: as released. A rounded or Ladder figure is printed as it was
+    released ("0.56", not "0.560", which would claim a third decimal the platform never
+    gave); an exact one to 3 decimals."""
+    if value is None:
+        return "n/a"
+    if release in ("rounded", "ladder"):
+        return f"{value:g}"
+    return f"{value:.3f}"
 
 
 def algorithm_facts(algorithm: Algorithm) -> dict[str, Any]:

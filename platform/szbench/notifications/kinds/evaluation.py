@@ -73,10 +73,10 @@ class EvaluationEnded(Composer):
             lines.append(
                 "Event F1 {}, sensitivity {}, precision {}, false positives per day {} "
                 "(over {} subjects).".format(
-                    number(f.get("event_f1")),
-                    number(f.get("event_sensitivity")),
-                    number(f.get("event_precision")),
-                    number(f.get("event_fp_rate")),
+                    number(f.get("event_f1"), f.get("release")),
+                    number(f.get("event_sensitivity"), f.get("release")),
+                    number(f.get("event_precision"), f.get("release")),
+                    number(f.get("event_fp_rate"), f.get("release")),
                     f.get("subjects"),
                 )
             )
