@@ -117,10 +117,6 @@ _.connect_unix_socket
 _.start_tls
 _.get_extra_info
 _._get_socket
-# The deadline that grows with the bytes an upload sends, made for the registry push
-# (szbench.algorithms.registry moves onto szbench.outbound next; tests/platform/
-# test_outbound.py drives it against a receiver that stops reading).
-_.paced
 # Federation (szbench.federation): fields of the bundle's pydantic models (its byte format)
 # and columns kept for the record (who approved a bundle, when a version was first seen, the
 # key a result was signed with, a withdrawal's target), read by the pages and the API or by

@@ -159,8 +159,13 @@ def test_a_registry_taking_a_blob_too_slowly_is_given_up_on(
 
 
 def test_the_deadline_grows_with_the_bytes_sent() -> None:
-    deadline = registry_push._Deadline(10.0)
-    assert deadline.allowed_s == 10.0
-    deadline.sent = 5 * registry_push.MIN_RATE_BPS
-    assert deadline.allowed_s == 15.0
-    assert 14.0 < deadline.left_s() <= 15.0
+    """The push's pacing: each chunk sent gives the blob's deadline one second per
+    MIN_RATE_BPS bytes (the outbound client's deadline, extended as the bytes go)."""
+    from szbench.outbound.deadline import Deadline, paced
+
+    with Deadline(10.0) as deadline:
+        chunks = [b"x" * registry_push.MIN_RATE_BPS] * 5
+        for _ in paced(chunks, deadline, bytes_per_s=registry_push.MIN_RATE_BPS):
+            pass
+        assert deadline.seconds == 15.0
+        assert 14.0 < deadline.remaining() <= 15.0

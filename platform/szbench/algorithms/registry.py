@@ -16,8 +16,9 @@ digest is computed here from its bytes. Anything else under the tag (another ima
 config over other layers, a compressed layer that cannot be checked without reading it) is
 pushed over.
 
-Every exchange with the registry is bounded as a whole (:func:`_exchange`): a blob's upload
-may take ``SZBENCH_REGISTRY_TIMEOUT_S`` plus one second per :data:`MIN_RATE_BPS` bytes sent,
+Every exchange with the registry goes through the project's outbound client
+(:mod:`szbench.outbound`) and is bounded as a whole (:func:`_exchange`): a blob's upload may
+take ``SZBENCH_REGISTRY_TIMEOUT_S`` plus one second per :data:`MIN_RATE_BPS` bytes sent,
 however the registry stalls (reading the bytes slowly, answering slowly, dripping its
 answer), instead of a limit per read that a drip never reaches.
 
@@ -27,15 +28,10 @@ it takes no credentials here.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import http.client
 import ipaddress
 import json
 import logging
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +41,8 @@ from urllib.parse import urljoin, urlsplit
 from szbench.algorithms.image_check import ImageParts, image_parts, iter_members
 from szbench.config import Settings, get_settings
 from szbench.errors import ServiceUnavailable
+from szbench.outbound import http
+from szbench.outbound.deadline import Deadline, DeadlineExceeded, paced
 
 log = logging.getLogger(__name__)
 
@@ -98,23 +96,6 @@ def _plain_http(host: str, settings: Settings) -> bool:
         return False
 
 
-class _Deadline:
-    """When an exchange must be over: ``base_s`` after it began, plus one second per
-    :data:`MIN_RATE_BPS` bytes sent so far (so it grows while bytes flow, and only then)."""
-
-    def __init__(self, base_s: float) -> None:
-        self.base_s = base_s
-        self.start = time.monotonic()
-        self.sent = 0
-
-    @property
-    def allowed_s(self) -> float:
-        return self.base_s + self.sent / MIN_RATE_BPS
-
-    def left_s(self) -> float:
-        return self.start + self.allowed_s - time.monotonic()
-
-
 @dataclass(frozen=True)
 class _Answer:
     status: int
@@ -131,13 +112,12 @@ def _exchange(
     *,
     body: bytes | Iterable[bytes] | None,
     headers: dict[str, str],
-    deadline: _Deadline,
+    deadline: Deadline,
 ) -> _Answer:
-    """One HTTP exchange with the registry, over as a whole by ``deadline``: a watchdog
-    shuts the connection the moment it passes, whether the registry stops reading the
-    body, waits to answer or drips its answer (a limit per read never ends a drip). Bytes
-    of an iterable ``body`` are counted into the deadline as they are sent. The one place
-    that makes a registry request (the project's outbound HTTP client can take its place).
+    """One HTTP exchange with the registry, through the project's outbound client: over as a
+    whole by ``deadline``, whether the registry stops reading the body, waits to answer or
+    drips its answer (a limit per read never ends a drip). Each chunk of an iterable
+    ``body`` gives the deadline one second per :data:`MIN_RATE_BPS` bytes as it is sent.
 
     Raises
     ------
@@ -145,64 +125,39 @@ def _exchange(
         No answer, a broken connection, an answer over :data:`_MAX_ANSWER_BYTES`, or the
         deadline passed (the message says which, and the time allowed).
     """
-    target = urlsplit(url)
-    host = target.netloc
-    path = target.path + (f"?{target.query}" if target.query else "")
-    kind = http.client.HTTPConnection if target.scheme == "http" else http.client.HTTPSConnection
-    conn = kind(host, timeout=max(0.1, deadline.left_s()))
-    expired = threading.Event()
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(max(0.01, min(1.0, deadline.left_s()))):
-            if deadline.left_s() <= 0:
-                expired.set()
-                sock = conn.sock
-                if sock is not None:
-                    with contextlib.suppress(OSError):  # closed meanwhile: as good
-                        sock.shutdown(socket.SHUT_RDWR)
-                return
-
-    def counted(chunks: Iterable[bytes]) -> Iterator[bytes]:
-        for chunk in chunks:
-            yield chunk
-            deadline.sent += len(chunk)
-
-    watchdog = threading.Thread(target=watch, name="registry-deadline", daemon=True)
-    watchdog.start()
+    host = urlsplit(url).netloc
+    content: bytes | Iterator[bytes]
+    if body is None or isinstance(body, bytes):
+        content = body or b""
+    else:
+        content = paced(body, deadline, bytes_per_s=MIN_RATE_BPS)
     try:
-        conn.connect()  # bounded by the connection's timeout: no socket to shut down yet
-        if conn.sock is not None:
-            conn.sock.settimeout(None)  # from here the deadline alone decides
-        sent = body if body is None or isinstance(body, bytes) else counted(body)
-        conn.request(method, path, body=sent, headers=headers, encode_chunked=sent is not body)
-        response = conn.getresponse()
-        data = response.read(_MAX_ANSWER_BYTES + 1)
-        if len(data) > _MAX_ANSWER_BYTES:
-            raise ServiceUnavailable(
-                f"the image registry ({host}) answered {method} with more than "
-                f"{_MAX_ANSWER_BYTES} bytes; try again later"
-            )
-        answer = _Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
-    except (OSError, http.client.HTTPException) as exc:
-        if expired.is_set():
-            raise _too_slow(host, method, deadline) from exc
+        answer = http.request(
+            method,
+            url,
+            deadline=deadline,
+            headers=list(headers.items()),
+            content=content,
+            max_body=_MAX_ANSWER_BYTES + 1,
+        )
+    except DeadlineExceeded as exc:
+        raise _too_slow(host, method, deadline) from exc
+    except (http.CallFailed, OSError) as exc:  # OSError: the name does not resolve
         raise ServiceUnavailable(
             f"the image registry ({host}) does not answer ({exc}); try again later"
         ) from exc
-    finally:
-        done.set()
-        conn.close()
-        watchdog.join()
-    if expired.is_set():  # an answer cut short by the watchdog can read as a whole one
-        raise _too_slow(host, method, deadline)
-    return answer
+    if len(answer.body) > _MAX_ANSWER_BYTES:
+        raise ServiceUnavailable(
+            f"the image registry ({host}) answered {method} with more than "
+            f"{_MAX_ANSWER_BYTES} bytes; try again later"
+        )
+    return _Answer(answer.status, answer.headers, answer.body)
 
 
-def _too_slow(host: str, method: str, deadline: _Deadline) -> ServiceUnavailable:
+def _too_slow(host: str, method: str, deadline: Deadline) -> ServiceUnavailable:
     return ServiceUnavailable(
         f"the image registry ({host}) did not finish a {method} within "
-        f"{deadline.allowed_s:.0f} s (SZBENCH_REGISTRY_TIMEOUT_S plus one second per "
+        f"{deadline.seconds:.0f} s (SZBENCH_REGISTRY_TIMEOUT_S plus one second per "
         f"{MIN_RATE_BPS} bytes sent); try again later"
     )
 
@@ -223,15 +178,13 @@ class _Registry:
         url: str,
         body: bytes | Iterable[bytes] | None = None,
         headers: dict[str, str] | None = None,
-        deadline: _Deadline | None = None,
+        deadline: Deadline | None = None,
     ) -> _Answer:
-        return _exchange(
-            urljoin(f"{self.scheme}://{self.host}/", url),
-            method,
-            body=body,
-            headers=headers or {},
-            deadline=deadline or _Deadline(self.base_s),
-        )
+        target = urljoin(f"{self.scheme}://{self.host}/", url)
+        if deadline is not None:
+            return _exchange(target, method, body=body, headers=headers or {}, deadline=deadline)
+        with Deadline(self.base_s) as own:
+            return _exchange(target, method, body=body, headers=headers or {}, deadline=own)
 
     def expect(self, answer: _Answer, *codes: int, what: str) -> None:
         if answer.status not in codes:
@@ -273,7 +226,12 @@ class _Registry:
 
     def upload(self, chunks: Iterator[bytes], digest: Callable[[], str]) -> None:
         """One blob: its three exchanges bounded together by one deadline."""
-        deadline = _Deadline(self.base_s)
+        with Deadline(self.base_s) as deadline:
+            self._upload(chunks, digest, deadline)
+
+    def _upload(
+        self, chunks: Iterator[bytes], digest: Callable[[], str], deadline: Deadline
+    ) -> None:
         started = self.request("POST", f"/v2/{self.path}/blobs/uploads/", deadline=deadline)
         self.expect(started, 202, what="a blob upload")
         sent = self.request(
@@ -289,7 +247,6 @@ class _Registry:
         done = self.request(
             "PUT",
             f"{location}{sep}digest={digest()}",
-            headers={"Content-Length": "0"},
             deadline=deadline,
         )
         self.expect(done, 201, what="a blob")
