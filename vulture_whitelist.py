@@ -131,3 +131,8 @@ _.first_seen_at
 _.federation_tick
 # The bound docs/security.md states for a published result (its doctest and test compute it).
 _.bits_per_result
+# SQLAlchemy's TypeDecorator protocol (szbench.models.UTCDateTime): the ORM calls these.
+_.impl
+_.cache_ok
+_.process_bind_param
+_.process_result_value

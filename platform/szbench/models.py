@@ -8,7 +8,7 @@ migrations stay identical on both backends and adding a value needs no type migr
 from __future__ import annotations
 
 import enum
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -24,6 +24,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -39,6 +40,33 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A moment, always timezone-aware UTC in Python, whatever the database.
+
+    PostgreSQL keeps ``timestamptz`` and hands back aware values; SQLite (the embedded
+    default) has no time zones and hands back naive ones, so a page comparing a stored time
+    with the clock failed there alone ("can't compare offset-naive and offset-aware
+    datetimes"). Values are stored as UTC; a naive value given is taken to be UTC already.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 def utcnow(context: Any) -> datetime:
@@ -181,11 +209,11 @@ class User(Base):
     role: Mapped[Role] = mapped_column(_enum(Role), default=Role.RESEARCHER)
     password_hash: Mapped[str | None] = mapped_column(String(256))
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # When the password was last set: tokens (and so web sessions) made before then are void.
-    password_changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    password_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Set when the user followed an e-mailed verification link (only with SMTP configured).
-    email_verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    email_verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
     algorithms: Mapped[list[Algorithm]] = relationship(back_populates="owner")
@@ -206,8 +234,8 @@ class SigninThrottle(Base):
     # sha256 of "account:<email>" or "client:<address>": no typed email is stored.
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     failures: Mapped[int] = mapped_column(Integer, default=0)
-    last_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
-    blocked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    blocked_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class ApiToken(Base):
@@ -222,10 +250,10 @@ class ApiToken(Base):
     prefix: Mapped[str] = mapped_column(String(16))
     token_hash: Mapped[str] = mapped_column(String(128), unique=True)
     scopes: Mapped[list[str]] = mapped_column(JSON, default=list)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     user: Mapped[User] = relationship(back_populates="tokens")
 
@@ -239,7 +267,7 @@ class Team(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     # Not unique: only among the teams of one person (szbench.teams.service.create_team).
     name: Mapped[str] = mapped_column(String(100))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     members: Mapped[list[TeamMember]] = relationship(
         back_populates="team", order_by="TeamMember.added_at", cascade="all, delete-orphan"
@@ -256,7 +284,7 @@ class TeamMember(Base):
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
     )
     role: Mapped[TeamRole] = mapped_column(_enum(TeamRole), default=TeamRole.MEMBER)
-    added_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     team: Mapped[Team] = relationship(back_populates="members")
     user: Mapped[User] = relationship(back_populates="memberships")
@@ -279,8 +307,8 @@ class Phase(Base):
     disclosure: Mapped[Disclosure | None] = mapped_column(_enum(Disclosure))
     # Submissions are accepted from opens_at (inclusive) to closes_at (exclusive); None: no
     # bound on that side. is_open still closes a phase at once, whatever its dates.
-    opens_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    closes_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    opens_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    closes_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Overrides the datasets' failed-recordings rule for this phase's versions (on the
     # dataset versions it names).
     failed_recordings: Mapped[FailedRecordings | None] = mapped_column(_enum(FailedRecordings))
@@ -289,7 +317,7 @@ class Phase(Base):
     release_rule: Mapped[ReleaseRule | None] = mapped_column(_enum(ReleaseRule))
     # The Ladder's step; None: SZBENCH_LADDER_STEP.
     ladder_step: Mapped[float | None] = mapped_column(Float)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     # The dataset versions this phase's rules (disclosure, failed recordings, release) apply
     # to: evaluations of its versions on any other data follow that data's own rules.
@@ -337,8 +365,8 @@ class Algorithm(Base):
     external_evaluation: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
     # Withdrawn by its owner or an admin: off every leaderboard, its results kept and shown
     # on its own page.
-    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # Counts changes of what the read caches show about it (szbench.changes): bumped in the
     # transaction of every such change, part of the caches' keys.
     revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -381,7 +409,7 @@ class AlgorithmVersion(Base):
     # The team charged for it (its algorithm's team when it was made): quotas count it
     # against that team even after the algorithm or its submitter leaves the team.
     team_id: Mapped[int | None] = mapped_column(Integer, index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     algorithm: Mapped[Algorithm] = relationship(back_populates="versions")
     phase: Mapped[Phase | None] = relationship()
@@ -404,12 +432,10 @@ class Upload(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     state: Mapped[UploadState] = mapped_column(_enum(UploadState), default=UploadState.OPEN)
     refused_because: Mapped[str] = mapped_column(Text, default="")
-    created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, index=True
-    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
     # When its archive was refused: a refused upload counts against its owner's open
     # sessions for SZBENCH_UPLOAD_REFUSAL_MEMORY_S from then (its bytes go at once).
-    refused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    refused_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Dataset(Base):
@@ -436,7 +462,7 @@ class Dataset(Base):
         default=FailedRecordings.UNRANKED,
         server_default=FailedRecordings.UNRANKED.value,
     )
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     versions: Mapped[list[DatasetVersion]] = relationship(
         back_populates="dataset", order_by="DatasetVersion.id"
@@ -456,7 +482,7 @@ class DatasetVersion(Base):
     path: Mapped[str] = mapped_column(String(1000))
     manifest_checksum: Mapped[str] = mapped_column(String(100), default="")
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # Counts changes of what the read caches show about it (szbench.changes): bumped in the
     # transaction of every such change, part of the caches' keys.
     revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -541,14 +567,14 @@ class Evaluation(Base):
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     # The team charged for it, as on AlgorithmVersion.team_id.
     team_id: Mapped[int | None] = mapped_column(Integer, index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # The reconciler (szbench_worker.reconcile): how many times in a row it had to send this
     # evaluation's work again without the evaluation progressing, when it last did, and the
     # recordings_done it saw then (progress since resets the count).
     reconcile_rounds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    reconciled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reconciled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     reconcile_progress: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Counts changes of what the read caches show about it (szbench.changes): bumped in the
     # transaction of every such change, part of the caches' keys.
@@ -623,15 +649,15 @@ class RecordingRun(Base):
     gpu_driver: Mapped[str | None] = mapped_column(String(100))
     wall_time_s: Mapped[float | None] = mapped_column(Float)
     peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # The worker (WorkerHeartbeat.id) whose attempt claimed this run last; with started_at
     # it tells the reconciler whether an unfinished run is still being worked on.
     claimed_by: Mapped[str] = mapped_column(String(200), default="", server_default="")
     # When a worker gave this run up for a platform fault (its retries ran out on an
     # unreachable engine, a full disk, a lost database): no message of it is left anywhere,
     # so the reconciler sends it again on its next round instead of failing the evaluation.
-    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     evaluation: Mapped[Evaluation] = relationship(back_populates="runs")
     recording: Mapped[Recording] = relationship()
@@ -659,9 +685,9 @@ class WorkerHeartbeat(Base):
     queues: Mapped[list[str]] = mapped_column(JSON, default=list)
     concurrency: Mapped[int] = mapped_column(Integer, default=1)
     run_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
-    free_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    free_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     fault: Mapped[str | None] = mapped_column(String(500))
     fault_kind: Mapped[str | None] = mapped_column(String(40))
 
@@ -709,7 +735,7 @@ class DatasetResult(_Metrics, Base):
     missing_hypotheses: Mapped[int] = mapped_column(Integer, default=0)
     # The whole report: *_std, pooled metrics, bootstrap intervals, scorer parameters.
     report: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     evaluation: Mapped[Evaluation] = relationship(back_populates="result")
 
@@ -783,9 +809,9 @@ class NotificationEvent(Base):
     phase_id: Mapped[int | None] = mapped_column(ForeignKey("phases.id", ondelete="CASCADE"))
     # The one recipient of a test event.
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # When its deliveries were made (None: not yet; the notifications tick makes them).
-    fanned_out_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    fanned_out_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
 
 
 class NotificationDelivery(Base):
@@ -807,16 +833,16 @@ class NotificationDelivery(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     # When the next attempt is due (also a claimed attempt's lease); None once it is over.
-    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
     # Where the last attempt went (webhook URL or e-mail address) and what came back.
     target: Mapped[str] = mapped_column(String(2000), default="")
     last_status_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str] = mapped_column(String(500), default="")
     # The start of the receiver's answer, bounded (szbench.notifications.webhook).
     response_snippet: Mapped[str] = mapped_column(String(500), default="")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class PhaseState(Base):
@@ -834,7 +860,7 @@ class PhaseState(Base):
     is_open: Mapped[bool | None] = mapped_column(Boolean)
     # Changes seen so far (each one a PhaseTransition, its seq the count), and the last one's time.
     changes: Mapped[int] = mapped_column(Integer, default=0)
-    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    changed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class PhaseTransition(Base):
@@ -848,7 +874,7 @@ class PhaseTransition(Base):
     phase_id: Mapped[int] = mapped_column(ForeignKey("phases.id", ondelete="CASCADE"))
     seq: Mapped[int] = mapped_column(Integer)
     opened: Mapped[bool] = mapped_column(Boolean)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 # --- leaderboard snapshots (szbench.leaderboards.snapshots) ----------------------------------
@@ -878,7 +904,7 @@ class LeaderboardSnapshot(Base):
     # ON DELETE SET NULL would be an UPDATE, which the trigger refuses).
     phase: Mapped[str | None] = mapped_column(String(100))
     created_by_id: Mapped[int | None] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 # --- federated evaluation (szbench.federation, docs/federation.md) ---------------------------
@@ -918,7 +944,7 @@ class Centre(Base):
     contact: Mapped[str] = mapped_column(String(320), default="")
     # The highest sequence number accepted from it: a bundle must carry a higher one.
     last_sequence: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     keys: Mapped[list[CentreKey]] = relationship(back_populates="centre", order_by="CentreKey.id")
 
@@ -935,9 +961,9 @@ class CentreKey(Base):
     # sha256:<hex> of the raw key: how a bundle names its key, and what people compare.
     fingerprint: Mapped[str] = mapped_column(String(80), unique=True)
     state: Mapped[KeyState] = mapped_column(_enum(KeyState), default=KeyState.ACTIVE)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     centre: Mapped[Centre] = relationship(back_populates="keys")
 
@@ -959,7 +985,7 @@ class ExternalResult(Base):
     payload: Mapped[str] = mapped_column(Text)
     payload_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     signature: Mapped[str] = mapped_column(String(100))
-    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # Results only: the version run and the centre's dataset, as the payload names them.
     algorithm_version_id: Mapped[int | None] = mapped_column(
         ForeignKey("algorithm_versions.id"), index=True
@@ -967,7 +993,7 @@ class ExternalResult(Base):
     dataset: Mapped[str] = mapped_column(String(100), default="")
     # Withdrawals only: the sequence of the result they withdraw.
     withdraws_sequence: Mapped[int | None] = mapped_column(Integer)
-    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     withdrawn_by_sequence: Mapped[int | None] = mapped_column(Integer)
 
     centre: Mapped[Centre] = relationship()
@@ -985,7 +1011,7 @@ class BundleRefusal(Base):
     reason: Mapped[str] = mapped_column(String(40), primary_key=True)
     count: Mapped[int] = mapped_column(Integer, default=0)
     last_detail: Mapped[str] = mapped_column(String(500), default="")
-    last_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class HubSubscription(Base):
@@ -1003,9 +1029,9 @@ class HubSubscription(Base):
     last_sequence: Mapped[int] = mapped_column(Integer, default=0)
     # The hub's registry, as its catalogue names it (images are pulled from it by digest).
     hub_registry: Mapped[str] = mapped_column(String(300), default="")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
-    last_synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_sync_error: Mapped[str] = mapped_column(String(500), default="")
 
 
@@ -1051,7 +1077,7 @@ class HubVersion(Base):
     algorithm_version_id: Mapped[int | None] = mapped_column(
         ForeignKey("algorithm_versions.id", ondelete="SET NULL")
     )
-    first_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     algorithm_version: Mapped[AlgorithmVersion | None] = relationship()
 
@@ -1081,9 +1107,9 @@ class OutgoingBundle(Base):
         _enum(OutgoingState), default=OutgoingState.DRAFT, index=True
     )
     auto: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     approved_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
-    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # The hub's answer to the last attempt (status and detail, bounded).
     hub_answer: Mapped[str] = mapped_column(String(1000), default="")
-    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

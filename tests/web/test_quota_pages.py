@@ -35,6 +35,6 @@ def test_a_rerun_past_the_held_out_limit_is_refused_on_the_page(
     r = post_form(client, "/submissions", f"/evaluations/{done.id}/rerun")
 
     assert r.status_code == 429
-    assert "held-out evaluations: you have used all 1 of the last 24 hours" in r.text
+    assert "Held-out evaluations: you have used all 1 of the last 24 hours" in r.text
     assert db_session.scalar(select(func.count(Evaluation.id))) == before
     assert sent == []

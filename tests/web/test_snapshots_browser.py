@@ -95,7 +95,7 @@ def test_an_admin_takes_a_snapshot_and_anyone_cites_it(
     bib_link = other.get_by_role("link", name=re.compile(r"^BibTeX for Deep"))
     bib = other.request.get(site.url + bib_link.get_attribute("href")).text()
     assert bib.startswith(f"@misc{{szbench-held-snapshot-{snapshot_id}-evaluation-")
-    assert r"Deep \{seizure\} net: 100\% \textbackslash{}recall" in bib
+    assert r"Deep \textbraceleft{}seizure\textbraceright{} net: 100\% \textbackslash{}recall" in bib
     assert f"{stable}?entry={site.ids['evaluation']}" in bib
     cff_href = other.get_by_role("link", name=re.compile(r"^CITATION.cff for Deep")).get_attribute(
         "href"
