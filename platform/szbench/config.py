@@ -8,6 +8,9 @@ Every setting an operator may want to change lives here and is documented in
 from __future__ import annotations
 
 import ipaddress
+import logging
+import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,6 +20,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from szbench.errors import BadRequest
 from szbench.links import check_link
+
+log = logging.getLogger(__name__)
 
 # In SZBENCH_FORWARDED_ALLOW_IPS: the container's default gateway (szbench.api.proxies).
 GATEWAY = "gateway"
@@ -69,10 +74,6 @@ class Settings(BaseSettings):
     a worker refuses to start without it (`celery worker` exits before it reports ready,
     naming this setting). Resolved to an image id once per worker process, so a name moved
     later changes nothing."""
-    runner_log_bytes: int = 1024**2
-    """Container log kept for admins (its tail)."""
-    owner_log_tail_chars: int = 20_000
-    """The tail of that log its owner sees on a public-sample run (never on held-out data)."""
     runner_user: str = ""
     """`uid[:gid]` inside the container; empty keeps the image's user."""
     runner_gpus: str = ""
@@ -105,17 +106,6 @@ class Settings(BaseSettings):
     password_min_length: int = 10
     """Passwords (sign-up, changes, admin-set, CLI) have at least this many characters and
     are none of the 30,000 most common passwords (zxcvbn's list)."""
-    signin_free_failures_per_account: int = 5
-    """Failed sign-ins for one account before each further attempt doubles the wait before
-    the next (429 with Retry-After meanwhile; docs/security.md)."""
-    signin_free_failures_per_client: int = 20
-    """The same per client address."""
-    signin_backoff_base_s: float = 1.0
-    """The first wait once the free failures are spent."""
-    signin_backoff_max_s: float = 900.0
-    """The longest wait."""
-    signin_failure_memory_s: float = 86400.0
-    """Failures (and a client's sign-ups) are forgotten after this long without an attempt."""
     login_token_ttl_s: int = 7 * 86400
     """Lifetime of the bearer token that `POST /api/v1/auth/login` returns."""
     forwarded_allow_ips: str = "127.0.0.1,::1"
@@ -128,20 +118,6 @@ class Settings(BaseSettings):
     """True behind TLS: browsers then send the session cookie over HTTPS only."""
     allow_signup: bool = True
     """Anyone may create a researcher account (off in centre mode)."""
-    signup_free_per_client: int = 2
-    """Sign-ups per client address (an IPv6 /64), each bringing its own daily quotas, before
-    each further one doubles the wait before the next (429 with Retry-After meanwhile).
-    With the defaults: at most 6 sign-ups from one address in any 24 h."""
-    signup_backoff_base_s: float = 7200.0
-    """The first wait once the free sign-ups are spent."""
-    signup_backoff_max_s: float = 86400.0
-    """The longest wait."""
-    password_reset_ttl_s: int = 86400
-    """A password reset link (admin-issued, or e-mailed) works once and for this long."""
-    email_verification_ttl_s: int = 7 * 86400
-    """An e-mailed address verification link works for this long."""
-    password_reset_mail_interval_s: int = 300
-    """At most one reset e-mail per account per this many seconds ("forgot password")."""
     public_url: str = ""
     """The site's address as users reach it (e.g. `https://bench.example.org`): every link
     the server sends or shows is built from it, never from the request's Host header, which
@@ -178,35 +154,19 @@ class Settings(BaseSettings):
     """Uploaded image archives and resumable upload sessions; empty: `data_dir/uploads`."""
     max_upload_bytes: int = 20 * 1024**3
     """Largest image archive one upload may declare."""
-    web_upload_chunk_bytes: int = 8 * 1024**2
-    """Bytes per PUT of the web UI's resumable upload: larger keeps a fast link busy,
-    smaller loses less after a dropped connection."""
     upload_session_ttl_s: int = 2 * 86400
     """Unfinished upload sessions older than this are refused and may be deleted."""
     upload_max_open_sessions: int = 4
     """Open upload sessions per user at a time."""
     upload_max_open_bytes: int = 40 * 1024**3
     """Bytes a user's open upload sessions may declare together."""
-    upload_refusal_memory_s: int = 3600
-    """A refused upload (its archive failed the check, which cost the API the reading of it)
-    counts as an open session for this long, so a user's refused checks are at most
-    `upload_max_open_sessions` per this many seconds."""
     upload_sweep_interval_s: float = 3600.0
     """The served API removes expired and refused uploads this often (and at start-up); 0:
     never, then run `szbench upload sweep` from cron."""
-    archive_max_members: int = 10_000
-    """Members of one image archive (checked while it is read: upload, `szbench evaluate
-    --tar`, and again before `docker load`)."""
     archive_max_expanded_bytes: int = 40 * 1024**3
     """Bytes the archive's members expand to."""
-    image_max_layer_members: int = 1_000_000
-    """Files in all layers of the image together."""
     image_max_bytes: int = 40 * 1024**3
     """Bytes of those files (about the size of the loaded image)."""
-    archive_max_expansion_ratio: float = 32.0
-    """Decompressing (a .tar.gz, gzip/bzip2/xz layers) may make at most this many times the
-    bytes read so far, past the first 32 MiB: a decompression bomb costs that much work
-    before it is refused, not the size it claims. Images compress 2-5x."""
     allow_root_images: bool = False
     """Accept images whose configured user is root (the worker still drops capabilities)."""
     allowed_images: str = ""
@@ -225,31 +185,9 @@ class Settings(BaseSettings):
     publishing, disclosure rules) shows at once, other edits such as a title within this."""
     results_cache_s: float = 600.0
     """The same for an evaluation's result and subjects and an algorithm's results."""
-    public_max_age_s: int = 10
-    """Anonymous cached reads are `Cache-Control: public` for this many seconds."""
-    bootstrap_resamples: int = 1000
-    """Bootstrap resamples of the per-subject figures for intervals and rank stability."""
-    intervals_min_subjects: int = 10
-    """Bootstrap intervals and rank stability resample the per-subject figures; over fewer
-    subjects than this they would give those figures away, so where a held-out dataset does
-    not disclose per-subject figures non-admins see them only from this many on."""
-    released_decimals: int = Field(default=2, ge=0, le=6)
-    """Where a held-out dataset discloses aggregate figures only, non-admins get the ratio
-    metrics rounded to this many decimals (FP/day on a fixed grid): each released figure
-    then carries a known number of bits about the held-out data (docs/security.md)."""
     ladder_step: float = Field(default=0.01, gt=0, le=0.5)
     """The Ladder's step for phases that release scores by it without a step of their own:
     a released score moves only by beating the submitter's best by this much."""
-    progress_step_s: int = Field(default=900, ge=1, le=86400)
-    """How a non-admin follows a running evaluation on held-out data: a container chooses
-    how long it runs, so its progress is shown as it stood at the last multiple of this many
-    seconds (UTC), and its start and finish times rounded up to it (docs/security.md,
-    "Timing")."""
-    progress_fraction_steps: int = Field(default=4, ge=1, le=100)
-    """The steps that coarse progress moves in: 4 shows quarters of the recordings."""
-    compare_permutations: int = 10000
-    """Random sign flips of the paired permutation test, used past 16 subjects (up to 16
-    every flip is enumerated and the p-value is exact)."""
 
     # --- Evaluation pipeline (docs/pipeline.md) --------------------------------------------
     queue_visibility_timeout_s: int = 7200
@@ -280,8 +218,6 @@ class Settings(BaseSettings):
     """A run claimed by a live worker that no longer holds it (its retries gave up while the
     database was away) is sent again after this long; it must exceed
     `task_retry_backoff_max_s`, or a run waiting for its next retry is sent twice."""
-    reconcile_max_rounds: int = 5
-    """Rounds in a row without progress after which the evaluation ends FAILED."""
     embedded_concurrency: int = 1
     """Tasks at a time in the embedded (in-process, SQLite-backed queue) worker."""
     smoke_test_dataset: str = "public-sample"
@@ -291,9 +227,6 @@ class Settings(BaseSettings):
     """Staged recordings and run outputs; empty: `data_dir/work`."""
 
     # --- Notifications (docs/api.md "Notifications", docs/security.md) ------------------------
-    notify_interval_s: float = 30.0
-    """How often celery beat sends the notifications tick (and the embedded worker runs it):
-    it tells of phases that opened or closed and sends deliveries that are due."""
     webhook_timeout_s: float = 10.0
     """Whole time one webhook call may take: resolving, connecting, sending, the answer's
     headers and body, however slowly the receiver answers (szbench.outbound)."""
@@ -353,8 +286,6 @@ class Settings(BaseSettings):
     first. Empty: whatever its disk has, keeping `SZBENCH_WORKER_MIN_FREE_BYTES` plus 5% of
     the disk free (a fetch that meets a full disk evicts too). The 2025 challenge's 4,360 h
     are about 150 GB."""
-    recording_fetch_timeout_s: float = 60.0
-    """Seconds a recording fetch may wait for bytes before it is resumed where it stopped."""
     worker_fetches_per_minute: int = 600
     """Recording fetches per worker token per minute (resumed ranges count); past it 429."""
 
@@ -450,9 +381,68 @@ class Settings(BaseSettings):
         return self.recording_cache_dir or self.data_dir / "cache" / "recordings"
 
 
+#: Variables that were settings and are now constants next to the code they bound (issue
+#: 32: a tuning knob, or a number a bound stated in docs/security.md is computed from, must
+#: not move with an environment variable nobody sees), mapped to where each one went.
+REMOVED: dict[str, str] = {
+    "SZBENCH_RUNNER_LOG_BYTES": "szbench_worker.runner.interface.Limits.log_bytes",
+    "SZBENCH_OWNER_LOG_TAIL_CHARS": "szbench.results.queries.OWNER_LOG_TAIL_CHARS",
+    "SZBENCH_SIGNIN_FREE_FAILURES_PER_ACCOUNT": "szbench.auth.throttle.FREE_FAILURES_PER_ACCOUNT",
+    "SZBENCH_SIGNIN_FREE_FAILURES_PER_CLIENT": "szbench.auth.throttle.FREE_FAILURES_PER_CLIENT",
+    "SZBENCH_SIGNIN_BACKOFF_BASE_S": "szbench.auth.throttle.BACKOFF_BASE_S",
+    "SZBENCH_SIGNIN_BACKOFF_MAX_S": "szbench.auth.throttle.BACKOFF_MAX_S",
+    "SZBENCH_SIGNIN_FAILURE_MEMORY_S": "szbench.auth.throttle.FAILURE_MEMORY_S",
+    "SZBENCH_SIGNUP_FREE_PER_CLIENT": "szbench.auth.throttle.SIGNUP_FREE_PER_CLIENT",
+    "SZBENCH_SIGNUP_BACKOFF_BASE_S": "szbench.auth.throttle.SIGNUP_BACKOFF_BASE_S",
+    "SZBENCH_SIGNUP_BACKOFF_MAX_S": "szbench.auth.throttle.SIGNUP_BACKOFF_MAX_S",
+    "SZBENCH_PASSWORD_RESET_TTL_S": "szbench.auth.accounts.RESET_TTL_S",
+    "SZBENCH_EMAIL_VERIFICATION_TTL_S": "szbench.auth.accounts.VERIFICATION_TTL_S",
+    "SZBENCH_PASSWORD_RESET_MAIL_INTERVAL_S": "szbench.auth.accounts.RESET_MAIL_INTERVAL_S",
+    "SZBENCH_WEB_UPLOAD_CHUNK_BYTES": "szbench.web.account.UPLOAD_CHUNK_BYTES",
+    "SZBENCH_UPLOAD_REFUSAL_MEMORY_S": "szbench.uploads.service.REFUSAL_MEMORY_S",
+    "SZBENCH_ARCHIVE_MAX_MEMBERS": "szbench.algorithms.image_check.ARCHIVE_MAX_MEMBERS",
+    "SZBENCH_IMAGE_MAX_LAYER_MEMBERS": "szbench.algorithms.image_check.IMAGE_MAX_LAYER_MEMBERS",
+    "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO": (
+        "szbench.algorithms.image_check.ARCHIVE_MAX_EXPANSION_RATIO"
+    ),
+    "SZBENCH_PUBLIC_MAX_AGE_S": "szbench.api.cache.PUBLIC_MAX_AGE_S",
+    "SZBENCH_BOOTSTRAP_RESAMPLES": "szbench.leaderboards.statistics.BOOTSTRAP_RESAMPLES",
+    "SZBENCH_INTERVALS_MIN_SUBJECTS": "szbench.disclosure.decision.INTERVALS_MIN_SUBJECTS",
+    "SZBENCH_RELEASED_DECIMALS": "szbench.disclosure.decision.RELEASED_DECIMALS",
+    "SZBENCH_PROGRESS_STEP_S": "szbench.disclosure.progress.PROGRESS_STEP_S",
+    "SZBENCH_PROGRESS_FRACTION_STEPS": "szbench.disclosure.progress.PROGRESS_FRACTION_STEPS",
+    "SZBENCH_COMPARE_PERMUTATIONS": "szbench.compare.service.COMPARE_PERMUTATIONS",
+    "SZBENCH_RECONCILE_MAX_ROUNDS": "szbench_worker.reconcile.MAX_ROUNDS",
+    "SZBENCH_NOTIFY_INTERVAL_S": "szbench.queue.NOTIFY_TICK_S",
+    "SZBENCH_RECORDING_FETCH_TIMEOUT_S": "szbench_worker.recordings.FETCH_STALL_TIMEOUT_S",
+}
+
+
+def removed_in_environment(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The :data:`REMOVED` variables set in ``environ`` (default: the process's) or in the
+    ``.env`` file that :class:`Settings` reads: each one no longer does anything."""
+    environ = os.environ if environ is None else environ
+    names = set(environ)
+    dotenv = Path(".env")
+    if dotenv.is_file():
+        for line in dotenv.read_text(errors="replace").splitlines():
+            name = line.strip().removeprefix("export ").split("=", 1)[0].strip()
+            if "=" in line and not line.lstrip().startswith("#"):
+                names.add(name)
+    return sorted(n for n in REMOVED if n in names)
+
+
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
+    settings = Settings()
+    if stale := removed_in_environment():
+        # One line, so that an operator who set one of them learns it changes nothing now.
+        log.warning(
+            "these variables are set but are no longer settings, so they change nothing: %s "
+            '(docs/settings.md, "No longer settings")',
+            ", ".join(f"{name} (now {REMOVED[name]})" for name in stale),
+        )
+    return settings
 
 
 class ConfigError(Exception):

@@ -59,6 +59,9 @@ class Limits:
     timeout_s: float = 900.0
     tmpfs_bytes: int = 256 * 1024**2
     output_bytes: int = 16 * 1024**2
+    #: The container log kept for admins (its tail): 1 MiB holds a crash's traceback many
+    #: times over and stays small in a database row per run; not a setting, as no operator
+    #: decision hangs on it.
     log_bytes: int = 1024**2
     user: str | None = None
     #: Entries (files, folders, links) a run may leave in /output: each costs an inode.
@@ -93,7 +96,6 @@ class Limits:
             timeout_s=settings.runner_timeout_s,
             tmpfs_bytes=settings.runner_tmpfs_bytes,
             output_bytes=settings.runner_output_bytes,
-            log_bytes=settings.runner_log_bytes,
             user=settings.runner_user or None,
             output_files=settings.runner_output_files,
         )
