@@ -87,7 +87,7 @@ _RATIO_FREE_BYTES = 32 * 1024**2
 # a gzip bomb about 1,000, so 32 refuses a bomb after that much work and never a real image.
 ARCHIVE_MAX_EXPANSION_RATIO = 32.0
 # Members of the outer archive are kept (their headers, about 5 MiB at 10,000): an image
-# archive holds a few dozen (manifest, config, one entry per layer).
+# archive holds a manifest, a config and a few entries per layer.
 ARCHIVE_MAX_MEMBERS = 10_000
 # Files in all layers together, counted and dropped as read: an image with a full CUDA and
 # Python stack holds on the order of 100,000; a million bounds the header reading of an

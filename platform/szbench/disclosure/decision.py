@@ -63,7 +63,7 @@ from szbench.models import (
 RELEASED_DECIMALS = 2
 # Intervals, *_std and rank stability resample the per-subject figures: over few subjects they
 # give those figures away, so where per-subject figures are not disclosed they are released
-# from this many subjects on (below, each subject weighs a tenth or more of the mean).
+# from this many subjects on (below, each subject weighs more than a tenth of the mean).
 INTERVALS_MIN_SUBJECTS = 10
 
 _RANK = {Disclosure.AGGREGATE: 0, Disclosure.SUBJECT: 1, Disclosure.RECORDING: 2}
