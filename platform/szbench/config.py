@@ -2,7 +2,10 @@
 
 Every setting an operator may want to change lives here and is documented in
 ``.env.example``; code reads it through :func:`get_settings`, which tests override with
-``get_settings.cache_clear()`` after changing the environment.
+``get_settings.cache_clear()`` after changing the environment. Tuning knobs and the numbers
+a bound stated in docs/security.md is computed from are not settings: they are constants next
+to the code they bound, with the reason for their value (:data:`REMOVED` lists the former
+settings; docs/settings.md says which remaining setting moves which stated bound).
 """
 
 from __future__ import annotations
