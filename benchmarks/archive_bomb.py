@@ -7,7 +7,8 @@ Two scenarios, each against a baseline measured in the same run:
    size limit). Baseline: expanding the whole stream (``gzip`` read to its end in 1 MiB
    chunks), which is what skipping that member cost the check before the expansion ratio
    (it then refused the archive for having no manifest). Measured: the check's refusal
-   (``SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO``). The ratio printed is measured / baseline.
+   (``szbench.algorithms.image_check.ARCHIVE_MAX_EXPANSION_RATIO``). The ratio printed is
+   measured / baseline.
 2. **ordinary**: a ``docker save``-like ``.tar.gz`` of incompressible data (one 64 MiB
    layer). Baseline: expanding it all (the least any check of it must do). Measured: the
    whole check, which passes. The ratio shows the meter's overhead.

@@ -11,7 +11,7 @@
 #   DEMO_SUBJECTS=4 DEMO_HOURS=2    size of the held-out dataset (per subject)
 #   DEMO_RECORDING_MINUTES=60       length of each recording (at least 10)
 #   DEMO_SAMPLE_SUBJECTS=10         subjects of the public sample (one 10-minute recording each;
-#                                   10 is SZBENCH_INTERVALS_MIN_SUBJECTS's default)
+#                                   10 is szbench.disclosure.decision.INTERVALS_MIN_SUBJECTS)
 #   DEMO_RUNNER=auto        docker (sandboxed baseline image), local (trusted local process), auto
 set -euo pipefail
 cd "$(dirname "$0")/.."

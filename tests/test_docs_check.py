@@ -144,6 +144,19 @@ Not `SZBENCH_NO_SUCH_SETTING`, nor `SZBENCH_NOTHING_*`.
     ]
 
 
+def test_a_setting_that_became_a_constant_is_named_only_on_the_settings_page(
+    code: Code,
+) -> None:
+    from szbench.config import REMOVED
+
+    name, constant = next(iter(REMOVED.items()))
+    assert messages(code, f"Raise `{name}`.\n") == [
+        f"docs/probe.md:1: {name} is no longer a setting: it is {constant} (cite that, or reword)"
+    ]
+    # The generated page lists them as no longer settings.
+    assert check_text(code, "docs/settings.md", f"- `{name}`: no longer a setting\n") == []
+
+
 def test_a_wrong_default_fails_and_write_fills_it_in(code: Code) -> None:
     name, default = a_number_setting(code)
     right = f"`{name}` (<!-- value: {name} -->{default:,}<!-- /value -->)"

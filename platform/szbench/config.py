@@ -2,21 +2,38 @@
 
 Every setting an operator may want to change lives here and is documented in
 ``.env.example``; code reads it through :func:`get_settings`, which tests override with
-``get_settings.cache_clear()`` after changing the environment.
+``get_settings.cache_clear()`` after changing the environment. Tuning knobs and the numbers
+a bound stated in docs/security.md is computed from are not settings: they are constants next
+to the code they bound, with the reason for their value (:data:`REMOVED` lists the former
+settings; docs/settings.md says which remaining setting moves which stated bound).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
+import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
+from pydantic.config import JsonDict
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from szbench.errors import BadRequest
 from szbench.links import check_link
+
+log = logging.getLogger(__name__)
+
+
+def moves(doc: str, section: str, bound: str) -> JsonDict:
+    """A setting's ``json_schema_extra``: it moves ``bound``, which ``doc`` states in its
+    section ``section`` (docs/settings.md, "Which setting moves which bound", is made from
+    these, so the list cannot drift from the class; the docs check finds each section)."""
+    return {"moves_doc": doc, "moves_section": section, "moves_bound": bound}
+
 
 # In SZBENCH_FORWARDED_ALLOW_IPS: the container's default gateway (szbench.api.proxies).
 GATEWAY = "gateway"
@@ -52,14 +69,37 @@ class Settings(BaseSettings):
     """CPUs of one run (a CFS quota; with a CPU pool, also the cores it is pinned to)."""
     runner_pids: int = 512
     """Processes and threads inside the container."""
-    runner_timeout_s: float = 900.0
+    runner_timeout_s: float = Field(
+        default=900.0,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "What a submitter can learn, decided in one place, and its bound",
+            "the timing bound: an evaluation lasts at most recordings times this, and what a "
+            "non-admin can tell from when its progress moves grows with it "
+            "(`szbench.disclosure.bits.timing_bits_per_evaluation`)",
+        ),
+    )
     """Wall clock per recording; then the container is killed and the run is `timeout`."""
     runner_tmpfs_bytes: int = 512 * 1024**2
     """Size of `/tmp` and of each VOLUME path the image declares (tmpfs: counts against the
     memory limit)."""
-    runner_output_bytes: int = 16 * 1024**2
+    runner_output_bytes: int = Field(
+        default=16 * 1024**2,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Worker disk",
+            "what one run may write to `/output`",
+        ),
+    )
     """Everything one run may write to `/output`."""
-    runner_output_files: int = 1000
+    runner_output_files: int = Field(
+        default=1000,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Worker disk",
+            "the files and folders one run may make in `/output`",
+        ),
+    )
     """Files and folders one run may make in `/output`."""
     runner_helper_image: str = ""
     """Image of the keeper container that holds a run's `/output` volume (the engine's capped
@@ -69,10 +109,6 @@ class Settings(BaseSettings):
     a worker refuses to start without it (`celery worker` exits before it reports ready,
     naming this setting). Resolved to an image id once per worker process, so a name moved
     later changes nothing."""
-    runner_log_bytes: int = 1024**2
-    """Container log kept for admins (its tail)."""
-    owner_log_tail_chars: int = 20_000
-    """The tail of that log its owner sees on a public-sample run (never on held-out data)."""
     runner_user: str = ""
     """`uid[:gid]` inside the container; empty keeps the image's user."""
     runner_gpus: str = ""
@@ -99,26 +135,37 @@ class Settings(BaseSettings):
     # --- Accounts and sessions ------------------------------------------------------------
     secret_key: str = ""
     """Signs the web session cookie; empty: a random key kept in `data_dir/secret_key`."""
-    password_scrypt_n: int = 2**14
+    password_scrypt_n: int = Field(
+        default=2**14,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Sign-in and credentials",
+            "the cost of each password guess against a stolen hash",
+        ),
+    )
     """scrypt cost for new password hashes (N, a power of two); stored with each hash, so
     raising it leaves existing passwords working."""
-    password_min_length: int = 10
+    password_min_length: int = Field(
+        default=10,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Sign-in and credentials",
+            "the shortest password accepted on every path",
+        ),
+    )
     """Passwords (sign-up, changes, admin-set, CLI) have at least this many characters and
     are none of the 30,000 most common passwords (zxcvbn's list)."""
-    signin_free_failures_per_account: int = 5
-    """Failed sign-ins for one account before each further attempt doubles the wait before
-    the next (429 with Retry-After meanwhile; docs/security.md)."""
-    signin_free_failures_per_client: int = 20
-    """The same per client address."""
-    signin_backoff_base_s: float = 1.0
-    """The first wait once the free failures are spent."""
-    signin_backoff_max_s: float = 900.0
-    """The longest wait."""
-    signin_failure_memory_s: float = 86400.0
-    """Failures (and a client's sign-ups) are forgotten after this long without an attempt."""
     login_token_ttl_s: int = 7 * 86400
     """Lifetime of the bearer token that `POST /api/v1/auth/login` returns."""
-    forwarded_allow_ips: str = "127.0.0.1,::1"
+    forwarded_allow_ips: str = Field(
+        default="127.0.0.1,::1",
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Client addresses",
+            "whose forwarding headers are believed, and so which client address the sign-in and "
+            "sign-up throttles count",
+        ),
+    )
     """Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (comma-separated IP
     addresses or networks; `gateway`: the container's default gateway, where a proxy on the
     docker host comes from). The client is the right-most address in X-Forwarded-For that
@@ -128,20 +175,6 @@ class Settings(BaseSettings):
     """True behind TLS: browsers then send the session cookie over HTTPS only."""
     allow_signup: bool = True
     """Anyone may create a researcher account (off in centre mode)."""
-    signup_free_per_client: int = 2
-    """Sign-ups per client address (an IPv6 /64), each bringing its own daily quotas, before
-    each further one doubles the wait before the next (429 with Retry-After meanwhile).
-    With the defaults: at most 6 sign-ups from one address in any 24 h."""
-    signup_backoff_base_s: float = 7200.0
-    """The first wait once the free sign-ups are spent."""
-    signup_backoff_max_s: float = 86400.0
-    """The longest wait."""
-    password_reset_ttl_s: int = 86400
-    """A password reset link (admin-issued, or e-mailed) works once and for this long."""
-    email_verification_ttl_s: int = 7 * 86400
-    """An e-mailed address verification link works for this long."""
-    password_reset_mail_interval_s: int = 300
-    """At most one reset e-mail per account per this many seconds ("forgot password")."""
     public_url: str = ""
     """The site's address as users reach it (e.g. `https://bench.example.org`): every link
     the server sends or shows is built from it, never from the request's Host header, which
@@ -165,7 +198,14 @@ class Settings(BaseSettings):
     """Password at the mail server."""
     smtp_starttls: bool = True
     """STARTTLS after connecting (port 587); false: plain SMTP (a local relay)."""
-    smtp_timeout_s: float = 10.0
+    smtp_timeout_s: float = Field(
+        default=10.0,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Notifications",
+            "the longest one message may hold a delivery lane",
+        ),
+    )
     """Whole time one message may take with the mail server (connecting, the greeting,
     STARTTLS, login, sending), however slowly it answers (szbench.outbound)."""
     mail_from: str = "szbench <noreply@localhost>"
@@ -176,37 +216,71 @@ class Settings(BaseSettings):
     """Signed-out visitors may read public leaderboards, algorithms and datasets."""
     uploads_dir: Path | None = None
     """Uploaded image archives and resumable upload sessions; empty: `data_dir/uploads`."""
-    max_upload_bytes: int = 20 * 1024**3
+    max_upload_bytes: int = Field(
+        default=20 * 1024**3,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Archives and uploads",
+            "the size of one upload",
+        ),
+    )
     """Largest image archive one upload may declare."""
-    web_upload_chunk_bytes: int = 8 * 1024**2
-    """Bytes per PUT of the web UI's resumable upload: larger keeps a fast link busy,
-    smaller loses less after a dropped connection."""
-    upload_session_ttl_s: int = 2 * 86400
+    upload_session_ttl_s: int = Field(
+        default=2 * 86400,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Archives and uploads",
+            "how long an unfinished upload may hold disk",
+        ),
+    )
     """Unfinished upload sessions older than this are refused and may be deleted."""
-    upload_max_open_sessions: int = 4
+    upload_max_open_sessions: int = Field(
+        default=4,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Archive work and refusals",
+            "open uploads per user, and so the refused archive checks (each a reading of an "
+            "archive by the API) a user gets per hour",
+        ),
+    )
     """Open upload sessions per user at a time."""
-    upload_max_open_bytes: int = 40 * 1024**3
+    upload_max_open_bytes: int = Field(
+        default=40 * 1024**3,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Archives and uploads",
+            "the bytes a user's open uploads may declare together",
+        ),
+    )
     """Bytes a user's open upload sessions may declare together."""
-    upload_refusal_memory_s: int = 3600
-    """A refused upload (its archive failed the check, which cost the API the reading of it)
-    counts as an open session for this long, so a user's refused checks are at most
-    `upload_max_open_sessions` per this many seconds."""
-    upload_sweep_interval_s: float = 3600.0
+    upload_sweep_interval_s: float = Field(
+        default=3600.0,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Archives and uploads",
+            "how late expired and refused uploads leave the disk",
+        ),
+    )
     """The served API removes expired and refused uploads this often (and at start-up); 0:
     never, then run `szbench upload sweep` from cron."""
-    archive_max_members: int = 10_000
-    """Members of one image archive (checked while it is read: upload, `szbench evaluate
-    --tar`, and again before `docker load`)."""
-    archive_max_expanded_bytes: int = 40 * 1024**3
+    archive_max_expanded_bytes: int = Field(
+        default=40 * 1024**3,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Archives and uploads",
+            "the bytes an archive's members may expand to",
+        ),
+    )
     """Bytes the archive's members expand to."""
-    image_max_layer_members: int = 1_000_000
-    """Files in all layers of the image together."""
-    image_max_bytes: int = 40 * 1024**3
+    image_max_bytes: int = Field(
+        default=40 * 1024**3,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Archives and uploads",
+            "the bytes of an image's layers (about the loaded image's size)",
+        ),
+    )
     """Bytes of those files (about the size of the loaded image)."""
-    archive_max_expansion_ratio: float = 32.0
-    """Decompressing (a .tar.gz, gzip/bzip2/xz layers) may make at most this many times the
-    bytes read so far, past the first 32 MiB: a decompression bomb costs that much work
-    before it is refused, not the size it claims. Images compress 2-5x."""
     allow_root_images: bool = False
     """Accept images whose configured user is root (the worker still drops capabilities)."""
     allowed_images: str = ""
@@ -214,9 +288,24 @@ class Settings(BaseSettings):
     is an image digest (`sha256:<64 hex>`) or a reference prefix (`localhost:5000/approved/`)."""
 
     # --- Quotas, disclosure and statistics ---------------------------------------------------
-    submissions_per_day: int | None = None
+    submissions_per_day: int | None = Field(
+        default=None,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Quotas and re-runs",
+            "the versions a user may submit per rolling 24 h",
+        ),
+    )
     """Algorithm versions a user may submit per rolling 24 h across phases; empty: no limit."""
-    held_out_runs_per_day: int | None = 5
+    held_out_runs_per_day: int | None = Field(
+        default=5,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Quotas and re-runs",
+            "the passes over held-out data a user starts per rolling 24 h, and so the bits a "
+            "submitter learns per day (this times the bound per evaluation)",
+        ),
+    )
     """Full passes over held-out data a user may start per rolling 24 h: each new version
     and each re-run or requested evaluation on a held-out dataset is one (admins: no limit;
     empty: no limit). Bounds what a submitter can learn about the held-out set per day."""
@@ -225,34 +314,29 @@ class Settings(BaseSettings):
     publishing, disclosure rules) shows at once, other edits such as a title within this."""
     results_cache_s: float = 600.0
     """The same for an evaluation's result and subjects and an algorithm's results."""
-    public_max_age_s: int = 10
-    """Anonymous cached reads are `Cache-Control: public` for this many seconds."""
-    bootstrap_resamples: int = 1000
-    """Bootstrap resamples of the per-subject figures for intervals and rank stability."""
-    intervals_min_subjects: int = 10
-    """Bootstrap intervals and rank stability resample the per-subject figures; over fewer
-    subjects than this they would give those figures away, so where a held-out dataset does
-    not disclose per-subject figures non-admins see them only from this many on."""
-    released_decimals: int = Field(default=2, ge=0, le=6)
-    """Where a held-out dataset discloses aggregate figures only, non-admins get the ratio
-    metrics rounded to this many decimals (FP/day on a fixed grid): each released figure
-    then carries a known number of bits about the held-out data (docs/security.md)."""
-    ladder_step: float = Field(default=0.01, gt=0, le=0.5)
+    ladder_step: float = Field(
+        default=0.01,
+        gt=0,
+        le=0.5,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "What a submitter can learn, decided in one place, and its bound",
+            "the bits per evaluation under the Ladder (log2 of ceil(1/step) + 2) and how often a "
+            "released score can rise in a phase (1/step)",
+        ),
+    )
     """The Ladder's step for phases that release scores by it without a step of their own:
     a released score moves only by beating the submitter's best by this much."""
-    progress_step_s: int = Field(default=900, ge=1, le=86400)
-    """How a non-admin follows a running evaluation on held-out data: a container chooses
-    how long it runs, so its progress is shown as it stood at the last multiple of this many
-    seconds (UTC), and its start and finish times rounded up to it (docs/security.md,
-    "Timing")."""
-    progress_fraction_steps: int = Field(default=4, ge=1, le=100)
-    """The steps that coarse progress moves in: 4 shows quarters of the recordings."""
-    compare_permutations: int = 10000
-    """Random sign flips of the paired permutation test, used past 16 subjects (up to 16
-    every flip is enumerated and the p-value is exact)."""
 
     # --- Evaluation pipeline (docs/pipeline.md) --------------------------------------------
-    queue_visibility_timeout_s: int = 7200
+    queue_visibility_timeout_s: int = Field(
+        default=7200,
+        json_schema_extra=moves(
+            "docs/operations.md",
+            "Nothing hangs: heartbeats, the reconciler and outages",
+            "when Redis itself delivers a dead worker's task again",
+        ),
+    )
     """Redis re-delivers a task whose worker vanished without acknowledging it after this
     long. It must exceed the longest run (runner timeout + image load + scoring), or a
     healthy long run is delivered twice (harmless thanks to idempotency, but wasteful)."""
@@ -263,25 +347,58 @@ class Settings(BaseSettings):
     """The longest wait between two such retries."""
     worker_heartbeat_interval_s: float = 15.0
     """Each worker records a heartbeat this often (docs/operations.md, "Nothing hangs")."""
-    worker_heartbeat_timeout_s: float = 90.0
+    worker_heartbeat_timeout_s: float = Field(
+        default=90.0,
+        json_schema_extra=moves(
+            "docs/operations.md",
+            "Nothing hangs: heartbeats, the reconciler and outages",
+            "how soon a dead worker's runs are sent again",
+        ),
+    )
     """A worker not heard from for this long is dead, and the runs it claimed are sent again."""
-    worker_min_free_bytes: int = 1024**3
+    worker_min_free_bytes: int = Field(
+        default=1024**3,
+        json_schema_extra=moves(
+            "docs/operations.md",
+            "Nothing hangs: heartbeats, the reconciler and outages",
+            "the free space below which a worker takes no runs",
+        ),
+    )
     """A worker stops taking runs while its work directories have less free space than
     this (and, once a fetch failed for want of room, its recording cache's disk), and goes
     on when they have it again; a run that fails for want of it would only spend the
     algorithm's retries."""
-    reconcile_interval_s: float = 60.0
+    reconcile_interval_s: float = Field(
+        default=60.0,
+        json_schema_extra=moves(
+            "docs/operations.md",
+            "Nothing hangs: heartbeats, the reconciler and outages",
+            "how late lost work is sent again after the broker is back",
+        ),
+    )
     """How often celery beat sends the reconcile task (to the maintenance queue)."""
-    reconcile_stale_s: float = 300.0
+    reconcile_stale_s: float = Field(
+        default=300.0,
+        json_schema_extra=moves(
+            "docs/operations.md",
+            "Nothing hangs: heartbeats, the reconciler and outages",
+            "how long a free worker's empty queue proves a task lost",
+        ),
+    )
     """Unfinished work is sent again once a live worker of its queue has had a free slot for
     this long (so its queue holds nothing: the task was lost, not waiting) and nothing of
     the evaluation moved meanwhile. Also the least time between two rounds."""
-    reconcile_claim_grace_s: float = 900.0
+    reconcile_claim_grace_s: float = Field(
+        default=900.0,
+        json_schema_extra=moves(
+            "docs/operations.md",
+            "Nothing hangs: heartbeats, the reconciler and outages",
+            "when a run whose retries gave up is sent again",
+        ),
+    )
     """A run claimed by a live worker that no longer holds it (its retries gave up while the
     database was away) is sent again after this long; it must exceed
     `task_retry_backoff_max_s`, or a run waiting for its next retry is sent twice."""
-    reconcile_max_rounds: int = 5
-    """Rounds in a row without progress after which the evaluation ends FAILED."""
     embedded_concurrency: int = 1
     """Tasks at a time in the embedded (in-process, SQLite-backed queue) worker."""
     smoke_test_dataset: str = "public-sample"
@@ -291,10 +408,15 @@ class Settings(BaseSettings):
     """Staged recordings and run outputs; empty: `data_dir/work`."""
 
     # --- Notifications (docs/api.md "Notifications", docs/security.md) ------------------------
-    notify_interval_s: float = 30.0
-    """How often celery beat sends the notifications tick (and the embedded worker runs it):
-    it tells of phases that opened or closed and sends deliveries that are due."""
-    webhook_timeout_s: float = 10.0
+    webhook_timeout_s: float = Field(
+        default=10.0,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Notifications",
+            "the longest one webhook call may hold a delivery lane, however slowly the receiver "
+            "answers",
+        ),
+    )
     """Whole time one webhook call may take: resolving, connecting, sending, the answer's
     headers and body, however slowly the receiver answers (szbench.outbound)."""
     webhook_allowed_networks: str = ""
@@ -348,14 +470,26 @@ class Settings(BaseSettings):
     """The worker's content-addressed cache of fetched recordings; empty:
     `data_dir/cache/recordings`. Keep it on the file system of the run work dir (runs
     hard-link from it)."""
-    recording_cache_bytes: int | None = None
+    recording_cache_bytes: int | None = Field(
+        default=None,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Workers on other hosts",
+            "the disk the recording cache may fill",
+        ),
+    )
     """Size cap of the recording cache; the least recently used recordings not in use go
     first. Empty: whatever its disk has, keeping `SZBENCH_WORKER_MIN_FREE_BYTES` plus 5% of
     the disk free (a fetch that meets a full disk evicts too). The 2025 challenge's 4,360 h
     are about 150 GB."""
-    recording_fetch_timeout_s: float = 60.0
-    """Seconds a recording fetch may wait for bytes before it is resumed where it stopped."""
-    worker_fetches_per_minute: int = 600
+    worker_fetches_per_minute: int = Field(
+        default=600,
+        json_schema_extra=moves(
+            "docs/security.md",
+            "Workers on other hosts",
+            "recording fetches per worker token per minute",
+        ),
+    )
     """Recording fetches per worker token per minute (resumed ranges count); past it 429."""
 
     @field_validator("webhook_allowed_networks")
@@ -450,9 +584,68 @@ class Settings(BaseSettings):
         return self.recording_cache_dir or self.data_dir / "cache" / "recordings"
 
 
+#: Variables that were settings and are now constants next to the code they bound (issue
+#: 32: a tuning knob, or a number a bound stated in docs/security.md is computed from, must
+#: not move with an environment variable nobody sees), mapped to where each one went.
+REMOVED: dict[str, str] = {
+    "SZBENCH_RUNNER_LOG_BYTES": "szbench_worker.runner.interface.LOG_BYTES",
+    "SZBENCH_OWNER_LOG_TAIL_CHARS": "szbench.results.queries.OWNER_LOG_TAIL_CHARS",
+    "SZBENCH_SIGNIN_FREE_FAILURES_PER_ACCOUNT": "szbench.auth.throttle.FREE_FAILURES_PER_ACCOUNT",
+    "SZBENCH_SIGNIN_FREE_FAILURES_PER_CLIENT": "szbench.auth.throttle.FREE_FAILURES_PER_CLIENT",
+    "SZBENCH_SIGNIN_BACKOFF_BASE_S": "szbench.auth.throttle.BACKOFF_BASE_S",
+    "SZBENCH_SIGNIN_BACKOFF_MAX_S": "szbench.auth.throttle.BACKOFF_MAX_S",
+    "SZBENCH_SIGNIN_FAILURE_MEMORY_S": "szbench.auth.throttle.FAILURE_MEMORY_S",
+    "SZBENCH_SIGNUP_FREE_PER_CLIENT": "szbench.auth.throttle.SIGNUP_FREE_PER_CLIENT",
+    "SZBENCH_SIGNUP_BACKOFF_BASE_S": "szbench.auth.throttle.SIGNUP_BACKOFF_BASE_S",
+    "SZBENCH_SIGNUP_BACKOFF_MAX_S": "szbench.auth.throttle.SIGNUP_BACKOFF_MAX_S",
+    "SZBENCH_PASSWORD_RESET_TTL_S": "szbench.auth.accounts.RESET_TTL_S",
+    "SZBENCH_EMAIL_VERIFICATION_TTL_S": "szbench.auth.accounts.VERIFICATION_TTL_S",
+    "SZBENCH_PASSWORD_RESET_MAIL_INTERVAL_S": "szbench.auth.accounts.RESET_MAIL_INTERVAL_S",
+    "SZBENCH_WEB_UPLOAD_CHUNK_BYTES": "szbench.web.account.UPLOAD_CHUNK_BYTES",
+    "SZBENCH_UPLOAD_REFUSAL_MEMORY_S": "szbench.uploads.service.REFUSAL_MEMORY_S",
+    "SZBENCH_ARCHIVE_MAX_MEMBERS": "szbench.algorithms.image_check.ARCHIVE_MAX_MEMBERS",
+    "SZBENCH_IMAGE_MAX_LAYER_MEMBERS": "szbench.algorithms.image_check.IMAGE_MAX_LAYER_MEMBERS",
+    "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO": (
+        "szbench.algorithms.image_check.ARCHIVE_MAX_EXPANSION_RATIO"
+    ),
+    "SZBENCH_PUBLIC_MAX_AGE_S": "szbench.api.cache.PUBLIC_MAX_AGE_S",
+    "SZBENCH_BOOTSTRAP_RESAMPLES": "szbench.leaderboards.statistics.BOOTSTRAP_RESAMPLES",
+    "SZBENCH_INTERVALS_MIN_SUBJECTS": "szbench.disclosure.decision.INTERVALS_MIN_SUBJECTS",
+    "SZBENCH_RELEASED_DECIMALS": "szbench.disclosure.decision.RELEASED_DECIMALS",
+    "SZBENCH_PROGRESS_STEP_S": "szbench.disclosure.progress.PROGRESS_STEP_S",
+    "SZBENCH_PROGRESS_FRACTION_STEPS": "szbench.disclosure.progress.PROGRESS_FRACTION_STEPS",
+    "SZBENCH_COMPARE_PERMUTATIONS": "szbench.compare.service.COMPARE_PERMUTATIONS",
+    "SZBENCH_RECONCILE_MAX_ROUNDS": "szbench_worker.reconcile.MAX_ROUNDS",
+    "SZBENCH_NOTIFY_INTERVAL_S": "szbench.queue.NOTIFY_TICK_S",
+    "SZBENCH_RECORDING_FETCH_TIMEOUT_S": "szbench_worker.recordings.FETCH_STALL_TIMEOUT_S",
+}
+
+
+def removed_in_environment(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The :data:`REMOVED` variables set in ``environ`` (default: the process's) or in the
+    ``.env`` file that :class:`Settings` reads: each one no longer does anything."""
+    environ = os.environ if environ is None else environ
+    names = set(environ)
+    dotenv = Path(".env")
+    if dotenv.is_file():
+        for line in dotenv.read_text(errors="replace").splitlines():
+            name = line.strip().removeprefix("export ").split("=", 1)[0].strip()
+            if "=" in line and not line.lstrip().startswith("#"):
+                names.add(name)
+    return sorted(n for n in REMOVED if n in names)
+
+
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
+    settings = Settings()
+    if stale := removed_in_environment():
+        # One line, so that an operator who set one of them learns it changes nothing now.
+        log.warning(
+            "these variables are set but are no longer settings, so they change nothing: %s "
+            '(docs/settings.md, "No longer settings")',
+            ", ".join(f"{name} (now {REMOVED[name]})" for name in stale),
+        )
+    return settings
 
 
 class ConfigError(Exception):

@@ -11,6 +11,8 @@ the generated values and docs/settings.md from the code.
 - **Settings.** ``SZBENCH_<NAME>`` is a field of :class:`szbench.config.Settings` or a
   variable the code reads itself (``$SZBENCH_...`` in compose files, scripts, Dockerfiles
   and CI, ``os.environ``/``getenv`` in Python); ``SZBENCH_<PREFIX>*`` names at least one.
+  One that is no longer a setting (:data:`szbench.config.REMOVED`) is named only on
+  docs/settings.md, which lists them; elsewhere the check names the constant to cite.
 - **Values.** ``<!-- value: NAME -->text<!-- /value -->`` holds the code's value of NAME: a
   setting's default, or a module constant (``szbench.module.CONSTANT``, evaluated from its
   source). The unit follows the name (``_BYTES``: KiB, MiB, GiB; ``_S``: seconds) unless the
@@ -120,6 +122,13 @@ class Code:
             f"SZBENCH_{name.upper()}": info.get_default(call_default_factory=True)
             for name, info in Settings.model_fields.items()
         }
+
+    @functools.cached_property
+    def removed(self) -> dict[str, str]:
+        """Variables that were settings, mapped to the constant each one became."""
+        from szbench.config import REMOVED
+
+        return REMOVED
 
     @functools.cached_property
     def environment(self) -> frozenset[str]:
@@ -445,6 +454,15 @@ class _Reader:
         if name == "SZBENCH_" or following in ("<", "…"):
             return  # the prefix itself, or a placeholder
         known = self.code.settings.keys() | self.code.environment
+        if name in self.code.removed:
+            # Listed as such on the generated page; anywhere else a doc still relies on it.
+            if self.doc != "docs/settings.md":
+                self.report(
+                    at,
+                    f"{name} is no longer a setting: it is {self.code.removed[name]} (cite that, "
+                    "or reword)",
+                )
+            return
         if following == "*":
             if not any(k.startswith(name) for k in known):
                 self.report(at, f"{name}*: no setting or variable starts so")

@@ -51,6 +51,11 @@ TASK_PHASES_TICK = "szbench.phases.tick"  # no kwargs
 #: Seconds between two looks of the phase lifecycle (szbench.phases.lifecycle): a phase's
 #: opening or closing by its dates is noticed, and its boards frozen, at most this late.
 PHASES_TICK_S = 30.0
+#: Seconds between two notification ticks (celery beat, and the embedded worker's own timer):
+#: a phase that opened or a delivery that is due goes out at most this late, and a tick may
+#: spend this long sending, so ticks never pile up (a message older than one tick is
+#: dropped, docs/operations.md). Half a minute is prompt for mail and chat; a tuning knob.
+NOTIFY_TICK_S = 30.0
 
 TASK_FEDERATION_TICK = "szbench.federation.tick"  # no kwargs
 
@@ -149,7 +154,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             for name, task, interval in (
                 ("reconcile", TASK_RECONCILE, settings.reconcile_interval_s),
                 ("phases", TASK_PHASES_TICK, PHASES_TICK_S),
-                ("notifications", TASK_NOTIFY_TICK, settings.notify_interval_s),
+                ("notifications", TASK_NOTIFY_TICK, NOTIFY_TICK_S),
                 # A centre's federation round (szbench.federation.centre.tick): it reads the
                 # hub's catalogue only every SYNC_INTERVAL_S, so a short tick costs a query.
                 ("federation", TASK_FEDERATION_TICK, FEDERATION_TICK_S),

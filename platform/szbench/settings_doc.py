@@ -56,6 +56,37 @@ def _default(info: FieldInfo) -> str:
     return f"`{value}`"
 
 
+BOUNDS = """
+## Which setting moves which bound
+
+Each setting below moves a bound that docs/security.md or docs/operations.md states: the
+docs state it at the default, and a deployment that changes the setting changes the bound
+with it. The list is made from each field's own metadata (`szbench.config.moves`), so it
+cannot drift from the class. The numbers those docs state bounds with and that no operator
+has a reason to change are not settings at all (see "No longer settings" below): the bound
+the docs promise is the one that holds.
+
+| Setting | What it moves | Stated in |
+| --- | --- | --- |"""
+
+REMOVED = """
+## No longer settings
+
+These were settings. Each is now a constant next to the code it bounds, with the reason for
+its value beside it: a tuning knob no operator decision hangs on, or a number a bound the
+docs state is computed from. Setting one changes nothing; every process that reads the
+settings logs one warning naming those still set (`szbench.config.removed_in_environment`).
+"""
+
+
+def _moves(name: str, info: FieldInfo) -> str | None:
+    extra = info.json_schema_extra
+    if not isinstance(extra, dict) or "moves_bound" not in extra:
+        return None
+    where = f'{extra["moves_doc"]}, "{extra["moves_section"]}"'
+    return f"| `SZBENCH_{name.upper()}` | {extra['moves_bound']} | {where} |"
+
+
 def render() -> str:
     sections = _sections()
     out = [HEADER]
@@ -64,6 +95,12 @@ def render() -> str:
             out.append(f"\n## {sections[name]}\n")
         description = " ".join((info.description or "").split())
         out.append(f"- **`SZBENCH_{name.upper()}`** (default {_default(info)}): {description}")
+    out.append(BOUNDS)
+    out.extend(
+        row for name, info in config.Settings.model_fields.items() if (row := _moves(name, info))
+    )
+    out.append(REMOVED)
+    out.extend(f"- `{variable}`: `{where}`" for variable, where in sorted(config.REMOVED.items()))
     return "\n".join(out) + "\n"
 
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from szbench.auth import cookies
+from szbench.auth import accounts, cookies
 from szbench.auth import service as auth
 from szbench.config import get_settings
 from szbench.db import session_scope
@@ -100,8 +100,7 @@ def test_a_link_dies_when_the_password_changes_and_when_it_expires(
     forged = first[:-4] + ("AAAA" if not first.endswith("AAAA") else "BBBB")
     r = client.post("/api/v1/auth/password-reset", json={"token": forged, "new_password": NEW})
     assert r.status_code == 400
-    settings_env.setenv("SZBENCH_PASSWORD_RESET_TTL_S", "-1")
-    get_settings.cache_clear()
+    settings_env.setattr(accounts, "RESET_TTL_S", -1)
     fresh = _token_of(
         client.post(f"/api/v1/users/{user.id}/password-reset", json={}, headers=admin_h).json()[
             "url"

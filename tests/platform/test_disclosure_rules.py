@@ -27,7 +27,7 @@ from szbench import queue
 from szbench.algorithms import service as algorithms_service
 from szbench.config import get_settings
 from szbench.datasets import service as datasets_service
-from szbench.disclosure import bits
+from szbench.disclosure import bits, decision
 from szbench.models import (
     Algorithm,
     DatasetKind,
@@ -340,16 +340,14 @@ def test_std_only_where_intervals_are_disclosed(
 ) -> None:
     s = db_session
     path = f"/api/v1/evaluations/{world.bob_eval.id}/result"
-    # From SZBENCH_INTERVALS_MIN_SUBJECTS subjects on: the *_std of the released figures,
+    # From decision.INTERVALS_MIN_SUBJECTS subjects on: the *_std of the released figures,
     # rounded as they are, and still no raw count.
-    settings_env.setenv("SZBENCH_INTERVALS_MIN_SUBJECTS", "2")
-    get_settings.cache_clear()
+    settings_env.setattr(decision, "INTERVALS_MIN_SUBJECTS", 2)
     report = client.get(path).json()["report"]
     assert report["event_results"]["f1_std"] == 0.06
     assert report["sample_results"] == {"f1": 0.51, "f1_std": 0.06}
     assert "pooled_counts" not in report
-    settings_env.setenv("SZBENCH_INTERVALS_MIN_SUBJECTS", "10")
-    get_settings.cache_clear()
+    settings_env.setattr(decision, "INTERVALS_MIN_SUBJECTS", 10)
     # Per-subject figures disclosed: the whole report, exact.
     datasets_service.set_disclosure(s, world.dv.dataset, Disclosure.SUBJECT)
     s.commit()

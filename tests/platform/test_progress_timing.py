@@ -115,8 +115,7 @@ def test_the_api_answers_coarse_progress_with_an_etag(
     client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
 ) -> None:
     # A day's clock: the two polls below see the same tick.
-    settings_env.setenv("SZBENCH_PROGRESS_STEP_S", "86400")
-    get_settings.cache_clear()
+    settings_env.setattr(timing, "PROGRESS_STEP_S", 86400)
     s = db_session
     owner = f.user(s)
     ev = _running(s, owner, [1], disclosure=Disclosure.RECORDING)
@@ -155,10 +154,9 @@ def test_public_sample_progress_is_full(db_session: Session) -> None:
     assert (answer.detail, answer.recordings_done) == ("full", 1)
 
 
-def test_the_timing_bound_follows_the_settings(settings_env: pytest.MonkeyPatch) -> None:
+def test_the_timing_bound_follows_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     default = bits.timing_bits_per_evaluation(recordings=100, run_timeout_s=900)
-    settings_env.setenv("SZBENCH_PROGRESS_STEP_S", "3600")
-    get_settings.cache_clear()
+    monkeypatch.setattr(timing, "PROGRESS_STEP_S", 3600)
     coarser = bits.timing_bits_per_evaluation(recordings=100, run_timeout_s=900)
     assert coarser < default
     # Per-recording finishes seen to the second would be about 16 bits per recording.

@@ -11,7 +11,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from szbench.algorithms import service as algorithms_service
-from szbench.config import get_settings
 from szbench.datasets import service as datasets_service
 from szbench.disclosure import decision
 from szbench.models import (
@@ -435,8 +434,7 @@ def test_leaderboard_statistics(
     client: TestClient, world: World, db_session: Session, settings_env: pytest.MonkeyPatch
 ) -> None:
     # Three subjects: shown to anyone once the minimum for intervals allows it (below).
-    settings_env.setenv("SZBENCH_INTERVALS_MIN_SUBJECTS", "3")
-    get_settings.cache_clear()
+    settings_env.setattr(decision, "INTERVALS_MIN_SUBJECTS", 3)
     board = client.get("/api/v1/leaderboards/chb-heldout").json()
     assert board["statistics"]["status"] == "ok"
     beta, alpha = board["items"]
@@ -464,7 +462,7 @@ def test_leaderboard_intervals_over_few_subjects_only_where_subjects_are_disclos
 ) -> None:
     # A percentile bootstrap over 3 subjects has the per-subject figures for bounds: at the
     # default (aggregate) level non-admins get no interval and no rank stability below
-    # SZBENCH_INTERVALS_MIN_SUBJECTS (10); admins, and everyone at the subject level, do.
+    # decision.INTERVALS_MIN_SUBJECTS (10); admins, and everyone at the subject level, do.
     def entries(headers: dict[str, str]) -> list[dict[str, object]]:
         return client.get("/api/v1/leaderboards/chb-heldout", headers=headers).json()["items"]
 
@@ -482,8 +480,7 @@ def test_leaderboard_intervals_over_few_subjects_only_where_subjects_are_disclos
     assert all(e["ci"] is not None and e["rank_stability"] for e in entries({}))
     datasets_service.set_disclosure(db_session, world.dv.dataset, Disclosure.AGGREGATE)
     db_session.commit()
-    settings_env.setenv("SZBENCH_INTERVALS_MIN_SUBJECTS", "3")
-    get_settings.cache_clear()
+    settings_env.setattr(decision, "INTERVALS_MIN_SUBJECTS", 3)
     assert all(e["ci"] is not None and e["rank_stability"] for e in entries({}))
 
 

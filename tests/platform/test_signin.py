@@ -68,7 +68,7 @@ def test_after_n_failures_the_right_password_is_refused_until_the_backoff_ends(
     client: TestClient, db_session: Session, frozen_clock: throttle.Clock
 ) -> None:
     f.user(db_session, email="ada@example.org", password=PASSWORD)
-    free = get_settings().signin_free_failures_per_account
+    free = throttle.FREE_FAILURES_PER_ACCOUNT
     _fail(client, "ada@example.org", free)
     # Within the free failures the right password still works...
     assert _login(client, "ada@example.org", PASSWORD).status_code == 200
@@ -92,7 +92,7 @@ def test_the_wait_doubles_up_to_the_cap(
     client: TestClient, db_session: Session, frozen_clock: throttle.Clock
 ) -> None:
     f.user(db_session, email="cap@example.org", password=PASSWORD)
-    free = get_settings().signin_free_failures_per_account
+    free = throttle.FREE_FAILURES_PER_ACCOUNT
     _fail(client, "cap@example.org", free)
     waits = []
     for _ in range(12):
@@ -108,7 +108,7 @@ def test_an_unknown_email_is_throttled_exactly_like_a_known_one(
     client: TestClient, db_session: Session
 ) -> None:
     f.user(db_session, email="known@example.org", password=PASSWORD)
-    free = get_settings().signin_free_failures_per_account
+    free = throttle.FREE_FAILURES_PER_ACCOUNT
 
     def story(email: str) -> list[tuple[int, str | None]]:
         answers = []
@@ -124,8 +124,7 @@ def test_an_unknown_email_is_throttled_exactly_like_a_known_one(
 def test_one_client_address_is_throttled_across_accounts(
     client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
 ) -> None:
-    settings_env.setenv("SZBENCH_SIGNIN_FREE_FAILURES_PER_CLIENT", "3")
-    get_settings.cache_clear()
+    settings_env.setattr(throttle, "FREE_FAILURES_PER_CLIENT", 3)
     f.user(db_session, email="victim@example.org", password=PASSWORD)
     for i in range(4):  # one failure each on four accounts: none is throttled on its own
         assert _login(client, f"guess{i}@example.org", "not-the-password").status_code == 401
@@ -148,7 +147,7 @@ def test_the_throttle_holds_across_api_processes(
     client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
 ) -> None:
     f.user(db_session, email="two@example.org", password=PASSWORD)
-    _fail(client, "two@example.org", get_settings().signin_free_failures_per_account + 1)
+    _fail(client, "two@example.org", throttle.FREE_FAILURES_PER_ACCOUNT + 1)
     # A second application (another API process) on the same database refuses too.
     second = create_app()
 
@@ -169,7 +168,7 @@ def test_the_throttle_holds_across_api_processes(
 
 def test_web_sign_in_is_throttled_with_retry_after(client: TestClient, db_session: Session) -> None:
     f.user(db_session, email="web@example.org", password=PASSWORD)
-    _fail(client, "web@example.org", get_settings().signin_free_failures_per_account + 1)
+    _fail(client, "web@example.org", throttle.FREE_FAILURES_PER_ACCOUNT + 1)
     page = client.get("/login")
     token = _CSRF.search(page.text)
     assert token is not None
@@ -186,7 +185,7 @@ def test_a_password_change_checks_the_current_password_under_the_throttle(
     user = f.user(db_session, email="chg@example.org", password=PASSWORD)
     h = f.headers(db_session, user)
     body = {"current_password": "wrong-guess-1", "new_password": "another-long-phrase"}
-    for _ in range(get_settings().signin_free_failures_per_account + 1):
+    for _ in range(throttle.FREE_FAILURES_PER_ACCOUNT + 1):
         r = client.post("/api/v1/auth/password", json=body, headers=h)
         assert r.status_code == 400
         assert r.json()["detail"] == "current_password: wrong password"
@@ -439,7 +438,7 @@ def test_concurrent_attempts_are_each_counted(pg_engine: Engine) -> None:
     """N simultaneous guesses are N failures (row locks, counted before the hash): once the
     free ones are used up, the rest are refused, whatever order they arrive in."""
     email = f"parallel{f.n()}-{uuid.uuid4().hex[:8]}@example.org"
-    free = get_settings().signin_free_failures_per_account
+    free = throttle.FREE_FAILURES_PER_ACCOUNT
     start = threading.Barrier(free + 3)
     outcomes: list[str] = []
 
@@ -485,7 +484,7 @@ def test_the_throttle_works_on_the_embedded_sqlite_database(
     migrate.upgrade(get_settings().effective_database_url)
     with session_scope() as session:
         auth.create_user(session, email="lite@example.org", password=PASSWORD)
-    for _ in range(get_settings().signin_free_failures_per_account + 1):
+    for _ in range(throttle.FREE_FAILURES_PER_ACCOUNT + 1):
         with session_scope() as session, pytest.raises(Unauthorized):
             auth.authenticate(session, email="lite@example.org", password="nope", client="::1")
     with session_scope() as session, pytest.raises(TooManyAttempts) as refused:
@@ -500,8 +499,8 @@ def test_failures_are_forgotten_after_the_memory_period(
     client: TestClient, db_session: Session, frozen_clock: throttle.Clock
 ) -> None:
     f.user(db_session, email="old@example.org", password=PASSWORD)
-    _fail(client, "old@example.org", get_settings().signin_free_failures_per_account + 1)
-    frozen_clock.advance(get_settings().signin_failure_memory_s + 1)
+    _fail(client, "old@example.org", throttle.FREE_FAILURES_PER_ACCOUNT + 1)
+    frozen_clock.advance(throttle.FAILURE_MEMORY_S + 1)
     # Any attempt sweeps forgotten rows.
     assert _login(client, "someone-else@example.org", "not-the-password").status_code == 401
     keys = set(db_session.scalars(select(SigninThrottle.key)).all())

@@ -39,7 +39,7 @@ def _signup(client: TestClient, email: str | None = None, password: str = "signu
 
 def _use_up(client: TestClient) -> None:
     """Sign up until the client's wait starts (the free sign-ups and one more)."""
-    for _ in range(get_settings().signup_free_per_client + 1):
+    for _ in range(throttle.SIGNUP_FREE_PER_CLIENT + 1):
         assert _signup(client).status_code == 201
     assert _signup(client).status_code == 429
 
@@ -51,8 +51,7 @@ def _accounts(db_session: Session) -> int:
 def test_sign_ups_from_one_address_wait_longer_and_longer(
     client: TestClient, db_session: Session, frozen_clock: throttle.Clock
 ) -> None:
-    settings = get_settings()
-    free, base = settings.signup_free_per_client, settings.signup_backoff_base_s
+    free, base = throttle.SIGNUP_FREE_PER_CLIENT, throttle.SIGNUP_BACKOFF_BASE_S
     before = _accounts(db_session)
     # The free ones, and one more that starts the first wait.
     for _ in range(free + 1):
@@ -83,7 +82,7 @@ def test_another_address_is_not_held_up_and_forged_headers_change_nothing(
 ) -> None:
     first = TestClient(app, client=("198.51.100.7", 40000))
     other = TestClient(app, client=("198.51.100.8", 40000))
-    for i in range(get_settings().signup_free_per_client + 1):
+    for i in range(throttle.SIGNUP_FREE_PER_CLIENT + 1):
         # A forwarding header from a client that is no trusted proxy is ignored.
         r = first.post(
             SIGNUP,
@@ -110,7 +109,7 @@ def test_invalid_input_is_not_counted_and_a_taken_address_is(
         assert _signup(client, email="not-an-address").status_code == 400
     assert _signup(client, email="taken@example.org").status_code == 201
     # Asking whether an address has an account is a sign-up attempt like any other.
-    for _ in range(get_settings().signup_free_per_client):
+    for _ in range(throttle.SIGNUP_FREE_PER_CLIENT):
         assert _signup(client, email="taken@example.org").status_code == 409
     assert _signup(client).status_code == 429
 
@@ -120,7 +119,7 @@ def test_sign_ups_do_not_slow_sign_ins_from_the_same_address(
 ) -> None:
     email = "first@example.org"
     assert _signup(client, email=email).status_code == 201
-    for _ in range(get_settings().signup_free_per_client):
+    for _ in range(throttle.SIGNUP_FREE_PER_CLIENT):
         assert _signup(client).status_code == 201
     assert _signup(client).status_code == 429
     r = client.post("/api/v1/auth/login", json={"email": email, "password": "signup-secret-81"})
@@ -138,7 +137,7 @@ def test_the_sign_up_page_is_throttled_with_retry_after(
         follow_redirects=False,
     )
     assert r.status_code == 429
-    assert r.headers["Retry-After"] == str(int(get_settings().signup_backoff_base_s))
+    assert r.headers["Retry-After"] == str(int(throttle.SIGNUP_BACKOFF_BASE_S))
     assert "try again in 2 hours (at 14:00 UTC)" in r.text
     assert "7200" not in r.text
     assert db_session.scalar(select(User.id).where(User.email == "page@example.org")) is None
@@ -229,7 +228,7 @@ def test_a_lab_behind_one_address_signs_up_as_its_people_confirm(
         )
         assert confirmed.status_code == 200, confirmed.text
     # Unconfirmed sign-ups from the same address still wait, as before.
-    for _ in range(get_settings().signup_free_per_client + 1):
+    for _ in range(throttle.SIGNUP_FREE_PER_CLIENT + 1):
         assert _signup(client).status_code == 201
     assert _signup(client).status_code == 429
     # Confirming an address twice gives nothing more back.

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from szbench import changes, migrate
 from szbench.config import get_settings
+from szbench.disclosure import decision
 from szbench.formats import bibtex
 from szbench.formats.text import plain
 from szbench.leaderboards import snapshots
@@ -84,7 +85,7 @@ def test_a_snapshot_freezes_what_an_anonymous_visitor_sees(
     assert board["scorer_versions"] == ["0.1.0"]
     assert board["dataset_version"] == "1"
     assert board["manifest_checksum"] == "sha256:abc"
-    assert board["release"]["decimals"] == get_settings().released_decimals
+    assert board["release"]["decimals"] == decision.RELEASED_DECIMALS
     assert board["disclosure"] == "aggregate"
     assert board["authors"] == {
         str(evaluation.algorithm_version.algorithm_id): "Ada Lovelace, Alan Turing"

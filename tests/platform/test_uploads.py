@@ -17,6 +17,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
+from szbench.algorithms import image_check
 from szbench.config import get_settings
 from szbench.evaluations import service as evaluation_service
 from szbench.models import Algorithm, AlgorithmVersion, Upload, User
@@ -228,7 +229,7 @@ def test_refused_uploads_count_against_their_uploader_for_a_while(
     smoke_requests: list[int],
 ) -> None:
     """Each refusal cost the API the reading of an archive: it holds one of the uploader's
-    open sessions for SZBENCH_UPLOAD_REFUSAL_MEMORY_S, and deleting it does not free it."""
+    open sessions for uploads.REFUSAL_MEMORY_S, and deleting it does not free it."""
     _setting(settings_env, "SZBENCH_UPLOAD_MAX_OPEN_SESSIONS", 2)
     owner = f.user(db_session)
     h = f.headers(db_session, owner)
@@ -251,13 +252,13 @@ def test_refused_uploads_count_against_their_uploader_for_a_while(
     again = _open(client, h, len(data))
     assert again["status"] == 429, again
     assert "2 recently refused uploads" in again["detail"]
-    assert "SZBENCH_UPLOAD_REFUSAL_MEMORY_S=3600" in again["detail"]
+    assert "a refused one counts for 3600 s after its refusal" in again["detail"]
     gone = client.delete(f"/api/v1/uploads/{refused[0]}", headers=h)
     assert gone.status_code == 409
     assert "counts against your open uploads until" in gone.json()["detail"]
     assert _open(client, h, len(data))["status"] == 429
     # Once the first refusal is forgotten, its place is free again.
-    _refused_ago(db_session, refused[0], get_settings().upload_refusal_memory_s + 1)
+    _refused_ago(db_session, refused[0], uploads.REFUSAL_MEMORY_S + 1)
     assert _open(client, h, len(data))["status"] == 201
     assert db_session.get(Upload, refused[0]) is None
     assert smoke_requests == []
@@ -270,7 +271,7 @@ def test_an_archive_over_a_limit_is_refused_with_413_naming_the_setting(
     settings_env: pytest.MonkeyPatch,
     smoke_requests: list[int],
 ) -> None:
-    _setting(settings_env, "SZBENCH_ARCHIVE_MAX_MEMBERS", 20)
+    settings_env.setattr(image_check, "ARCHIVE_MAX_MEMBERS", 20)
     owner = f.user(db_session)
     h = f.headers(db_session, owner)
     algo = f.algorithm(db_session, owner)
@@ -286,7 +287,7 @@ def test_an_archive_over_a_limit_is_refused_with_413_naming_the_setting(
     )
     assert r.status_code == 413
     assert r.json()["error"] == "PayloadTooLarge"
-    assert "SZBENCH_ARCHIVE_MAX_MEMBERS" in r.json()["detail"]
+    assert "more than 20 members (limit ARCHIVE_MAX_MEMBERS)" in r.json()["detail"]
     assert not _part(upload["id"]).exists()
     versions = select(func.count(AlgorithmVersion.id)).where(
         AlgorithmVersion.algorithm_id == algo.id
@@ -321,7 +322,7 @@ def test_a_gzip_bomb_is_refused_with_413_at_the_default_limits(
     )
     assert r.status_code == 413
     assert r.json()["error"] == "PayloadTooLarge"
-    assert "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO" in r.json()["detail"]
+    assert "limit ARCHIVE_MAX_EXPANSION_RATIO" in r.json()["detail"]
     assert smoke_requests == []
 
 
@@ -356,7 +357,7 @@ def test_the_sweep_removes_expired_refused_and_stray_uploads_only(
     # A refusal is kept (counting against its owner) until it is forgotten.
     assert uploads.sweep(db_session).refused == 0
     assert db_session.get(Upload, refused.id) is not None
-    _refused_ago(db_session, refused.id, get_settings().upload_refusal_memory_s + 60)
+    _refused_ago(db_session, refused.id, uploads.REFUSAL_MEMORY_S + 60)
     _age(db_session, expired.id, ttl + 60)
     sessions = _part(fresh.id).parent
     # Files of no session: one from before the table (metadata beside it), old; one new.

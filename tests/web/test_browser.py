@@ -31,9 +31,9 @@ import pytest
 
 from szbench import db
 from szbench.auth import service as auth
-from szbench.config import get_settings
 from szbench.db import session_scope
 from szbench.models import Role
+from szbench.web import account
 from tests.redis_urls import redis_url
 from tests.worker import _live_services as live
 from tests.worker._pipeline_factories import truncate_all
@@ -355,7 +355,7 @@ def _flow(
     # page resumes from the server's offset by itself); after four chunks the link goes
     # down for good, the page is reloaded and the same file chosen again: the upload must
     # go on from the server's offset, never from byte 0.
-    chunk = get_settings().web_upload_chunk_bytes
+    chunk = account.UPLOAD_CHUNK_BYTES
     net = {"mode": "cut-once", "puts": [], "after_reload": []}
 
     def network(route: Any) -> None:

@@ -31,6 +31,7 @@ from szbench.models import (
     VersionStatus,
     Visibility,
 )
+from szbench.web import account
 from tests.platform import factories as f
 
 from .conftest import PASSWORD, csrf_of, post_form, sign_in
@@ -532,7 +533,7 @@ def test_submit_page_for_submitters_only(client: TestClient, world: World) -> No
     page = client.get("/submit")
     assert page.status_code == 200
     assert 'id="drop-zone"' in page.text
-    assert f'data-chunk-bytes="{get_settings().web_upload_chunk_bytes}"' in page.text
+    assert f'data-chunk-bytes="{account.UPLOAD_CHUNK_BYTES}"' in page.text
     assert "upload.js" in page.text
     assert "alpha" in page.text  # existing algorithm offered
     assert "final" in page.text  # open phase offered

@@ -106,13 +106,12 @@ def test_others_never_read_a_log(client: TestClient, db_session: Session) -> Non
             assert all(run["log"] is None for run in r.json()["items"])
 
 
-def test_the_tail_is_bounded_by_its_setting(
-    client: TestClient, db_session: Session, settings_env: pytest.MonkeyPatch
+def test_the_tail_is_bounded(
+    client: TestClient, db_session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from szbench.config import get_settings
+    from szbench.results import queries
 
-    settings_env.setenv("SZBENCH_OWNER_LOG_TAIL_CHARS", "20")
-    get_settings.cache_clear()
+    monkeypatch.setattr(queries, "OWNER_LOG_TAIL_CHARS", 20)
     ids = _world(db_session)
     sign_in(client, "owner@example.org")
     log = _runs(client, ids["sample"])[0]["log"]

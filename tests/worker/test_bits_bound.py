@@ -239,7 +239,6 @@ def _simulated(held: Path, view: decision.View) -> dict[str, list[int]]:
 
 def test_an_image_encoding_k_bits_gets_no_more_than_the_bound(bits: Bits) -> None:
     client, e = bits.client, bits.evaluation_id
-    settings = get_settings()
     bound = capacity.bits_per_evaluation(recordings=len(HELD), subjects=len(HELD))
     secret = int(SECRET, 16) % 2**K
 
@@ -262,7 +261,7 @@ def test_an_image_encoding_k_bits_gets_no_more_than_the_bound(bits: Bits) -> Non
         if metric.endswith("fp_rate"):
             assert value == release.round_fp_rate(value), metric
         else:
-            assert value == round(value, settings.released_decimals), metric
+            assert value == round(value, decision.RELEASED_DECIMALS), metric
     assert "pooled_counts" not in json.dumps([result, board, side.json(), download.json()])
 
     # --- decoding: the answers this image can cause, and which secrets give the one read ---

@@ -158,7 +158,7 @@ def test_evaluate_tar_checks_the_archive_limits(
             app, ["evaluate", "--tar", str(bomb), "--dataset", str(synthetic)]
         )
         assert result.exit_code == 2, result.output
-        assert "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO" in result.output
+        assert "limit ARCHIVE_MAX_EXPANSION_RATIO" in result.output
         with pytest.raises(ImageError, match="not present"):
             inspect_image(image_id, docker_client)
     finally:

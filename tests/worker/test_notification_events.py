@@ -392,7 +392,7 @@ def test_phases_older_than_notifications_are_looked_at_without_an_event(env: Env
 def test_the_embedded_worker_tells_the_owner_without_a_broker(
     tmp_path: Path, settings_env: pytest.MonkeyPatch
 ) -> None:
-    settings_env.setenv("SZBENCH_NOTIFY_INTERVAL_S", "0.2")
+    settings_env.setattr(queue, "NOTIFY_TICK_S", 0.2)
     settings_env.setenv("SZBENCH_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
     settings_env.setenv("SZBENCH_WEBHOOK_ALLOW_HTTP", "true")
     get_settings.cache_clear()

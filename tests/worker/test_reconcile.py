@@ -178,7 +178,7 @@ def test_an_evaluation_that_never_progresses_ends_failed_with_a_reason(env: Env)
     evaluation_id, runs = _running_with_claims(env, {0: "h1:1.1"})
     settings = get_settings()
     now = T0
-    for _ in range(settings.reconcile_max_rounds):
+    for _ in range(reconcile.MAX_ROUNDS):
         now += timedelta(seconds=settings.reconcile_stale_s + 1)
         beat("h2:2.2", seen=now, free_since=T0 - timedelta(hours=1))
         report = reconcile.reconcile(now=now)
@@ -208,13 +208,12 @@ def test_an_evaluation_that_never_progresses_ends_failed_with_a_reason(env: Env)
 
 
 def test_progress_resets_the_rounds(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SZBENCH_RECONCILE_MAX_ROUNDS", "2")
-    get_settings.cache_clear()
+    monkeypatch.setattr(reconcile, "MAX_ROUNDS", 2)
     evaluation_id, runs = _running_with_claims(env, {})
     settings = get_settings()
-    assert len(runs) > settings.reconcile_max_rounds
+    assert len(runs) > reconcile.MAX_ROUNDS
     now = T0
-    for i in range(settings.reconcile_max_rounds + 2):
+    for i in range(reconcile.MAX_ROUNDS + 2):
         now += timedelta(seconds=settings.reconcile_stale_s + 1)
         beat("h2:2.2", seen=now, free_since=T0 - timedelta(hours=1))
         report = reconcile.reconcile(now=now)

@@ -60,7 +60,6 @@ def test_limits_from_settings() -> None:
         runner_timeout_s=60,
         runner_tmpfs_bytes=8 * MiB,
         runner_output_bytes=2 * MiB,
-        runner_log_bytes=4096,
         runner_user="1000:1000",
         runner_gpus=" 0, GPU-abc ,",
     )
@@ -72,7 +71,6 @@ def test_limits_from_settings() -> None:
         timeout_s=60,
         tmpfs_bytes=8 * MiB,
         output_bytes=2 * MiB,
-        log_bytes=4096,
         user="1000:1000",
     )
     assert limits.network is False

@@ -39,6 +39,7 @@ from celery.worker import state as worker_state
 from sqlalchemy import select
 
 from szbench import migrate
+from szbench import queue as task_queue
 from szbench.config import Settings, get_settings
 from szbench.db import session_scope
 from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, RecordingRun
@@ -70,8 +71,8 @@ class _Controller(WorkController):  # type: ignore[misc]
 
 class _Notifier(threading.Thread):
     """The periodic work of the embedded mode, which has no celery beat: at start, then
-    every ``notify_interval_s``, the phase lifecycle (phases opening or closing, closing
-    boards frozen), then the notifications tick (news, new events, due retries)."""
+    every :data:`szbench.queue.NOTIFY_TICK_S`, the phase lifecycle (phases opening or
+    closing, closing boards frozen), then the notifications tick (news, new events, due retries)."""
 
     def __init__(self, interval_s: float) -> None:
         super().__init__(name="szbench-notifier", daemon=True)
@@ -381,6 +382,6 @@ def start_embedded_worker(
     if not controller.ready.wait(ready_timeout_s):
         raise RuntimeError("the embedded worker did not start (see the log)")
     log.info("embedded worker consuming %s with %d slot(s)", ", ".join(queues), n)
-    notifier = _Notifier(settings.notify_interval_s)
+    notifier = _Notifier(task_queue.NOTIFY_TICK_S)
     notifier.start()
     return EmbeddedWorker(controller, thread, lock_fd, recovery, notifier)

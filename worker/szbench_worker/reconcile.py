@@ -21,7 +21,7 @@ How it tells lost from waiting, without reading the broker:
   host had claimed (:func:`reclaim_dead_predecessors`), instead of waiting for the broker.
 
 Each time work of an evaluation is sent again is a round; rounds reset when the evaluation
-progresses, and after ``reconcile_max_rounds`` rounds without progress the evaluation ends
+progresses, and after :data:`MAX_ROUNDS` rounds without progress the evaluation ends
 FAILED (its unfinished runs INFRASTRUCTURE_ERROR, the reason in each run's admin log).
 """
 
@@ -65,6 +65,12 @@ GAVE_UP_MESSAGE = (
 )
 
 _ENV_WORKER_ID = "_SZBENCH_WORKER_ID"
+
+#: Rounds in a row without progress after which an evaluation ends FAILED: a lost task sent
+#: again 5 times that still moved nothing is not lost but stuck (a recording no worker of its
+#: queue can run), and an admin's re-run is the way on. A constant: nothing an operator
+#: decides hangs on it.
+MAX_ROUNDS = 5
 
 
 def _now() -> datetime:
@@ -202,7 +208,7 @@ def _count_round(
     its last one."""
     if evaluation.recordings_done > evaluation.reconcile_progress:
         evaluation.reconcile_rounds = 0
-    if evaluation.reconcile_rounds >= settings.reconcile_max_rounds:
+    if evaluation.reconcile_rounds >= MAX_ROUNDS:
         _give_up(evaluation, what, now)
         report.failed.append(evaluation.id)
         return False

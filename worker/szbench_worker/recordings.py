@@ -53,6 +53,10 @@ _CHUNK = 1024**2
 #: Fetch attempts per recording and run (each resumes where the last one stopped); a full
 #: disk is not an attempt (it evicts and goes on).
 _ATTEMPTS = 3
+#: Seconds a fetch waits for the next bytes before it gives this attempt up and resumes where
+#: it stopped: a minute rides out a busy platform or a congested link, and a stalled
+#: connection costs a run a minute, not its time limit. A tuning knob, not a setting.
+FETCH_STALL_TIMEOUT_S = 60.0
 #: Of the disk's size, what the derived cap leaves free beside the worker's own floor
 #: (``SZBENCH_WORKER_MIN_FREE_BYTES``), for whatever else writes there.
 _HEADROOM_FRACTION = 0.05
@@ -581,8 +585,6 @@ def located(
             f"{in_place.name} is not on this host, and SZBENCH_PLATFORM_URL and "
             "SZBENCH_WORKER_TOKEN are not both set to fetch it"
         )
-    fetch = fetch or Fetcher(
-        settings.platform_url, settings.worker_token, settings.recording_fetch_timeout_s
-    )
+    fetch = fetch or Fetcher(settings.platform_url, settings.worker_token, FETCH_STALL_TIMEOUT_S)
     with cache_for(settings).use(checksum, fetch, name=in_place.name) as found:
         yield found

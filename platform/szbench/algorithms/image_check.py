@@ -39,7 +39,7 @@ after its first large header. Members are counted, not listed: only the outer ar
 Reading past a member's bytes still expands them when they are compressed (gzip has no
 way to skip), so the work of decompressing is bounded too (:class:`_Meter`): everything
 decompressed, the outer archive and every compressed layer together, may be at most
-``SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO`` times the bytes read of the archive file so far
+:data:`ARCHIVE_MAX_EXPANSION_RATIO` times the bytes read of the archive file so far
 (past a first :data:`_RATIO_FREE_BYTES`). A decompression bomb is refused after that much
 work, however large it claims to be, instead of after expanding to its claimed size.
 """
@@ -81,6 +81,18 @@ _DECOMPRESSORS: dict[bytes, Callable[[IO[bytes]], Any]] = {
 # Decompressed bytes free of the expansion ratio: small archives of text compress far
 # better than images do, and this much costs well under a second to expand.
 _RATIO_FREE_BYTES = 32 * 1024**2
+# The bounds docs/security.md states for the check ("Archives and uploads", "Archive work and
+# refusals"): constants, so that what the docs promise is what holds. Decompressing may make
+# at most this many times the bytes read (past _RATIO_FREE_BYTES): images compress 2-5 times,
+# a gzip bomb about 1,000, so 32 refuses a bomb after that much work and never a real image.
+ARCHIVE_MAX_EXPANSION_RATIO = 32.0
+# Members of the outer archive are kept (their headers, about 5 MiB at 10,000): an image
+# archive holds a manifest, a config and a few entries per layer.
+ARCHIVE_MAX_MEMBERS = 10_000
+# Files in all layers together, counted and dropped as read: an image with a full CUDA and
+# Python stack holds on the order of 100,000; a million bounds the header reading of an
+# archive of empty files.
+IMAGE_MAX_LAYER_MEMBERS = 1_000_000
 # Forward seeks in a compressed stream are reads of at most this much, each then charged.
 _SKIP_CHUNK = 1024**2
 
@@ -93,17 +105,17 @@ class ArchiveLimits:
     max_expanded_bytes: int
     max_layer_members: int
     max_image_bytes: int
-    max_expansion_ratio: float = 32.0
+    max_expansion_ratio: float = ARCHIVE_MAX_EXPANSION_RATIO
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> ArchiveLimits:
         settings = settings or get_settings()
         return cls(
-            max_members=settings.archive_max_members,
+            max_members=ARCHIVE_MAX_MEMBERS,
             max_expanded_bytes=settings.archive_max_expanded_bytes,
-            max_layer_members=settings.image_max_layer_members,
+            max_layer_members=IMAGE_MAX_LAYER_MEMBERS,
             max_image_bytes=settings.image_max_bytes,
-            max_expansion_ratio=settings.archive_max_expansion_ratio,
+            max_expansion_ratio=ARCHIVE_MAX_EXPANSION_RATIO,
         )
 
 
@@ -147,7 +159,7 @@ class _Meter:
             raise PayloadTooLarge(
                 f"the archive's compressed data expands to more than {self.ratio:g} times its "
                 f"size (more than {self.made} bytes from the first {self.read}; limit "
-                "SZBENCH_ARCHIVE_MAX_EXPANSION_RATIO)"
+                "ARCHIVE_MAX_EXPANSION_RATIO)"
             )
 
 
@@ -244,7 +256,7 @@ class _Budget:
         if self.members > limits.max_members:
             raise PayloadTooLarge(
                 f"the archive holds more than {limits.max_members} members "
-                "(limit SZBENCH_ARCHIVE_MAX_MEMBERS)"
+                "(limit ARCHIVE_MAX_MEMBERS)"
             )
         self.expanded_bytes += _BLOCK + _padded(member.size)
         if self.expanded_bytes > limits.max_expanded_bytes:
@@ -259,7 +271,7 @@ class _Budget:
         if self.layer_members > limits.max_layer_members:
             raise PayloadTooLarge(
                 f"layer {layer!r}: the image's layers hold more than "
-                f"{limits.max_layer_members} files (limit SZBENCH_IMAGE_MAX_LAYER_MEMBERS)"
+                f"{limits.max_layer_members} files (limit IMAGE_MAX_LAYER_MEMBERS)"
             )
         if member.isfile():
             self.image_bytes += member.size

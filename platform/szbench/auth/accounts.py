@@ -3,7 +3,7 @@
 A reset link carries a token signed with the server's secret key (as the session cookie
 is) holding the user's id and the moment their password was last set. Setting a password
 moves that moment, so a link works once; it also expires after
-``SZBENCH_PASSWORD_RESET_TTL_S``. Nothing is stored: an admin issues a link (shown once,
+:data:`RESET_TTL_S`. Nothing is stored: an admin issues a link (shown once,
 to hand over), or, with SMTP configured, anyone asks for one by e-mail. Using a link sets
 the password through :func:`szbench.auth.service.set_password`: the same password rules,
 and every session and API token of the account is revoked.
@@ -37,6 +37,17 @@ INVALID_RESET = (
     "password was set; ask for a new one"
 )
 INVALID_VERIFICATION = "token: this verification link is not valid or has expired"
+# A reset link works for a day (and once): long enough to reach a mailbox read once a day,
+# short enough that a link found later in an old mail or a forwarded message is dead. A
+# verification link works for a week: it grants nothing but "this address reads its mail",
+# and a sign-up's owner may not look at once. The lifetimes docs/security.md states ("Accounts,
+# phases, comparisons and links"); constants, as those bounds are.
+RESET_TTL_S = 86400
+VERIFICATION_TTL_S = 7 * 86400
+# At most one reset e-mail per address per 5 minutes (docs/security.md, "A reset request
+# answers alike for every address"): the form is anonymous, so this is what keeps it from
+# flooding someone's inbox, while a person who lost the first message can ask again soon.
+RESET_MAIL_INTERVAL_S = 300
 
 
 def _serializer(salt: str) -> URLSafeTimedSerializer:
@@ -59,12 +70,12 @@ def _now() -> datetime:
 def reset_token(user: User, *, by_mail: bool = False) -> tuple[str, datetime]:
     """A one-time reset token for ``user`` and when it expires."""
     token = _serializer(_RESET_SALT).dumps({"u": user.id, "p": _stamp(user), "m": bool(by_mail)})
-    return token, _now() + timedelta(seconds=get_settings().password_reset_ttl_s)
+    return token, _now() + timedelta(seconds=RESET_TTL_S)
 
 
 def _read_reset(session: Session, token: str) -> tuple[User, bool]:
     try:
-        data = _serializer(_RESET_SALT).loads(token, max_age=get_settings().password_reset_ttl_s)
+        data = _serializer(_RESET_SALT).loads(token, max_age=RESET_TTL_S)
     except (BadSignature, SignatureExpired):
         raise BadRequest(INVALID_RESET) from None
     user = session.get(User, data.get("u")) if isinstance(data, dict) else None
@@ -107,9 +118,7 @@ def verify_email(session: Session, token: str, *, client: str | None = None) -> 
     if len(token) > 2000:
         raise BadRequest(INVALID_VERIFICATION)
     try:
-        data = _serializer(_VERIFY_SALT).loads(
-            token, max_age=get_settings().email_verification_ttl_s
-        )
+        data = _serializer(_VERIFY_SALT).loads(token, max_age=VERIFICATION_TTL_S)
     except (BadSignature, SignatureExpired):
         raise BadRequest(INVALID_VERIFICATION) from None
     user = session.get(User, data.get("u")) if isinstance(data, dict) else None
@@ -209,7 +218,7 @@ def request_reset_mail(session: Session, email: str) -> mail.Message | None:
     Every well-formed address does the same work here (one lookup, one rate-limit row), and
     the message goes out after the answer (:func:`szbench.auth.mail.send_after`), so neither
     the answer nor its timing tells which addresses have accounts. At most one message per
-    address per SZBENCH_PASSWORD_RESET_MAIL_INTERVAL_S, so the form cannot flood an inbox;
+    address per :data:`RESET_MAIL_INTERVAL_S`, so the form cannot flood an inbox;
     its own key space in the throttle table: asking for resets never slows sign-ins."""
     try:
         email = service.normalise_email(email)
@@ -220,7 +229,7 @@ def request_reset_mail(session: Session, email: str) -> mail.Message | None:
         session,
         kind="reset-mail",
         value=email,
-        interval_s=get_settings().password_reset_mail_interval_s,
+        interval_s=RESET_MAIL_INTERVAL_S,
     )
     if user is None or not user.is_active or not allowed:
         return None

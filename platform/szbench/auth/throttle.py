@@ -8,10 +8,10 @@ while an earlier failure's wait has not ended. A right password then calls
 client's. Counting in advance is what bounds parallel guessing: N concurrent attempts are
 N failures at once, so an attacker cannot run many guesses inside one wait.
 
-Past ``free`` failures (``SZBENCH_SIGNIN_FREE_FAILURES_PER_ACCOUNT``, ``..._PER_CLIENT``) the
-k-th further failure blocks the key for ``base * 2**(k-1)`` seconds, at most ``max``
-(``SZBENCH_SIGNIN_BACKOFF_BASE_S``, ``..._MAX_S``). A key's failures are forgotten after
-``SZBENCH_SIGNIN_FAILURE_MEMORY_S`` without an attempt; such rows are deleted as attempts come.
+Past ``free`` failures (:data:`FREE_FAILURES_PER_ACCOUNT`, :data:`FREE_FAILURES_PER_CLIENT`)
+the k-th further failure blocks the key for ``base * 2**(k-1)`` seconds, at most ``max``
+(:data:`BACKOFF_BASE_S`, :data:`BACKOFF_MAX_S`). A key's failures are forgotten after
+:data:`FAILURE_MEMORY_S` without an attempt; such rows are deleted as attempts come.
 
 The state lives in the database (table ``signin_throttle``), not in Redis: it must hold
 across requests and API processes, and the database is the one store every deployment has,
@@ -43,9 +43,29 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from szbench.config import get_settings
 from szbench.errors import TooManyAttempts
 from szbench.models import SigninThrottle
+
+# The numbers docs/security.md ("Sign-in and credentials", "Sign-ups") states its bounds
+# with. They are not settings: a bound the docs promise must not move with an environment
+# variable nobody sees. Sign-ins: 5 free failures per account is a typo-and-forgotten-caps-
+# lock allowance; after it a guesser waits 1 s, 2 s, 4 s, ... up to 15 min per try, so one
+# account takes at most about 100 guesses a day. 20 per client address lets a lab behind one
+# address mistype without locking each other out, and still doubles a sprayer's waits.
+FREE_FAILURES_PER_ACCOUNT = 5
+FREE_FAILURES_PER_CLIENT = 20
+BACKOFF_BASE_S = 1.0
+BACKOFF_MAX_S = 900.0
+# A key's failures (and a client's sign-ups) are forgotten after a quiet day: long enough
+# that waiting out the cap does not reset the count, short enough that last week's typos
+# are gone.
+FAILURE_MEMORY_S = 86400.0
+# Sign-ups: each account brings its own held-out quota, so sign-ups per address bound what
+# one submitter learns per day. 2 free, then 2 h doubling up to a day: at most 6 accounts
+# from one address in any 24 h (3 at once, then after 2 h, 6 h and 14 h).
+SIGNUP_FREE_PER_CLIENT = 2
+SIGNUP_BACKOFF_BASE_S = 7200.0
+SIGNUP_BACKOFF_MAX_S = 86400.0
 
 
 class Clock:
@@ -163,7 +183,7 @@ def _wait_s(failures: int, free: int, base_s: float, max_s: float) -> float | No
 def _sweep(session: Session, now: datetime) -> datetime:
     """Delete a bounded batch of forgotten rows; the moment before which rows are forgotten.
     Rows another attempt holds are skipped, so that sweeping never waits or deadlocks."""
-    forget_before = now - timedelta(seconds=get_settings().signin_failure_memory_s)
+    forget_before = now - timedelta(seconds=FAILURE_MEMORY_S)
     stale = (
         select(SigninThrottle.key)
         .where(SigninThrottle.last_attempt_at < forget_before)
@@ -219,15 +239,14 @@ def begin(session: Session, *, email: str, client: str | None) -> Attempt:
     the network, e.g. a test) as a failure, or raise :class:`TooManyAttempts` while a wait is
     on. Flushes only: the caller commits before checking the password, so that the count
     holds whatever happens next."""
-    settings = get_settings()
-    keys = [(account_key(email), settings.signin_free_failures_per_account)]
+    keys = [(account_key(email), FREE_FAILURES_PER_ACCOUNT)]
     if client:
-        keys.append((client_key(client), settings.signin_free_failures_per_client))
+        keys.append((client_key(client), FREE_FAILURES_PER_CLIENT))
     counted = _count(
         session,
         keys,
-        base_s=settings.signin_backoff_base_s,
-        max_s=settings.signin_backoff_max_s,
+        base_s=BACKOFF_BASE_S,
+        max_s=BACKOFF_MAX_S,
         what="failed sign-ins",
     )
     return Attempt(account=counted[0], client=counted[1] if len(counted) > 1 else None)
@@ -236,17 +255,16 @@ def begin(session: Session, *, email: str, client: str | None) -> Attempt:
 def begin_signup(session: Session, *, client: str | None) -> None:
     """Count a sign-up from ``client`` (its own key space: signing up never slows sign-ins),
     or raise :class:`TooManyAttempts` while the client's wait runs. Each account brings its
-    own quotas (docs/security.md, "Sign-ups"), so past ``SZBENCH_SIGNUP_FREE_PER_CLIENT`` the
-    waits double from ``SZBENCH_SIGNUP_BACKOFF_BASE_S`` up to ``..._MAX_S``."""
+    own quotas (docs/security.md, "Sign-ups"), so past :data:`SIGNUP_FREE_PER_CLIENT` the
+    waits double from :data:`SIGNUP_BACKOFF_BASE_S` up to :data:`SIGNUP_BACKOFF_MAX_S`."""
     if not client:
         return
-    settings = get_settings()
     try:
         _count(
             session,
-            [(_signup_key(client), settings.signup_free_per_client)],
-            base_s=settings.signup_backoff_base_s,
-            max_s=settings.signup_backoff_max_s,
+            [(_signup_key(client), SIGNUP_FREE_PER_CLIENT)],
+            base_s=SIGNUP_BACKOFF_BASE_S,
+            max_s=SIGNUP_BACKOFF_MAX_S,
             what="new accounts from your network's address",
         )
     except TooManyAttempts as exc:
@@ -277,7 +295,6 @@ def signup_confirmed(session: Session, *, client: str | None) -> None:
     if not client:
         return
     now = clock.now()
-    settings = get_settings()
     row = session.scalar(
         select(SigninThrottle).where(SigninThrottle.key == _signup_key(client)).with_for_update()
     )
@@ -286,9 +303,9 @@ def signup_confirmed(session: Session, *, client: str | None) -> None:
     row.failures -= 1
     wait_s = _wait_s(
         row.failures,
-        settings.signup_free_per_client,
-        settings.signup_backoff_base_s,
-        settings.signup_backoff_max_s,
+        SIGNUP_FREE_PER_CLIENT,
+        SIGNUP_BACKOFF_BASE_S,
+        SIGNUP_BACKOFF_MAX_S,
     )
     row.blocked_until = now + timedelta(seconds=wait_s) if wait_s is not None else None
     session.flush()

@@ -19,10 +19,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from szbench.compare.schemas import ComparedEvaluation, Comparison, PairedTest, SubjectRow
-from szbench.config import get_settings
 from szbench.disclosure import decision, release
 from szbench.errors import BadRequest
 from szbench.evaluations import queries as evaluations
+from szbench.leaderboards import statistics
 from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, SubjectResult, User
 from szbench.results.queries import METRICS
 from szbench_scoring.stats import (
@@ -35,6 +35,12 @@ from szbench_scoring.stats import (
 #: The ranking metric: the paired test defaults to it.
 RANKING_METRIC = "event_f1"
 MAX_COMPARED = 8
+# Random sign flips of the paired permutation test past szbench_scoring.stats.
+# EXACT_MAX_SUBJECTS subjects (below, every flip is enumerated and p is exact). Its smallest
+# p is 1/(1 + this), the floor docs/security.md states for a comparison ("What a submitter
+# can learn, decided in one place, and its bound"): 10,000 makes that about 0.0001, below what
+# a p released to two decimals can show.
+COMPARE_PERMUTATIONS = 10_000
 
 
 def _clean(value: float | None) -> float | None:
@@ -129,7 +135,6 @@ def compare(
         if mode == decision.Comparing.SUBJECTS
         else []
     )
-    settings = get_settings()
     tests = []
     for a, b in combinations(rows, 2):
         xa = [math.nan if (v := per_eval[a.id].get(s)) is None else v for s in subjects]
@@ -137,12 +142,10 @@ def compare(
         c = paired_test(
             tuple(per_eval[a.id].get(s) for s in subjects),
             tuple(per_eval[b.id].get(s) for s in subjects),
-            settings.bootstrap_resamples,
-            settings.compare_permutations,
+            statistics.BOOTSTRAP_RESAMPLES,
+            COMPARE_PERMUTATIONS,
         )
-        smallest = (
-            smallest_p_value(c.n_subjects, settings.compare_permutations) if c.n_subjects else None
-        )
+        smallest = smallest_p_value(c.n_subjects, COMPARE_PERMUTATIONS) if c.n_subjects else None
         released = release.released_test(
             [views[a.id], views[b.id]],
             metric,
@@ -190,9 +193,9 @@ def compare(
         dataset_version=dv.version,
         metric=metric,
         confidence_level=CONFIDENCE_LEVEL,
-        n_resamples=settings.bootstrap_resamples,
+        n_resamples=statistics.BOOTSTRAP_RESAMPLES,
         release=mode,
-        min_subjects=settings.intervals_min_subjects,
+        min_subjects=decision.INTERVALS_MIN_SUBJECTS,
         subjects_withheld=release.comparison_withheld(views),
         evaluations=compared,
         subjects=table,

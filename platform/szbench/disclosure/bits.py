@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from szbench.config import get_settings
+from szbench.disclosure import decision, progress
 from szbench.disclosure.decision import Release, View
 from szbench.disclosure.release import FP_RATE_GRID_SIZE
 
@@ -32,10 +33,9 @@ def timing_bits_per_evaluation(*, recordings: int, run_timeout_s: float) -> floa
     >>> round(timing_bits_per_evaluation(recordings=100, run_timeout_s=900), 1)
     43.1
     """
-    settings = get_settings()
     longest = max(recordings, 1) * max(run_timeout_s, 1.0)
-    ticks = math.log2(math.ceil(longest / settings.progress_step_s) + 1)
-    return settings.progress_fraction_steps * ticks + math.log2(math.ceil(longest) + 1)
+    ticks = math.log2(math.ceil(longest / progress.PROGRESS_STEP_S) + 1)
+    return progress.PROGRESS_FRACTION_STEPS * ticks + math.log2(math.ceil(longest) + 1)
 
 
 def bits_per_evaluation(
@@ -48,20 +48,20 @@ def bits_per_evaluation(
     ``10**decimals + 1`` values or null, FP/day on :data:`FP_RATE_GRID_SIZE` values or null),
     the count of failed recordings (0 to ``recordings``; the missing-output count and the
     ok/failed summary are the same count) and the status (done or failed). From
-    ``SZBENCH_INTERVALS_MIN_SUBJECTS`` subjects on, also the intervals of the four event
-    metrics, the ``*_std`` of the released figures and the rank stability (median, low and
-    high on half ranks of a board of ``entries``, and the share of subjects ranked first).
+    :data:`~szbench.disclosure.decision.INTERVALS_MIN_SUBJECTS` subjects on, also the
+    intervals of the four event metrics, the ``*_std`` of the released figures and the rank
+    stability (median, low and high on half ranks of a board of ``entries``, and the share of
+    subjects ranked first).
 
     >>> round(bits_per_evaluation(recordings=6, subjects=3, decimals=2), 1)
     38.6
     """
-    settings = get_settings()
-    decimals = settings.released_decimals if decimals is None else decimals
+    decimals = decision.RELEASED_DECIMALS if decimals is None else decimals
     ratio = math.log2(10**decimals + 2)
     fp = math.log2(FP_RATE_GRID_SIZE + 1)
     figures = 4 * ratio + fp
     bits = figures + math.log2(recordings + 1) + 1
-    if subjects >= settings.intervals_min_subjects:
+    if subjects >= decision.INTERVALS_MIN_SUBJECTS:
         bits += 2 * (3 * ratio + fp)  # intervals of the four event metrics
         bits += figures  # the *_std of the released figures
         bits += 3 * math.log2(2 * max(entries, 1)) + ratio  # rank stability
@@ -79,7 +79,7 @@ def bits_per_comparison(*, subjects: int, decimals: int | None = None) -> float:
     >>> round(bits_per_comparison(subjects=10, decimals=2), 1)
     33.1
     """
-    decimals = get_settings().released_decimals if decimals is None else decimals
+    decimals = decision.RELEASED_DECIMALS if decimals is None else decimals
     grid = 2 * 10**decimals + 1
     return 3 * math.log2(grid + 1) + math.log2(10**decimals + 2) + math.log2(subjects + 1)
 

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from szbench.auth import policy
-from szbench.config import get_settings
 from szbench.disclosure.facts import Facts, PhaseRules, facts_of
 from szbench.errors import Forbidden, Unauthorized
 from szbench.models import (
@@ -54,6 +53,18 @@ from szbench.models import (
     RunOutcome,
     User,
 )
+
+# Where a held-out dataset discloses aggregate figures only, a non-admin gets the ratios
+# rounded to this many decimals (FP/day on a fixed grid): each released figure then carries
+# log2(10**decimals + 2) bits at most, the number the bound of docs/security.md ("What a
+# submitter can learn, decided in one place, and its bound") is computed from
+# (szbench.disclosure.bits). Two decimals keep rankings readable (F1 0.31 vs 0.32) and the
+# bound small; a constant, so that the bound the docs state is the one that holds.
+RELEASED_DECIMALS = 2
+# Intervals, *_std and rank stability resample the per-subject figures: over few subjects they
+# give those figures away, so where per-subject figures are not disclosed they are released
+# from this many subjects on (below, each subject weighs more than a tenth of the mean).
+INTERVALS_MIN_SUBJECTS = 10
 
 _RANK = {Disclosure.AGGREGATE: 0, Disclosure.SUBJECT: 1, Disclosure.RECORDING: 2}
 
@@ -251,7 +262,6 @@ def decide(viewer: User | None, facts: Facts) -> View:
     Ladder's where any governing phase releases by the Ladder (with the coarsest step of
     those), else exact from the ``subject`` level on and rounded below it.
     """
-    settings = get_settings()
     admin = policy.is_admin(viewer)
     ladders: list[PhaseRules] = []
     if not facts.held_out:
@@ -273,7 +283,7 @@ def decide(viewer: User | None, facts: Facts) -> View:
         else:
             release = Release.ROUNDED
     ladder = max(ladders, key=lambda p: p.ladder_step) if release == Release.LADDER else None
-    minimum = settings.intervals_min_subjects
+    minimum = INTERVALS_MIN_SUBJECTS
     intervals = (
         admin
         or release == Release.EXACT
@@ -305,7 +315,7 @@ def decide(viewer: User | None, facts: Facts) -> View:
         level=level,
         release=release,
         intervals=intervals,
-        decimals=settings.released_decimals,
+        decimals=RELEASED_DECIMALS,
         ladder_step=ladder.ladder_step if ladder is not None else None,
         signed_in=viewer is not None,
         comparison=comparison,

@@ -78,9 +78,7 @@ def bits_per_result(*, recordings: int, decimals: int | None = None) -> float:
     >>> round(bits_per_result(recordings=1000, decimals=2), 1)
     44.8
     """
-    from szbench.config import get_settings
-
-    decimals = get_settings().released_decimals if decimals is None else decimals
+    decimals = decision.RELEASED_DECIMALS if decimals is None else decimals
     ratio = math.log2(10**decimals + 2)
     fp = math.log2(release.FP_RATE_GRID_SIZE + 1)
     return 4 * ratio + fp + math.log2(recordings + 1)

@@ -621,7 +621,7 @@ def board_release(session: Session, dv: DatasetVersion, *, entries: int = 1) -> 
         run_timeout_s=float(timeout),
     )
     return BoardRelease(
-        decimals=settings.released_decimals,
+        decimals=decision.RELEASED_DECIMALS,
         phases=[
             PhaseRelease(
                 phase=r.slug,
@@ -655,7 +655,6 @@ def leaderboard(session: Session, query: BoardQuery, *, viewer: User | None) -> 
     ordered, order = _order(ranked, apart, query)
     window = _window(ordered, query)
     stats = _statistics(session, ranked, query)
-    settings = get_settings()
     # Imported here: numpy is not loaded by pages that never build a board.
     from szbench_scoring.stats import CONFIDENCE_LEVEL
 
@@ -672,7 +671,7 @@ def leaderboard(session: Session, query: BoardQuery, *, viewer: User | None) -> 
         statistics=StatisticsInfo(
             status=stats.status,
             confidence_level=CONFIDENCE_LEVEL,
-            resamples=settings.bootstrap_resamples,
+            resamples=statistics.BOOTSTRAP_RESAMPLES,
         ),
         items=_entries(session, window, stats, dv, viewer),
         total=len(ordered),

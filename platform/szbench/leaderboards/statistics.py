@@ -26,6 +26,11 @@ CI_METRICS = ("event_f1", "event_sensitivity", "event_precision", "event_fp_rate
 # The same metrics under szbench_scoring.stats's names.
 _SHORT = ("f1", "sensitivity", "precision", "fp_rate")
 _CACHE_SIZE = 256
+# Bootstrap resamples behind every interval and rank-stability figure (boards, results,
+# comparisons): 1,000, the usual count for 95% percentile intervals, at a cost a board answer
+# can pay. Seeded (szbench_scoring.stats.SEED), so every deployment publishes the same
+# interval for the same results; that is also why it is not a setting.
+BOOTSTRAP_RESAMPLES = 1000
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,6 @@ def _compute(session: Session, evaluation_ids: Sequence[int]) -> BoardStats:
         return BoardStats(
             status="unavailable: szbench_scoring.stats is not installed", by_evaluation={}
         )
-    settings = get_settings()
     per_subject = _load_subjects(session, evaluation_ids)
     out: dict[int, EntryStats] = {}
     f1_rows = []
@@ -96,7 +100,7 @@ def _compute(session: Session, evaluation_ids: Sequence[int]) -> BoardStats:
         intervals = stats.bootstrap_metrics(
             table,
             metrics=list(_SHORT),
-            n_resamples=settings.bootstrap_resamples,
+            n_resamples=BOOTSTRAP_RESAMPLES,
         )
         cis[evaluation_id] = {
             metric: (_finite(intervals[short].low), _finite(intervals[short].high))
@@ -129,7 +133,7 @@ def board_statistics(session: Session, evaluation_ids: Sequence[int]) -> BoardSt
     settings = get_settings()
     key = (
         tuple(evaluation_ids),
-        settings.bootstrap_resamples,
+        BOOTSTRAP_RESAMPLES,
     )
     now = time.monotonic()
     with _lock:

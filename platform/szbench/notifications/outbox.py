@@ -5,7 +5,7 @@ call and recorded after it, with no transaction open while a receiver answers:
 
 - :func:`deliver_event` (the ``szbench.notifications.deliver`` task, sent after the commit
   that recorded the event): the event's deliveries, then their first attempts;
-- :func:`tick` (celery beat every ``notify_interval_s``, on the maintenance queue; the
+- :func:`tick` (celery beat every :data:`szbench.queue.NOTIFY_TICK_S`, on the maintenance queue; the
   embedded worker's ticker thread in the embedded mode): news of the phase transitions the
   phase lifecycle recorded, events whose task was lost, and every delivery due (retries).
 
@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from szbench.config import get_settings
+from szbench import queue
 from szbench.db import session_scope
 from szbench.notifications import delivery, events
 from szbench.notifications.fanout import fan_out
@@ -123,5 +123,5 @@ def tick() -> TickReport:
             # One event that cannot be composed must not hold up the others; it is tried
             # again next round, and logged each time.
             log.exception("could not make the deliveries of notification event %s", event_id)
-    report.attempted = send_due(budget_s=get_settings().notify_interval_s)
+    report.attempted = send_due(budget_s=queue.NOTIFY_TICK_S)
     return report

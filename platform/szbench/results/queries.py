@@ -6,7 +6,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
 from szbench.auth import policy
-from szbench.config import get_settings
 from szbench.disclosure import decision, ladder, release
 from szbench.errors import Forbidden, NotFound, Unauthorized
 from szbench.evaluations.queries import provenances
@@ -27,6 +26,11 @@ from szbench.models import (
     User,
 )
 from szbench.results import run_log
+
+# The tail of its container's log that the owner of a public-sample run reads (never on
+# held-out data: docs/security.md, "Dataset pages, the public sample, run logs"): 20,000
+# characters hold a traceback and the lines before it, and bound what one page carries.
+OWNER_LOG_TAIL_CHARS = 20_000
 
 METRICS = (
     "event_sensitivity",
@@ -191,7 +195,7 @@ def recording_runs(
 def _logs(session: Session, runs: list[RecordingRun]) -> dict[int, str]:
     """Each run's container log tail (a reused run's is its donor's: the same image on the
     same recording), for a viewer entitled to run details."""
-    limit = get_settings().owner_log_tail_chars
+    limit = OWNER_LOG_TAIL_CHARS
     donors = {r.reused_from_id for r in runs if r.reused_from_id is not None}
     donor_logs: dict[int, str] = {}
     if donors:

@@ -14,7 +14,7 @@ of ``uploads`` (:class:`~szbench.models.Upload`), so that:
 - :func:`sweep` removes expired and refused sessions with their bytes, and stray files;
 - a refused session (its archive failed the check, which cost the API the reading of it)
   loses its bytes at once but counts as an open session of its owner for
-  ``upload_refusal_memory_s``: refused checks cannot be repeated for free.
+  :data:`REFUSAL_MEMORY_S`: refused checks cannot be repeated for free.
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+# A refused upload counts as one of its owner's open sessions for an hour: its check cost the
+# API the reading of the archive, so a user gets at most SZBENCH_UPLOAD_MAX_OPEN_SESSIONS
+# refused checks an hour (docs/security.md, "Archive work and refusals"), while someone who
+# fixes their image is not kept waiting long. A constant, as that bound is.
+REFUSAL_MEMORY_S = 3600
 
 
 @dataclass
@@ -103,14 +108,14 @@ def _expiry_cutoff() -> datetime:
 
 
 def _refusal_cutoff() -> datetime:
-    return datetime.now(UTC) - timedelta(seconds=get_settings().upload_refusal_memory_s)
+    return datetime.now(UTC) - timedelta(seconds=REFUSAL_MEMORY_S)
 
 
 def _refusal_ends(refused_at: datetime | None) -> str:
     """When a refusal at ``refused_at`` stops counting, for messages."""
     if refused_at is None:
         return "now"
-    ends = _aware(refused_at) + timedelta(seconds=get_settings().upload_refusal_memory_s)
+    ends = _aware(refused_at) + timedelta(seconds=REFUSAL_MEMORY_S)
     return f"{ends:%Y-%m-%d %H:%M} UTC"
 
 
@@ -177,8 +182,8 @@ def create_upload(session: Session, user: User, *, filename: str, size_bytes: in
     ).one()
     if count + refused[0] >= settings.upload_max_open_sessions:
         frees = (
-            f"; a refused one counts for SZBENCH_UPLOAD_REFUSAL_MEMORY_S="
-            f"{settings.upload_refusal_memory_s} s, the next until {_refusal_ends(refused[1])}"
+            f"; a refused one counts for {REFUSAL_MEMORY_S} s after its refusal, the next "
+            f"until {_refusal_ends(refused[1])}"
             if refused[0]
             else ""
         )
@@ -329,7 +334,7 @@ def claim_upload(session: Session, upload: UploadSession) -> None:
 
 def refuse_upload(session: Session, upload_id: str, reason: str) -> None:
     """Mark an upload whose archive failed the check as refused and delete its bytes now.
-    The row stays for ``upload_refusal_memory_s``: a retry hears why, and it counts
+    The row stays for :data:`REFUSAL_MEMORY_S`: a retry hears why, and it counts
     against its owner's open sessions meanwhile (:func:`create_upload`)."""
     session.execute(
         update(Upload)
@@ -366,7 +371,7 @@ class SweepReport:
 
 def _sweep_rows(session: Session, *where: object) -> tuple[int, int, int]:
     """Delete expired open sessions, and refused ones whose refusal is forgotten
-    (``upload_refusal_memory_s``), matching ``where``, with their files."""
+    (:data:`REFUSAL_MEMORY_S`), matching ``where``, with their files."""
     expired = (Upload.state == UploadState.OPEN) & (Upload.created_at < _expiry_cutoff())
     forgotten = (Upload.state == UploadState.REFUSED) & (
         Upload.refused_at.is_(None) | (Upload.refused_at < _refusal_cutoff())

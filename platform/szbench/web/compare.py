@@ -19,7 +19,6 @@ from szbench.api.deps import SessionDep
 from szbench.api.pagination import MAX_ID
 from szbench.auth.dependencies import Anyone
 from szbench.compare import service
-from szbench.config import get_settings
 from szbench.datasets import queries as datasets
 from szbench.disclosure import decision, release
 from szbench.errors import BadRequest
@@ -131,7 +130,6 @@ def compare_page(
         slug=ds.slug, version=version or None, versions="all", limit=None
     )
     board = leaderboards.leaderboard(session, query, viewer=caller.user)
-    settings = get_settings()
     context: dict[str, object] = {
         "title": f"Compare algorithms on {ds.title or ds.slug}",
         "dataset": ds,
@@ -158,7 +156,7 @@ def compare_page(
             label = METRIC_LABELS.get(metric, metric)
             context["comparison"] = comparison
             context["digits"] = (
-                3 if comparison.release == "subjects" else settings.released_decimals
+                3 if comparison.release == "subjects" else decision.RELEASED_DECIMALS
             )
             context["names"] = dict(
                 zip([e.evaluation_id for e in comparison.evaluations], names, strict=True)

@@ -320,7 +320,7 @@ def algorithm_page(
         # Each result's figures as its view releases them, and how (rounded, ladder, exact).
         "released": results.released_metrics(session, views),
         "release": {e.id: view.release.value for e, view in views},
-        "decimals": get_settings().released_decimals,
+        "decimals": decision.RELEASED_DECIMALS,
         "selected": selected,
         "labels": METRIC_LABELS,
         # A count per finished evaluation: what every viewer of the result may know.

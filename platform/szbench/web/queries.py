@@ -111,8 +111,7 @@ def my_submissions(session: Session, user: User) -> Submissions:
 def progress_clock_words() -> dict[str, Any]:
     """The progress clock, for pages that explain it: its step (a timedelta), the step and
     the coarse fraction in words."""
-    settings = get_settings()
-    step_s, steps = settings.progress_step_s, settings.progress_fraction_steps
+    step_s, steps = timing.PROGRESS_STEP_S, timing.PROGRESS_FRACTION_STEPS
     if step_s % 3600 == 0:
         step_text = f"{step_s // 3600}-hour"
     elif step_s % 60 == 0:

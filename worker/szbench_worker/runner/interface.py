@@ -44,6 +44,12 @@ class HostLacks(RunnerError):
         self.public = public
 
 
+#: The container log kept for admins (its tail): 1 MiB holds a crash's traceback many times
+#: over and stays small in a database row per run. Not a setting: no operator decision hangs
+#: on it.
+LOG_BYTES = 1024**2
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resources and sandbox of one run. Built from settings with :meth:`from_settings`.
@@ -59,7 +65,8 @@ class Limits:
     timeout_s: float = 900.0
     tmpfs_bytes: int = 256 * 1024**2
     output_bytes: int = 16 * 1024**2
-    log_bytes: int = 1024**2
+    #: The container log kept for admins (its tail), :data:`LOG_BYTES`.
+    log_bytes: int = LOG_BYTES
     user: str | None = None
     #: Entries (files, folders, links) a run may leave in /output: each costs an inode.
     output_files: int = 1000
@@ -93,7 +100,6 @@ class Limits:
             timeout_s=settings.runner_timeout_s,
             tmpfs_bytes=settings.runner_tmpfs_bytes,
             output_bytes=settings.runner_output_bytes,
-            log_bytes=settings.runner_log_bytes,
             user=settings.runner_user or None,
             output_files=settings.runner_output_files,
         )
