@@ -302,3 +302,44 @@ def test_send_task_reaches_redis(settings_env: pytest.MonkeyPatch) -> None:
         client.delete("gpu")
         client.close()
         queue.reset_celery()
+
+
+def test_the_smoke_test_evaluation_comes_from_the_service_once(
+    db_session: Session, prepared: Path, sent: list[Any]
+) -> None:
+    world = seed_world(
+        db_session,
+        prepared,
+        RECS,
+        status=VersionStatus.SMOKE_TESTING,
+        kind=DatasetKind.PUBLIC_SAMPLE,
+    )
+    world.version.wants_gpu = True
+    recording = world.dataset_version.recordings[0]
+    evaluation = evaluations.smoke_test_evaluation(
+        db_session, algorithm_version=world.version, recording=recording
+    )
+    assert (evaluation.kind, evaluation.status) == (
+        EvaluationKind.SMOKE_TEST,
+        EvaluationStatus.RUNNING,
+    )
+    assert evaluation.started_at is not None
+    assert (evaluation.official, evaluation.published, evaluation.reuse_runs) == (False,) * 3
+    assert evaluation.recordings_total == 1
+    assert evaluation.queue == evaluations.smoke_test_queue(world.version) == "gpu"
+    assert evaluation.image_digest == world.version.image_digest
+    assert evaluation.scoring_params == evaluations.scoring_params_dict(None)[0]
+    # A second delivery of the smoke-test task finds the same one; a finished one is not
+    # taken again.
+    again = evaluations.smoke_test_evaluation(
+        db_session, algorithm_version=world.version, recording=recording
+    )
+    assert again.id == evaluation.id
+    evaluation.status = EvaluationStatus.FAILED
+    db_session.flush()
+    fresh = evaluations.smoke_test_evaluation(
+        db_session, algorithm_version=world.version, recording=recording
+    )
+    assert fresh.id != evaluation.id
+    db_session.commit()
+    assert sent == []  # the smoke-test task runs it itself: no start task

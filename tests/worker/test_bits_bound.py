@@ -117,7 +117,7 @@ def bits(
     get_settings.cache_clear()
     db.reset_engine()
     from szbench.app import create_app
-    from szbench_worker.runner import make_runner
+    from szbench_worker.runner_backend import make_runner
 
     sent: list[tuple[str, str, dict[str, Any]]] = []
     queue.set_sender(lambda name, q, kwargs: sent.append((name, q, kwargs)))

@@ -36,10 +36,9 @@ from szbench_worker.docker_runner import (
     cleanup_orphans,
     inspect_image,
     load_image_tarball,
-    owner_token,
     pull_image,
 )
-from szbench_worker.runner import ImageError, Limits, RunResult
+from szbench_worker.runner import ImageError, Limits, RunResult, owner_token
 from tests.worker.conftest import BASE_IMAGE, IMAGES_DIR, LIMITS, REPO, MiB, write_edf
 
 pytestmark = pytest.mark.docker

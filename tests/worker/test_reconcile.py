@@ -266,7 +266,7 @@ def deliver_all_but_finalize(env: Env) -> None:
 
 
 def test_a_restarted_worker_reclaims_its_dead_predecessors_runs(env: Env) -> None:
-    from szbench_worker.docker_runner import owner_token
+    from szbench_worker.runner import owner_token
 
     me = f"h1:{owner_token()}"
     # A pid above the kernel's largest pid_max: no process has it.

@@ -17,11 +17,9 @@ from szbench_worker.docker_runner import (
     container_config,
     device_requests,
     output_usage,
-    owner_token,
     scratch_paths,
 )
 from szbench_worker.docker_runner.output import output_ok
-from szbench_worker.docker_runner.ownership import owner_alive
 from szbench_worker.docker_runner.staging import numeric_uid
 from szbench_worker.local_runner import LocalProcessRunner
 from szbench_worker.runner import (
@@ -34,13 +32,15 @@ from szbench_worker.runner import (
     crashed_message,
     edf_duration_s,
     gpus_from_settings,
-    make_runner,
     oom_message,
     output_name_for,
     output_too_big_message,
+    owner_alive,
+    owner_token,
     timeout_message,
     work_dir_from_settings,
 )
+from szbench_worker.runner_backend import make_runner
 from tests.worker.conftest import write_edf
 
 from .fakes import FakeRun, FakeRunner, bckg_tsv

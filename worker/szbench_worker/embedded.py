@@ -42,7 +42,10 @@ from szbench import migrate
 from szbench import queue as task_queue
 from szbench.config import Settings, get_settings
 from szbench.db import session_scope
+from szbench.federation import centre
 from szbench.models import Evaluation, EvaluationKind, EvaluationStatus, RecordingRun
+from szbench.notifications import outbox
+from szbench.phases import lifecycle
 from szbench.queue import (
     QUEUE_CPU,
     QUEUE_SCORE,
@@ -54,6 +57,8 @@ from szbench.queue import (
     reset_celery,
     send_task,
 )
+from szbench_worker.celery_app import app
+from szbench_worker.runner import work_dir_from_settings
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +85,6 @@ class _Notifier(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        from szbench.db import session_scope
-        from szbench.federation import centre
-        from szbench.notifications import outbox
-        from szbench.phases import lifecycle
-
         while not self.stopped.is_set():
             # A database that is busy or away now may be back at the next round.
             try:
@@ -184,13 +184,11 @@ def _sweep_dead_owners(settings: Settings) -> int:
     if settings.runner_backend == "local":
         return 0
     try:
-        from szbench_worker.docker_runner.client import engine_available
-        from szbench_worker.docker_runner.sweep import cleanup_orphans
+        # Deferred: the embedded mode without a Docker engine never loads the docker SDK.
+        from szbench_worker.docker_runner import cleanup_orphans, engine_available
 
         if not engine_available():
             return 0
-        from szbench_worker.runner import work_dir_from_settings
-
         return cleanup_orphans(work_dir=work_dir_from_settings(settings))
     except Exception:
         log.exception("orphan cleanup failed")
@@ -343,8 +341,6 @@ def start_embedded_worker(
         migrate.upgrade(settings.effective_database_url)
     # The worker's app (the platform's one app) was configured at import; settings may have
     # changed since (tests, the CLI forcing the embedded broker): apply them again.
-    from szbench_worker.celery_app import app
-
     reset_celery()
     lock_fd, sole = _lock_data_dir(settings)
     try:

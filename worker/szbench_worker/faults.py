@@ -33,6 +33,7 @@ import requests
 import sqlalchemy.exc
 
 from szbench.config import get_settings
+from szbench_worker.recordings import RecordingUnavailable
 from szbench_worker.runner import HostLacks, ImageError, ImageRefused, RunnerError
 
 
@@ -88,8 +89,6 @@ def classify(exc: BaseException) -> Verdict:
     if isinstance(exc, ImageError):
         # Accepted once (it has a digest), gone or altered now: no wait brings it back.
         return Verdict(Blame.PLATFORM_PERMANENT, PERMANENT_MESSAGE, f"image unavailable: {exc}")
-    from szbench_worker.recordings import RecordingUnavailable
-
     if isinstance(exc, RecordingUnavailable):
         return _fetch_verdict(exc, detail)
     if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):

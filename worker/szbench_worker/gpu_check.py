@@ -29,9 +29,11 @@ from typing import Any
 import numpy as np
 
 from szbench.config import Settings
+from szbench_worker import docker_runner
+from szbench_worker.docker_runner import build_image, inspect_image
 from szbench_worker.eeg.edf_write import EdfStreamWriter
 from szbench_worker.eeg.labels import CHANNELS
-from szbench_worker.runner import GpuInfo, Limits, RunnerError, work_dir_from_settings
+from szbench_worker.runner import GpuInfo, ImageError, Limits, RunnerError, work_dir_from_settings
 
 #: Where the check's image comes from when none is named: the local base of szbench's own
 #: images (python3 and numpy), else the worker image that a GPU host builds (docs).
@@ -164,9 +166,6 @@ def parse_report(log: str) -> dict[str, str]:
 
 
 def _base(client: Any, base: str | None) -> str:
-    from szbench_worker.docker_runner import inspect_image
-    from szbench_worker.runner import ImageError
-
     for name in (base,) if base else BASES:
         try:
             inspect_image(name, client)
@@ -182,8 +181,6 @@ def _base(client: Any, base: str | None) -> str:
 
 def build_check_image(client: Any, base: str | None = None) -> str:
     """The check's image, built offline on ``base``; its id."""
-    from szbench_worker.docker_runner import build_image
-
     chosen = _base(client, base)
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
@@ -212,8 +209,6 @@ def run_check(gpu: str, settings: Settings, *, base: str | None = None) -> GpuCh
     """Build the check image and run it through the real runner with ``gpu``, as a worker
     of the gpu queue runs a recording (the runner's default limits); ``gpu`` empty: with no
     device, as a cpu-queue run (what the check says without a GPU)."""
-    from szbench_worker import docker_runner
-
     if not docker_runner.engine_available():
         raise GpuCheckError("no Docker engine answers on this host")
     runner = docker_runner.DockerRunner.from_settings(settings)

@@ -1,7 +1,7 @@
 """Is this host fit to run containers now? Whatever a run needs must be there.
 
 A sick host spends nobody's tries (issues 21 and 29): while it lacks something every run
-needs, a worker stops taking runs (:class:`~szbench_worker.celery_app`'s heartbeat cancels
+needs, a worker stops taking runs (:mod:`szbench_worker.heartbeat` cancels
 its run queues and adds them back when the host recovers), and a run task that reaches it
 meanwhile goes back to its queue without counting an attempt or a retry. What the host lacks
 is reported with the worker's heartbeat (``worker_heartbeats.fault``, a sentence anyone may
@@ -42,8 +42,12 @@ from pathlib import Path
 
 import requests
 
+from szbench.algorithms import registry
 from szbench.config import Settings, get_settings
 from szbench_worker.faults import Verdict
+from szbench_worker.pipeline.run import work_dir
+from szbench_worker.recordings import RecordingUnavailable, cache_for, check_platform_url
+from szbench_worker.runner import RunnerError, work_dir_from_settings, worker_id
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +73,6 @@ def host_fault(settings: Settings | None = None) -> HostFault | None:
     fault = settings_fault(settings)
     if fault is not None:
         return HostFault("setting", fault, fault)
-    from szbench_worker.pipeline.run import work_dir
-    from szbench_worker.runner import work_dir_from_settings
-
     for label, path in (
         ("SZBENCH_RUNNER_WORK_DIR", work_dir_from_settings(settings)),
         ("SZBENCH_PIPELINE_WORK_DIR", work_dir(settings)),
@@ -102,8 +103,6 @@ def settings_fault(settings: Settings) -> str | None:
         )
         return f"{missing} is not set ({given} is): recordings cannot be fetched"
     if settings.platform_url:
-        from szbench_worker.recordings import RecordingUnavailable, check_platform_url
-
         try:
             check_platform_url(settings.platform_url)
         except RecordingUnavailable:
@@ -120,9 +119,9 @@ def startup_fault(settings: Settings) -> str | None:
     fault = settings_fault(settings)
     if fault is not None or settings.runner_backend == "local":
         return fault
+    # Deferred here and below: a host of the local runner never loads the docker SDK.
     from szbench_worker.docker_runner import connect
     from szbench_worker.docker_runner.run import output_setup_fault
-    from szbench_worker.runner import RunnerError
 
     try:
         client = connect(timeout_s=PROBE_TIMEOUT_S)
@@ -137,7 +136,6 @@ def startup_fault(settings: Settings) -> str | None:
 def _engine_fault(settings: Settings) -> HostFault | None:
     from szbench_worker.docker_runner import connect
     from szbench_worker.docker_runner.run import output_setup_fault
-    from szbench_worker.runner import RunnerError
 
     try:
         client = connect(timeout_s=5)
@@ -177,16 +175,12 @@ def _dir_fault(what: str, path: Path, min_free_bytes: int) -> str | None:
 
 
 def _notes_dir(settings: Settings) -> Path:
-    from szbench_worker.runner import work_dir_from_settings
-
     return work_dir_from_settings(settings) / ".host-faults"
 
 
 def _me() -> str:
     """The worker instance a ``setting`` note belongs to (a restart is another one)."""
-    from szbench_worker import reconcile
-
-    return reconcile.worker_id() or f"pid-{os.getpid()}"
+    return worker_id() or f"pid-{os.getpid()}"
 
 
 def _note_path(settings: Settings, kind: str) -> Path:
@@ -242,8 +236,6 @@ def _back(kind: str, settings: Settings) -> bool:
     if kind == "platform_api":
         return _platform_answers(settings)
     if kind == "recording_cache":
-        from szbench_worker.recordings import cache_for
-
         root = cache_for(settings).root
         return _dir_fault("the cache", root, settings.worker_min_free_bytes) is None
     return True  # a kind this version no longer notes
@@ -252,9 +244,7 @@ def _back(kind: str, settings: Settings) -> bool:
 def _registry_answers(settings: Settings) -> bool:
     if not settings.registry:
         return True
-    from szbench.algorithms import registry
     from szbench_worker.docker_runner import connect, registry_answers
-    from szbench_worker.runner import RunnerError
 
     try:
         client = connect(timeout_s=PROBE_TIMEOUT_S)
@@ -269,8 +259,6 @@ def _registry_answers(settings: Settings) -> bool:
 def _platform_answers(settings: Settings) -> bool:
     if not settings.platform_url:
         return True
-    from szbench_worker.recordings import RecordingUnavailable, check_platform_url
-
     try:
         url = check_platform_url(settings.platform_url)
         return requests.get(f"{url}/healthz", timeout=PROBE_TIMEOUT_S).status_code == 200

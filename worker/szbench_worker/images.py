@@ -47,6 +47,7 @@ def resolve_docker_image(version: AlgorithmVersion, *, client: Any, settings: Se
         The image cannot be had, or its digest differs from the recorded one. The message
         is safe for the submitter (base names only).
     """
+    # Deferred here and below: a worker of the local runner never loads the docker SDK.
     from szbench_worker.docker_runner import inspect_image, load_image_tarball, pull_image
 
     recorded = version.image_digest

@@ -20,7 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from szbench.models import EvaluationStatus, RecordingRun
+from szbench import db, migrate, queue
+from szbench.algorithms import service as algorithms
+from szbench.algorithms.image_check import ArchiveLimits
+from szbench.auth import service as users
+from szbench.config import get_settings
+from szbench.datasets import service as datasets
+from szbench.db import session_scope
+from szbench.errors import NotFound, SzbenchError
+from szbench.evaluations import service as evaluations
+from szbench.models import DatasetKind, Evaluation, EvaluationStatus, RecordingRun
+from szbench.queue import TASK_FINALIZE, TASK_RUN_RECORDING, TASK_START_EVALUATION
+from szbench_scoring import AnnotationError, parse_annotations
+from szbench_worker import images, pipeline
+from szbench_worker.local_runner import LocalProcessRunner
+from szbench_worker.runner import ImageError
 
 LOCAL_USER = "local@szbench.invalid"
 
@@ -104,6 +118,7 @@ def prepared_dataset(directory: Path, data_dir: Path, say: Say) -> tuple[Path, b
     if done_marker.is_file():
         say(f"Using the prepared copy of {directory} ({target}).")
         return target, True
+    # Deferred: preparing needs the EEG stack (scipy, MNE); a prepared dataset does not.
     from szbench_worker.datasets import DatasetError, prepare_dataset
 
     say(f"Preparing {directory} (standardising the EEG once; cached by content)...")
@@ -144,16 +159,11 @@ def open_source(
 
 
 def _open_source(image: str | None, tar: Path | None, local_process: str | None) -> Source:
-    from szbench.config import get_settings
-
     if local_process is not None:
-        from szbench_worker.local_runner import LocalProcessRunner
-
         local = LocalProcessRunner(local_process, cwd=Path.cwd())
         return Source(local, local.digest, local_process, "trusted local process (NOT sandboxed)")
-    from szbench.algorithms.image_check import ArchiveLimits
+    # Deferred here and in open_source: a local process never loads the docker SDK.
     from szbench_worker import docker_runner
-    from szbench_worker.runner import ImageError
 
     if not docker_runner.engine_available():
         raise LocalEvaluationError(
@@ -189,9 +199,6 @@ def use_embedded_mode(*, gpus: str | None = None) -> Path:
     os.environ["SZBENCH_BROKER_URL"] = ""
     if gpus is not None:
         os.environ["SZBENCH_RUNNER_GPUS"] = gpus
-    from szbench import db, migrate
-    from szbench.config import get_settings
-
     get_settings.cache_clear()
     db.reset_engine()
     settings = get_settings()
@@ -213,13 +220,6 @@ def register(
     """The evaluation to wait for, and whether it continues one left unfinished earlier.
     ``wants_gpu``: the version asks for a GPU, so its evaluation goes to the gpu queue and
     each run gets the worker's GPU, as an upload that wants one does."""
-    from szbench.algorithms import service as algorithms
-    from szbench.auth import service as users
-    from szbench.datasets import service as datasets
-    from szbench.errors import NotFound, SzbenchError
-    from szbench.evaluations import service as evaluations
-    from szbench.models import DatasetKind
-
     try:
         user = users.get_user_by_email(session, LOCAL_USER)
     except NotFound:
@@ -273,9 +273,6 @@ def register(
 
 def wait(evaluation_id: int, on_progress: OnProgress, poll_s: float = 0.1) -> EvaluationStatus:
     """Poll the evaluation until it is finished; its final status."""
-    from szbench.db import session_scope
-    from szbench.models import Evaluation
-
     while True:
         with session_scope() as session:
             ev = session.get_one(Evaluation, evaluation_id)
@@ -304,11 +301,6 @@ def run_evaluation(
     ``on_started`` gets the evaluation's id once it is registered. A KeyboardInterrupt
     stops the worker and propagates: finished recordings are kept for the next invocation.
     """
-    from szbench import queue
-    from szbench.config import get_settings
-    from szbench.db import session_scope
-    from szbench_worker import images, pipeline
-
     # The worker may run other evaluations' recordings too (one interrupted earlier, or a
     # concurrent `szbench evaluate` on this data directory): each with the image resolved
     # from its own version, never with this command's.
@@ -347,6 +339,8 @@ def run_evaluation(
             say(f"Continuing evaluation {evaluation_id}, interrupted earlier.")
         on_started(evaluation_id)
         if not _finished(evaluation_id):
+            # Deferred: an evaluation that every reused result finished never loads the
+            # Celery worker (its start was most of the time of such a run).
             from szbench_worker.embedded import start_embedded_worker
 
             worker = start_embedded_worker(upgrade_database=False)
@@ -366,8 +360,6 @@ def _start_here(evaluation_id: int, sent: list[tuple[str, str, dict[str, Any]]])
     The same task bodies as the worker's; ``sent`` holds what they sent, minus what ran
     here (an exception leaves the task that raised in it, to be sent to the queue).
     """
-    from szbench.queue import TASK_FINALIZE, TASK_RUN_RECORDING, TASK_START_EVALUATION
-    from szbench_worker import pipeline
 
     def message(task: str) -> tuple[str, str, dict[str, Any]] | None:
         return next(
@@ -387,9 +379,6 @@ def _start_here(evaluation_id: int, sent: list[tuple[str, str, dict[str, Any]]])
 
 
 def _finished(evaluation_id: int) -> bool:
-    from szbench.db import session_scope
-    from szbench.models import Evaluation
-
     with session_scope() as session:
         return session.get_one(Evaluation, evaluation_id).status.finished
 
@@ -397,8 +386,6 @@ def _finished(evaluation_id: int) -> bool:
 def _detections(run: RecordingRun) -> list[dict[str, Any]] | None:
     if run.detections_tsv is None:
         return None
-    from szbench_scoring import AnnotationError, parse_annotations
-
     try:
         found = parse_annotations(run.detections_tsv, source=run.recording.eeg_path)
     except AnnotationError:
@@ -411,9 +398,6 @@ def _detections(run: RecordingRun) -> list[dict[str, Any]] | None:
 
 def result_of(evaluation_id: int, *, strip_eeg_prefix: bool) -> LocalResult:
     """What the platform stored of the evaluation: scores and every recording's run."""
-    from szbench.db import session_scope
-    from szbench.models import Evaluation
-
     with session_scope() as session:
         ev = session.get_one(Evaluation, evaluation_id)
         recordings = []

@@ -28,7 +28,6 @@ FAILED (its unfinished runs INFRASTRUCTURE_ERROR, the reason in each run's admin
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -52,9 +51,12 @@ from szbench.queue import (
     TASK_FINALIZE,
     TASK_RUN_RECORDING,
     TASK_START_EVALUATION,
+    is_embedded,
     queue_for,
     send_task,
 )
+from szbench_worker.pipeline import INFRA_MESSAGE
+from szbench_worker.runner import owner_alive
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,6 @@ GAVE_UP_MESSAGE = (
     "The platform could not make progress on this evaluation ({what}, {rounds} times without "
     "result); no score was computed. An administrator can re-run it."
 )
-
-_ENV_WORKER_ID = "_SZBENCH_WORKER_ID"
 
 #: Rounds in a row without progress after which an evaluation ends FAILED: a lost task sent
 #: again 5 times that still moved nothing is not lost but stuck (a recording no worker of its
@@ -82,31 +82,6 @@ def _now() -> datetime:
 def _aware(value: datetime) -> datetime:
     # SQLite gives naive datetimes back; they were written in UTC.
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-# --- this worker's identity ----------------------------------------------------------------
-
-
-def make_worker_id(host: str, token: str) -> str:
-    """``<host>:<pid>.<start ticks>``: one worker instance (a restart is another one)."""
-    return f"{host}:{token}"
-
-
-def set_worker_id(value: str) -> None:
-    """Name this worker; set in its main process before the pool forks (children inherit)."""
-    os.environ[_ENV_WORKER_ID] = value
-
-
-def worker_id() -> str:
-    """The id of the worker this process belongs to ("" outside a heartbeating worker)."""
-    return os.environ.get(_ENV_WORKER_ID, "")
-
-
-def _token_alive(token: str) -> bool:
-    from szbench_worker.docker_runner import owner_token
-
-    pid, _, _ = token.partition(".")
-    return pid.isdigit() and owner_token(int(pid)) == token
 
 
 # --- heartbeats ---------------------------------------------------------------------------
@@ -189,8 +164,9 @@ class ReconcileReport:
 def _broker_emptied(settings: Settings) -> bool:
     """Whether the Redis broker lost everything it held since the last pass (any process's);
     False in the embedded mode and while the broker is away (nothing can be sent then)."""
+    # Deferred: kombu's Redis transport loads only where a Redis broker is configured (the
+    # embedded mode's processes, `szbench evaluate` among them, never load it).
     from szbench.broker import broker_was_emptied
-    from szbench.queue import is_embedded
 
     if is_embedded(settings) or not settings.broker_url.startswith("redis://"):
         return False
@@ -227,8 +203,6 @@ def _give_up(evaluation: Evaluation, what: str, now: datetime) -> None:
     for run in evaluation.runs:
         if run.finished_at is None:
             run.outcome = RunOutcome.INFRASTRUCTURE_ERROR
-            from szbench_worker.pipeline import INFRA_MESSAGE
-
             run.submitter_message = INFRA_MESSAGE
             run.admin_log = (run.admin_log + "\n" if run.admin_log else "") + (
                 f"[reconciler] gave up at {now.isoformat()} after {rounds} round(s) without "
@@ -459,7 +433,7 @@ def reclaim_dead_predecessors(host: str, me: str) -> list[int]:
         ).all()
     dead: dict[int, list[int]] = {}
     for run_id, claimed_by, evaluation_id in claims:
-        if not _token_alive(claimed_by[len(prefix) :]):
+        if not owner_alive(claimed_by[len(prefix) :]):
             dead.setdefault(evaluation_id, []).append(run_id)
     report = ReconcileReport()
     for evaluation_id, run_ids in dead.items():

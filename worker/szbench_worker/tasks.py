@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from szbench.db import session_scope
+from szbench.federation import centre
 from szbench.notifications import outbox
 from szbench.phases import lifecycle
 from szbench.queue import (
@@ -32,7 +33,7 @@ from szbench.queue import (
     send_task,
 )
 from szbench_worker import faults, health, pipeline, reconcile
-from szbench_worker.celery_app import project_task
+from szbench_worker.task_base import project_task
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +149,6 @@ def phases_tick() -> None:
 @project_task(TASK_FEDERATION_TICK, queue=QUEUE_MAINTENANCE)
 def federation_tick() -> None:
     """A centre's round: the hub's catalogue when due, queueing, drafts, auto-publish."""
-    from szbench.federation import centre
-
     report = centre.tick()
     if report is not None:
         log.info("federation tick: %s", report)

@@ -37,6 +37,7 @@ from szbench.queue import (
     enqueue_after_commit,
 )
 from szbench.quotas import service as quotas
+from szbench_scoring import SCORER_VERSION, ScoringParams
 
 _NOT_COUNTED = (EvaluationStatus.FAILED, EvaluationStatus.CANCELLED)
 
@@ -47,8 +48,6 @@ def scoring_params_dict(params: dict[str, Any] | None) -> tuple[dict[str, Any], 
     Only evaluations scored with the defaults are *official* (ranked on the leaderboard).
     Raises BadRequest naming the parameter that is unknown or out of range.
     """
-    from szbench_scoring import ScoringParams
-
     defaults = ScoringParams()
     given = dict(params or {})
     known = {f.name for f in dataclasses.fields(ScoringParams)}
@@ -138,8 +137,6 @@ def create_evaluation(
     evaluation ``created_by`` a user is charged to their quotas (:class:`QuotaExceeded`)
     unless ``charge=False`` (the local CLI's runs on the operator's own data).
     """
-    from szbench_scoring import SCORER_VERSION
-
     if kind == EvaluationKind.RESCORE:
         raise BadRequest("kind: use rescore_evaluation for a re-score")
     if not algorithm_version.image_digest:
@@ -272,8 +269,6 @@ def rescore_evaluation(
     defaults. Raises Conflict unless the source evaluation is done. On held-out data a
     re-score ``created_by`` a user is charged to their daily held-out limit.
     """
-    from szbench_scoring import SCORER_VERSION
-
     source = evaluation
     if source.kind == EvaluationKind.RESCORE and source.source_evaluation_id is not None:
         # Always go back to the evaluation that owns the detections.
@@ -356,6 +351,11 @@ def queue_continuous_benchmark(
     ]
 
 
+def smoke_test_queue(algorithm_version: AlgorithmVersion) -> str:
+    """Where a version's smoke test runs: ``gpu`` when it asks for a GPU, else ``cpu``."""
+    return QUEUE_GPU if algorithm_version.wants_gpu else QUEUE_CPU
+
+
 def request_smoke_test(session: Session, algorithm_version: AlgorithmVersion) -> None:
     """Send the smoke test of ``algorithm_version`` after commit (the worker sets its status)."""
     if algorithm_version.status not in (VersionStatus.PENDING, VersionStatus.REJECTED):
@@ -363,7 +363,56 @@ def request_smoke_test(session: Session, algorithm_version: AlgorithmVersion) ->
             f"the algorithm version is {algorithm_version.status.value}; only pending or "
             "rejected versions are smoke-tested"
         )
-    queue = QUEUE_GPU if algorithm_version.wants_gpu else QUEUE_CPU
     enqueue_after_commit(
-        session, TASK_SMOKE_TEST, queue=queue, algorithm_version_id=algorithm_version.id
+        session,
+        TASK_SMOKE_TEST,
+        queue=smoke_test_queue(algorithm_version),
+        algorithm_version_id=algorithm_version.id,
     )
+
+
+def smoke_test_evaluation(
+    session: Session, *, algorithm_version: AlgorithmVersion, recording: Recording
+) -> Evaluation:
+    """The smoke test's evaluation of ``algorithm_version`` on one public-sample
+    ``recording``: the unfinished one an earlier delivery of the smoke-test task left, else a
+    new one.
+
+    The smoke-test task runs it at once, itself: the evaluation is RUNNING from the start,
+    on the task's queue (:func:`smoke_test_queue`), and no start task is sent. It is
+    unofficial and unpublished (the version's status says how it went), scored with
+    SzCORE's defaults, and never reuses a run. The task creates its one run.
+    """
+    digest = algorithm_version.image_digest or ""
+    evaluation = session.scalars(
+        select(Evaluation)
+        .where(
+            Evaluation.algorithm_version_id == algorithm_version.id,
+            Evaluation.kind == EvaluationKind.SMOKE_TEST,
+            Evaluation.dataset_version_id == recording.dataset_version_id,
+            Evaluation.image_digest == digest,
+        )
+        .order_by(Evaluation.id.desc())
+    ).first()
+    if evaluation is not None and not evaluation.status.finished:
+        return evaluation
+    params, _ = scoring_params_dict(None)
+    evaluation = Evaluation(
+        algorithm_version_id=algorithm_version.id,
+        dataset_version_id=recording.dataset_version_id,
+        kind=EvaluationKind.SMOKE_TEST,
+        status=EvaluationStatus.RUNNING,
+        image_digest=digest,
+        scorer_version=SCORER_VERSION,
+        scoring_params=params,
+        official=False,
+        published=False,
+        queue=smoke_test_queue(algorithm_version),
+        reuse_runs=False,
+        recordings_total=1,
+        recordings_done=0,
+        started_at=clock.now(session),
+    )
+    session.add(evaluation)
+    session.flush()
+    return evaluation

@@ -39,7 +39,6 @@ from szbench_worker.docker_runner.ownership import (
     LABEL_OWNER,
     LABEL_RUNNER,
     container_name,
-    owner_token,
 )
 from szbench_worker.docker_runner.run import DockerRunner
 from szbench_worker.docker_runner.sandbox import (
@@ -73,7 +72,6 @@ __all__ = [
     "inspect_image",
     "load_image_tarball",
     "output_usage",
-    "owner_token",
     "pull_image",
     "registry_answers",
     "remove_ended",

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from szbench_worker.docker_runner.client import engine_pid
+
 _libc: Any = None
 
 
@@ -57,8 +59,6 @@ def shares_mounts_with_engine(client: Any) -> bool:
     whatever other engines run on the host. False when that cannot be shown (an engine over
     TCP, outside this pid namespace, or a namespace this process may not read).
     """
-    from szbench_worker.docker_runner.client import engine_pid
-
     pid = engine_pid(client)
     if pid is None:
         return False

@@ -54,6 +54,7 @@ import docker
 import requests
 from docker.errors import APIError, ImageNotFound, NotFound
 
+from szbench.config import get_settings
 from szbench.models import RunOutcome
 from szbench_worker.docker_runner.cannot_start import (
     CANNOT_START_MESSAGES,
@@ -71,7 +72,6 @@ from szbench_worker.docker_runner.ownership import (
     LABEL_RUNNER,
     container_name,
     host_tag,
-    owner_token,
 )
 from szbench_worker.docker_runner.sandbox import (
     TMP_DIR,
@@ -102,6 +102,7 @@ from szbench_worker.runner import (
     log_text,
     output_name_for,
     output_too_big_message,
+    owner_token,
     work_dir_from_settings,
     worker_host,
 )
@@ -214,8 +215,6 @@ class DockerRunner:
             # One pool per host, whatever the work directory: every runner of this engine
             # claims through the same host-wide lock directory.
             if cpu_lock_dir is None:
-                from szbench.config import get_settings
-
                 cpu_lock_dir = get_settings().runner_cpu_lock_dir
             self.cpu_pool = CpuPool.from_setting(cpu_pool, cpu_lock_dir, self.client)
         elif cpu_pool.strip().lower() not in NO_PINNING:

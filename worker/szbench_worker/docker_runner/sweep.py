@@ -19,9 +19,8 @@ from szbench_worker.docker_runner.ownership import (
     LABEL_OWNER,
     LABEL_RUNNER,
     host_tag,
-    owner_alive,
 )
-from szbench_worker.runner import worker_host
+from szbench_worker.runner import owner_alive, worker_host
 
 log = logging.getLogger(__name__)
 

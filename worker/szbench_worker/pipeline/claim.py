@@ -10,11 +10,10 @@ from pathlib import Path
 from szbench.config import Settings
 from szbench.db import session_scope
 from szbench.models import AlgorithmVersion, Dataset, Evaluation
-from szbench_worker import reconcile
 from szbench_worker.pipeline.progress import maybe_finalize
 from szbench_worker.pipeline.rows import lock_run, now
 from szbench_worker.pipeline.store import RunStep
-from szbench_worker.runner import Limits
+from szbench_worker.runner import Limits, worker_id
 
 
 @dataclass
@@ -61,7 +60,7 @@ def claim_run(run_id: int, settings: Settings) -> Claim | RunStep:
         run.attempts += 1
         run.started_at = now(session)
         # Which worker holds it now: the reconciler sends it again if that one dies.
-        run.claimed_by = reconcile.worker_id()
+        run.claimed_by = worker_id()
         run.released_at = None
         recording = run.recording
         dataset_version = recording.dataset_version
@@ -83,7 +82,7 @@ def unclaim_run(run_id: int) -> None:
     is waiting again, not held by this worker."""
     with session_scope() as session:
         run = lock_run(session, run_id)
-        if run is None or run.finished_at is not None or run.claimed_by != reconcile.worker_id():
+        if run is None or run.finished_at is not None or run.claimed_by != worker_id():
             return
         run.attempts = max(0, run.attempts - 1)
         run.started_at = None

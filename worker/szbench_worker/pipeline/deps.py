@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from szbench.config import get_settings
 from szbench.models import AlgorithmVersion
+from szbench_worker import images
 from szbench_worker.runner import Runner
+from szbench_worker.runner_backend import make_runner
 
 
 @dataclass
@@ -39,9 +41,6 @@ def get_dependencies() -> Dependencies:
     """The runner of this worker (``SZBENCH_RUNNER_BACKEND``) and its image resolver."""
     global _deps
     if _deps is None:
-        from szbench_worker import images
-        from szbench_worker.runner import make_runner
-
         settings = get_settings()
         runner = make_runner(settings)
         _deps = Dependencies(runner=runner, resolve_image=images.resolver_for(runner, settings))

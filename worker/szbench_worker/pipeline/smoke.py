@@ -6,7 +6,6 @@ version) or REJECTED with the submitter-safe reason; a platform fault leaves it 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -16,24 +15,21 @@ from sqlalchemy.orm import Session
 from szbench.config import Settings, get_settings
 from szbench.db import session_scope
 from szbench.errors import SzbenchError
+from szbench.evaluations import service as evaluations
 from szbench.models import (
     AlgorithmVersion,
     Dataset,
     DatasetKind,
     DatasetVersion,
-    Evaluation,
-    EvaluationKind,
-    EvaluationStatus,
     Recording,
     RecordingRun,
     RunOutcome,
     VersionStatus,
 )
 from szbench.notifications import events as notify
-from szbench_scoring import SCORER_VERSION, ScoringParams
 from szbench_worker.faults import Blame, Verdict, classify
 from szbench_worker.pipeline.deps import get_dependencies
-from szbench_worker.pipeline.rows import lock, now
+from szbench_worker.pipeline.rows import lock
 from szbench_worker.pipeline.run import run_recording
 from szbench_worker.pipeline.store import NOT_ALLOWED_MESSAGE
 from szbench_worker.runner import RunnerError
@@ -155,35 +151,10 @@ def _smoke_recording(session: Session, settings: Settings) -> Recording | None:
 
 
 def _smoke_run(session: Session, version: AlgorithmVersion, recording: Recording) -> int:
-    evaluation = session.scalars(
-        select(Evaluation)
-        .where(
-            Evaluation.algorithm_version_id == version.id,
-            Evaluation.kind == EvaluationKind.SMOKE_TEST,
-            Evaluation.dataset_version_id == recording.dataset_version_id,
-            Evaluation.image_digest == version.image_digest,
-        )
-        .order_by(Evaluation.id.desc())
-    ).first()
-    if evaluation is None or evaluation.status.finished:
-        evaluation = Evaluation(
-            algorithm_version_id=version.id,
-            dataset_version_id=recording.dataset_version_id,
-            kind=EvaluationKind.SMOKE_TEST,
-            status=EvaluationStatus.RUNNING,
-            image_digest=version.image_digest or "",
-            scorer_version=SCORER_VERSION,
-            scoring_params=dataclasses.asdict(ScoringParams()),
-            official=False,
-            published=False,
-            queue="gpu" if version.wants_gpu else "cpu",
-            reuse_runs=False,
-            recordings_total=1,
-            recordings_done=0,
-            started_at=now(session),
-        )
-        session.add(evaluation)
-        session.flush()
+    """The smoke test's one run (the evaluation is the evaluation service's, as every one)."""
+    evaluation = evaluations.smoke_test_evaluation(
+        session, algorithm_version=version, recording=recording
+    )
     run = session.scalars(
         select(RecordingRun).where(RecordingRun.evaluation_id == evaluation.id)
     ).first()
@@ -204,8 +175,6 @@ def _smoke_run(session: Session, version: AlgorithmVersion, recording: Recording
 def _decide_smoke(
     algorithm_version_id: int, run_id: int | None, *, rejected_because: str | None = None
 ) -> SmokeOutcome:
-    from szbench.evaluations.service import create_evaluation
-
     with session_scope() as session:
         version = lock(session, AlgorithmVersion, algorithm_version_id)
         if version is None:
@@ -249,7 +218,7 @@ def _decide_smoke(
         for dataset_version in targets:
             try:
                 with session.begin_nested():
-                    create_evaluation(
+                    evaluations.create_evaluation(
                         session, algorithm_version=version, dataset_version=dataset_version
                     )
             except SzbenchError as exc:

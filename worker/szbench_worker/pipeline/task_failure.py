@@ -9,7 +9,13 @@ from typing import Any
 from szbench.db import session_scope
 from szbench.models import AlgorithmVersion, EvaluationStatus, VersionStatus
 from szbench.notifications import events as notify
-from szbench.queue import TASK_FINALIZE, TASK_RESCORE, TASK_RUN_RECORDING
+from szbench.queue import (
+    TASK_FINALIZE,
+    TASK_RESCORE,
+    TASK_RUN_RECORDING,
+    TASK_SMOKE_TEST,
+    TASK_START_EVALUATION,
+)
 from szbench_worker.pipeline.rows import lock_evaluation, now
 from szbench_worker.pipeline.store import release_run, store_infrastructure_failure
 
@@ -27,8 +33,6 @@ def record_task_failure(
     other run gets INFRASTRUCTURE_ERROR (so the evaluation can still finish, as FAILED); an
     evaluation that cannot start or finalize is FAILED; a smoke test goes back to PENDING.
     """
-    from szbench.queue import TASK_SMOKE_TEST, TASK_START_EVALUATION
-
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:]
     log.error("task %s %s failed for good: %s", task_name, kwargs, exc)
     if task_name == TASK_RUN_RECORDING and "run_id" in kwargs and platform:

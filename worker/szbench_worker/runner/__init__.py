@@ -28,14 +28,16 @@ One idea per module:
   duration;
 - :mod:`.outcome`: how a run ended (:class:`RunEnd`, :func:`classify`, the messages);
 - :mod:`.output_check`: the algorithm's TSV checked (:func:`check_output`);
-- :mod:`.host`: this worker host (its name, GPUs, staging folder); :mod:`.backend`: the
-  runner it is configured for (:func:`make_runner`).
+- :mod:`.host`: this worker host and process (its name, GPUs, staging folder, the worker's
+  id).
+
+Which runner a worker uses (``SZBENCH_RUNNER_BACKEND``) is decided above both, in
+:mod:`szbench_worker.runner_backend`: this package imports neither runner.
 
 The names below are the package's public interface; the rest of the project imports them
 from here.
 """
 
-from szbench_worker.runner.backend import make_runner
 from szbench_worker.runner.contract import (
     CONTAINER_DATA_DIR,
     CONTAINER_OUTPUT_DIR,
@@ -45,8 +47,13 @@ from szbench_worker.runner.contract import (
 from szbench_worker.runner.host import (
     describe_gpus,
     gpus_from_settings,
+    make_worker_id,
+    owner_alive,
+    owner_token,
+    set_worker_id,
     work_dir_from_settings,
     worker_host,
+    worker_id,
 )
 from szbench_worker.runner.interface import (
     GpuInfo,
@@ -98,11 +105,15 @@ __all__ = [
     "edf_duration_s",
     "gpus_from_settings",
     "log_text",
-    "make_runner",
+    "make_worker_id",
     "oom_message",
     "output_name_for",
     "output_too_big_message",
+    "owner_alive",
+    "owner_token",
+    "set_worker_id",
     "timeout_message",
     "work_dir_from_settings",
     "worker_host",
+    "worker_id",
 ]

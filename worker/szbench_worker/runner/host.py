@@ -1,18 +1,19 @@
-"""This worker host as runs record it: its name, its GPUs, where runs stage their files."""
+"""This worker host and process as runs record them: the host's name, its GPUs, where runs
+stage their files, and which worker process claims a run (its id, its owner token)."""
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from szbench.config import Settings, get_settings
 from szbench_worker.runner.interface import GpuInfo
 
-if TYPE_CHECKING:
-    from szbench.config import Settings
+_ENV_WORKER_ID = "_SZBENCH_WORKER_ID"
 
 
 def gpus_from_settings(settings: Settings) -> tuple[str, ...]:
@@ -29,9 +30,48 @@ def work_dir_from_settings(settings: Settings) -> Path:
 def worker_host() -> str:
     """The name this worker records with its results (``SZBENCH_WORKER_HOST``, else the
     hostname)."""
-    from szbench.config import get_settings
-
     return get_settings().worker_host or socket.gethostname()
+
+
+# --- this worker process ------------------------------------------------------------------
+
+
+def _proc_start_ticks(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            # Field 22 (starttime); the command name (field 2) may contain spaces.
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_token(pid: int | None = None) -> str:
+    """``<pid>.<start time>``: names this process uniquely on this host, even after pid reuse."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}.{_proc_start_ticks(pid) or 0}"
+
+
+def owner_alive(token: str) -> bool:
+    """Whether the process that :func:`owner_token` named is still running on this host."""
+    pid_s, _, ticks = token.partition(".")
+    if not pid_s.isdigit():
+        return False
+    return _proc_start_ticks(int(pid_s)) == ticks
+
+
+def make_worker_id(host: str, token: str) -> str:
+    """``<host>:<pid>.<start ticks>``: one worker instance (a restart is another one)."""
+    return f"{host}:{token}"
+
+
+def set_worker_id(value: str) -> None:
+    """Name this worker; set in its main process before the pool forks (children inherit)."""
+    os.environ[_ENV_WORKER_ID] = value
+
+
+def worker_id() -> str:
+    """The id of the worker this process belongs to ("" outside a heartbeating worker)."""
+    return os.environ.get(_ENV_WORKER_ID, "")
 
 
 @functools.lru_cache(maxsize=16)

@@ -84,6 +84,7 @@ def check_output(
     ``contract_name`` is what the submitter knows the file as (``/output/$OUTPUT``); host
     paths in ``hide`` never reach the message.
     """
+    # Deferred: the runner interface loads without numpy; only this check needs the scorer.
     from szbench_scoring import AnnotationError, parse_annotations
 
     shown = f"{CONTAINER_OUTPUT_DIR}/{contract_name}"
