@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, object_session
@@ -45,6 +45,7 @@ from szbench.models import (
     RecordingRun,
     RunOutcome,
     WorkerHeartbeat,
+    as_utc,
 )
 from szbench.notifications import events as notify
 from szbench.queue import (
@@ -77,11 +78,6 @@ def _now() -> datetime:
     # The database's clock, which every worker's heartbeat and claim was written by: this
     # host's own may be off by hours (szbench.clock).
     return clock.now()
-
-
-def _aware(value: datetime) -> datetime:
-    # SQLite gives naive datetimes back; they were written in UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 # --- heartbeats ---------------------------------------------------------------------------
@@ -207,7 +203,7 @@ def _give_up(evaluation: Evaluation, what: str, now: datetime) -> None:
             run.admin_log = (run.admin_log + "\n" if run.admin_log else "") + (
                 f"[reconciler] gave up at {now.isoformat()} after {rounds} round(s) without "
                 f"progress: {what}; last claimed by {run.claimed_by or 'nobody'}"
-                + (f" at {_aware(run.started_at).isoformat()}" if run.started_at else "")
+                + (f" at {as_utc(run.started_at).isoformat()}" if run.started_at else "")
                 + f", {run.attempts} attempt(s)."
             )
             run.finished_at = now
@@ -252,7 +248,7 @@ def reconcile(now: datetime | None = None) -> ReconcileReport:
         session.execute(
             delete(WorkerHeartbeat).where(WorkerHeartbeat.last_seen_at < now - 20 * timeout)
         )
-    live = {k: b for k, b in beats.items() if _aware(b.last_seen_at) >= now - timeout}
+    live = {k: b for k, b in beats.items() if as_utc(b.last_seen_at) >= now - timeout}
     idle_queues: set[str] = set()
     served: set[str] = set()
     for beat in live.values():
@@ -261,7 +257,7 @@ def reconcile(now: datetime | None = None) -> ReconcileReport:
             # proves them empty (its free slot receives nothing by its own choice).
             continue
         served.update(beat.queues)
-        if beat.free_since is not None and _aware(beat.free_since) <= now - stale:
+        if beat.free_since is not None and as_utc(beat.free_since) <= now - stale:
             idle_queues.update(beat.queues)
     if report.broker_emptied:
         # Every message the broker held is gone: what no live worker holds was lost, now,
@@ -324,14 +320,14 @@ def _reconcile_one(
         if (
             not emptied
             and evaluation.reconciled_at is not None
-            and _aware(evaluation.reconciled_at) > now - stale
+            and as_utc(evaluation.reconciled_at) > now - stale
         ):
             return  # the last round's tasks get their time (unless the broker lost them)
         idle = waits_on in idle_queues
         if evaluation.status == EvaluationStatus.QUEUED:
             if (
                 idle
-                and (emptied or _aware(evaluation.created_at) <= now - stale)
+                and (emptied or as_utc(evaluation.created_at) <= now - stale)
                 and _count_round(evaluation, settings, now, "its start task was lost", report)
             ):
                 send_task(TASK_START_EVALUATION, queue=queue, evaluation_id=evaluation.id)
@@ -382,19 +378,19 @@ def _is_stuck(
         if run.claimed_by:
             # No heartbeat row at all: a worker between its claim and its first heartbeat,
             # or one gone so long that its row was dropped.
-            return _aware(run.started_at) <= now - timeout
+            return as_utc(run.started_at) <= now - timeout
         # An unnamed process's claim (not a heartbeating worker) is trusted for the grace.
-        return _aware(run.started_at) <= now - grace
+        return as_utc(run.started_at) <= now - grace
     if run.id in (holder.run_ids or ()):
         return False
     if emptied:
         return True  # its message (or its retry's) went with the broker's contents
-    if idle and _aware(run.started_at) <= now - stale:
+    if idle and as_utc(run.started_at) <= now - stale:
         # Its queue is proven empty, so no retry of it waits there either (an idle worker
         # would have fetched it and would hold it): the claim was abandoned (the broker
         # lost the task while it ran, or its retries gave up).
         return True
-    return _aware(run.started_at) <= now - grace
+    return as_utc(run.started_at) <= now - grace
 
 
 def _lock(session: Session, evaluation_id: int) -> Evaluation | None:

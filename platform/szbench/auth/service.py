@@ -20,7 +20,7 @@ from szbench.auth.passwords import (
 )
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, Forbidden, NotFound, Unauthorized
-from szbench.models import ApiToken, Role, User
+from szbench.models import ApiToken, Role, User, as_utc
 
 # read: every GET; write: submissions, uploads, cancel/re-run, own tokens;
 # admin: admin-only routes (and only for users whose role is admin);
@@ -36,11 +36,6 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every stored moment is UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def normalise_email(email: str) -> str:
@@ -240,7 +235,7 @@ def create_token(
             raise BadRequest(f"scopes: unknown scope {scope!r} (known: {', '.join(SCOPES)})")
         if scope not in permitted:
             raise Forbidden(f"scopes: a {user.role.value} cannot hold the {scope!r} scope")
-    if expires_at is not None and _aware(expires_at) <= _now():
+    if expires_at is not None and as_utc(expires_at) <= _now():
         raise BadRequest("expires_at: must be in the future")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken(
@@ -272,7 +267,7 @@ def issue_login_token(session: Session, user: User, *, name: str) -> tuple[ApiTo
 
 def is_expired(token: ApiToken, now: datetime) -> bool:
     """Whether ``token`` has passed its expiry at ``now`` (tokens without one never do)."""
-    return token.expires_at is not None and _aware(token.expires_at) <= now
+    return token.expires_at is not None and as_utc(token.expires_at) <= now
 
 
 def resolve_token(session: Session, secret: str) -> ApiToken | None:
@@ -283,12 +278,12 @@ def resolve_token(session: Session, secret: str) -> ApiToken | None:
     if token is None or token.revoked_at is not None or not token.user.is_active:
         return None
     changed = token.user.password_changed_at
-    if changed is not None and _aware(token.created_at) < _aware(changed):
+    if changed is not None and as_utc(token.created_at) < as_utc(changed):
         return None
     now = _now()
     if is_expired(token, now):
         return None
-    if token.last_used_at is None or now - _aware(token.last_used_at) > LAST_USED_RESOLUTION:
+    if token.last_used_at is None or now - as_utc(token.last_used_at) > LAST_USED_RESOLUTION:
         token.last_used_at = now
         session.flush()
     return token

@@ -44,7 +44,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from szbench.errors import TooManyAttempts
-from szbench.models import SigninThrottle
+from szbench.models import SigninThrottle, as_utc
 
 # The numbers docs/security.md ("Sign-in and credentials", "Sign-ups") states its bounds
 # with. They are not settings: a bound the docs promise must not move with an environment
@@ -101,11 +101,6 @@ class Attempt:
 
     account: _Counted
     client: _Counted | None
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every stored moment is UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _digest(kind: str, value: str) -> str:
@@ -209,9 +204,9 @@ def _count(
     # Always in the same order, so two attempts never wait for each other's locks crosswise.
     rows = {key: _locked_row(session, key, now) for key, _ in sorted(keys)}
     waits = [
-        _aware(row.blocked_until)
+        as_utc(row.blocked_until)
         for row in rows.values()
-        if row.blocked_until is not None and _aware(row.blocked_until) > now
+        if row.blocked_until is not None and as_utc(row.blocked_until) > now
     ]
     if waits:
         until = max(waits)
@@ -223,7 +218,7 @@ def _count(
     counted = []
     for key, free in keys:
         row = rows[key]
-        if _aware(row.last_attempt_at) < forget_before:
+        if as_utc(row.last_attempt_at) < forget_before:
             row.failures = 0
         row.failures += 1
         row.last_attempt_at = now
@@ -318,7 +313,7 @@ def spaced(session: Session, *, kind: str, value: str, interval_s: float) -> boo
     now = clock.now()
     _sweep(session, now)
     row = _locked_row(session, _digest(kind, value), now)
-    if row.blocked_until is not None and _aware(row.blocked_until) > now:
+    if row.blocked_until is not None and as_utc(row.blocked_until) > now:
         return False
     row.failures += 1
     row.last_attempt_at = now
@@ -336,11 +331,11 @@ def within_rate(
     now = clock.now()
     _sweep(session, now)
     row = _locked_row(session, _digest(kind, value), now)
-    if row.blocked_until is None or _aware(row.blocked_until) <= now:
+    if row.blocked_until is None or as_utc(row.blocked_until) <= now:
         row.failures = 0
         row.blocked_until = now + timedelta(seconds=window_s)
     if row.failures >= limit:
-        retry_after_s = max(1, math.ceil((_aware(row.blocked_until) - now).total_seconds()))
+        retry_after_s = max(1, math.ceil((as_utc(row.blocked_until) - now).total_seconds()))
         raise TooManyAttempts(
             f"too many {what}; try again in {retry_after_s} s", retry_after_s=retry_after_s
         )
@@ -364,6 +359,6 @@ def succeeded(session: Session, attempt: Attempt) -> None:
         client.failures = max(0, client.failures - 1)
         # Lift only the wait this attempt set; a later failure's wait stays.
         mine = attempt.client.blocked_until
-        if client.blocked_until is not None and _aware(client.blocked_until) == mine:
+        if client.blocked_until is not None and as_utc(client.blocked_until) == mine:
             client.blocked_until = None
     session.flush()

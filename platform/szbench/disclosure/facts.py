@@ -36,6 +36,7 @@ from szbench.models import (
     Phase,
     PhaseDatasetVersion,
     ReleaseRule,
+    as_utc,
 )
 
 
@@ -66,15 +67,10 @@ class Facts:
     team_id: int | None = None
 
 
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every stored moment is UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def phase_closed(is_open: bool, closes_at: datetime | None, now: datetime | None = None) -> bool:
     """A phase closed by an admin, or past its closing date."""
     now = now or datetime.now(UTC)
-    return not is_open or (closes_at is not None and now >= _aware(closes_at))
+    return not is_open or (closes_at is not None and now >= as_utc(closes_at))
 
 
 def phase_rules(

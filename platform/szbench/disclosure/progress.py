@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from szbench.disclosure.decision import FAILED_KEY, OK_KEY, ProgressDetail, View
-from szbench.disclosure.facts import _aware
-from szbench.models import RunOutcome
+from szbench.models import RunOutcome, as_utc
 
 # The coarse view's clock and steps are the numbers the timing bound of docs/security.md
 # ("Timing: how long the runs took") is computed from (szbench.disclosure.bits): each of the
@@ -81,7 +80,7 @@ def now() -> datetime:
 def progress_clock(moment: datetime | None = None) -> datetime:
     """The last tick of the progress clock (a multiple of :data:`PROGRESS_STEP_S` since
     the Unix epoch) at ``moment`` (default: :func:`now`): what a coarse view describes."""
-    moment = _aware(moment or now())
+    moment = as_utc(moment or now())
     step = PROGRESS_STEP_S
     return datetime.fromtimestamp(int(moment.timestamp()) // step * step, UTC)
 
@@ -89,7 +88,7 @@ def progress_clock(moment: datetime | None = None) -> datetime:
 def round_up_to_clock(moment: datetime) -> datetime:
     """``moment`` rounded up to the progress clock (a tick stays itself)."""
     step = PROGRESS_STEP_S
-    seconds = math.ceil(_aware(moment).timestamp() / step) * step
+    seconds = math.ceil(as_utc(moment).timestamp() / step) * step
     return datetime.fromtimestamp(seconds, UTC)
 
 
@@ -125,7 +124,7 @@ def shown_progress(
     >>> (p.started_at.strftime("%H:%M"), p.next_update.strftime("%H:%M"))
     ('12:00', '12:15')
     """
-    moment = _aware(moment or now())
+    moment = as_utc(moment or now())
     if view.progress == ProgressDetail.FULL or total <= 0:
         fraction = done / total if total > 0 else 0.0
         return ShownProgress(

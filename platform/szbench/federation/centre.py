@@ -61,6 +61,7 @@ from szbench.models import (
     User,
     VersionStatus,
     Visibility,
+    as_utc,
 )
 
 log = logging.getLogger(__name__)
@@ -718,7 +719,7 @@ def withdraw(session: Session, bundle_id: int, *, reason: str) -> OutgoingBundle
 
 def sync_due(sub: HubSubscription) -> bool:
     return sub.last_synced_at is None or (
-        _aware(sub.last_synced_at) + timedelta(seconds=SYNC_INTERVAL_S) <= datetime.now(UTC)
+        as_utc(sub.last_synced_at) + timedelta(seconds=SYNC_INTERVAL_S) <= datetime.now(UTC)
     )
 
 
@@ -764,7 +765,3 @@ def tick() -> SyncReport | None:
         except ServiceUnavailable as exc:
             log.warning("federation: %s", exc.detail)
     return None
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from szbench import changes
 from szbench.errors import BadRequest, Conflict, NotFound
-from szbench.models import AlgorithmVersion, Dataset, DatasetVersion, Evaluation, Phase
+from szbench.models import AlgorithmVersion, Dataset, DatasetVersion, Evaluation, Phase, as_utc
 
 
 def list_phases(session: Session, *, limit: int, offset: int) -> tuple[list[Phase], int]:
@@ -33,13 +33,8 @@ def get_phase(session: Session, slug: str) -> Phase:
     return phase
 
 
-def _aware(moment: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; every stored moment is UTC.
-    return moment.replace(tzinfo=UTC) if moment and moment.tzinfo is None else moment
-
-
 def _check_dates(opens_at: datetime | None, closes_at: datetime | None) -> None:
-    opens, closes = _aware(opens_at), _aware(closes_at)
+    opens, closes = as_utc(opens_at), as_utc(closes_at)
     if opens is not None and closes is not None and closes <= opens:
         raise BadRequest(
             f"closes_at: {closes:%Y-%m-%d %H:%M} UTC is not after opens_at "
@@ -51,7 +46,7 @@ def refusal(phase: Phase, now: datetime | None = None) -> str | None:
     """Why ``phase`` takes no submission at ``now`` (closed, not open yet, past its
     deadline), or None when it takes them."""
     now = now or datetime.now(UTC)
-    opens, closes = _aware(phase.opens_at), _aware(phase.closes_at)
+    opens, closes = as_utc(phase.opens_at), as_utc(phase.closes_at)
     if not phase.is_open:
         return f"phase: {phase.slug!r} is closed for submissions"
     if opens is not None and now < opens:
@@ -108,7 +103,7 @@ def create_phase(
 ) -> Phase:
     if session.scalar(select(Phase.id).where(Phase.slug == slug)) is not None:
         raise Conflict(f"slug: phase {slug!r} already exists")
-    opens_at, closes_at = _aware(opens_at), _aware(closes_at)
+    opens_at, closes_at = as_utc(opens_at), as_utc(closes_at)
     _check_dates(opens_at, closes_at)
     phase = Phase(slug=slug, opens_at=opens_at, closes_at=closes_at, **fields)
     session.add(phase)
@@ -132,7 +127,7 @@ NULLABLE = (
 def update_phase(session: Session, phase: Phase, **changed: Any) -> Phase:
     for key in ("opens_at", "closes_at"):
         if key in changed:
-            changed[key] = _aware(changed[key])
+            changed[key] = as_utc(changed[key])
     _check_dates(changed.get("opens_at", phase.opens_at), changed.get("closes_at", phase.closes_at))
     for key, value in changed.items():
         # None means "unchanged", except where it is a value (NULLABLE).

@@ -53,6 +53,7 @@ from szbench.models import (
     Team,
     User,
     VersionStatus,
+    as_utc,
 )
 
 #: The rolling window of the daily limits.
@@ -136,11 +137,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _aware(moment: datetime) -> datetime:
-    # SQLite returns naive datetimes for timezone-aware columns; they were stored in UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def _infrastructure_failed(session: Session, version: AlgorithmVersion) -> bool:
     """True when the version's smoke test failed only through infrastructure faults."""
     smoke = session.scalars(
@@ -166,7 +162,7 @@ def _version_times(
     if held_out:
         where = [*where, AlgorithmVersion.status != VersionStatus.REJECTED]
     versions = session.scalars(select(AlgorithmVersion).join(Algorithm).where(*where)).all()
-    return [_aware(v.created_at) for v in versions if not _infrastructure_failed(session, v)]
+    return [as_utc(v.created_at) for v in versions if not _infrastructure_failed(session, v)]
 
 
 def _evaluation_times(
@@ -185,7 +181,7 @@ def _evaluation_times(
             *where,
         )
     ).all()
-    return [_aware(t) for t in rows]
+    return [as_utc(t) for t in rows]
 
 
 def _windowed(limit: int | None, times: list[datetime]) -> Usage:

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 from szbench.auth import policy
 from szbench.config import get_settings
 from szbench.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, QuotaExceeded
-from szbench.models import Upload, UploadState, User
+from szbench.models import Upload, UploadState, User, as_utc
 from szbench.quotas.service import lock_user
 from szbench.uploads import steps as recorded
 from szbench.uploads.steps import Steps
@@ -115,13 +115,8 @@ def _refusal_ends(refused_at: datetime | None) -> str:
     """When a refusal at ``refused_at`` stops counting, for messages."""
     if refused_at is None:
         return "now"
-    ends = _aware(refused_at) + timedelta(seconds=REFUSAL_MEMORY_S)
+    ends = as_utc(refused_at) + timedelta(seconds=REFUSAL_MEMORY_S)
     return f"{ends:%Y-%m-%d %H:%M} UTC"
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite gives naive datetimes back (stored as UTC).
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _snapshot(row: Upload) -> UploadSession:
@@ -133,7 +128,7 @@ def _snapshot(row: Upload) -> UploadSession:
         owner_id=row.owner_id,
         filename=row.filename,
         size_bytes=row.size_bytes,
-        created_at=_aware(row.created_at),
+        created_at=as_utc(row.created_at),
         # A refusal by the steps deleted the bytes: the declared size was received.
         offset=row.size_bytes if refused else part.stat().st_size if part.exists() else 0,
         state=UploadState.REFUSED if refused else row.state,
