@@ -33,5 +33,8 @@ fi
 if [ -n "$NO_GPU" ]; then
     echo "No GPU here (nvidia-smi does not answer): the tests marked gpu are left out."
 fi
-# The slowest tests named in the log: where CI time goes is read there.
-exec .venv/bin/pytest -m "not ($FAST)$NO_GPU" --durations=25 "$@"
+# Two test files at a time: most of this stage waits (for containers, timers, outages kept
+# for their documented length, a browser), so two at once halve its time on two cores.
+# Each file stays on one worker (--dist loadfile): a file's tests share its module's site
+# and its broker database. The slowest tests are named in the log: where CI time goes.
+exec .venv/bin/pytest -n 2 --dist loadfile -m "not ($FAST)$NO_GPU" --durations=25 "$@"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,13 +24,24 @@ PG_ADMIN_URL = os.environ.get(
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what needs the Docker engine or a browser by the fixtures a test uses, so the
     fast stage (``-m "not docker and not browser"``, scripts/test.sh --fast) cannot pick up
-    an engine or browser test that forgot its marker."""
+    an engine or browser test that forgot its marker; and give every test an id of its own,
+    which pytest-xdist needs to run each one."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if "docker_client" in names:
             item.add_marker(pytest.mark.docker)
         if "browser" in names:
             item.add_marker(pytest.mark.browser)
+        # schemathesis 4 under pytest 9 gives all of test_fuzz's items (one per API
+        # operation) the one node id "...::test_fuzz"; pytest-xdist's --dist loadfile (the
+        # rest stage) keys its work by node id and so ran 1 of 116, reporting success. Each
+        # item's name holds its operation: that becomes its id.
+        if item.parent is not None and item.nodeid != f"{item.parent.nodeid}::{item.name}":
+            item._id = item.parent.id.child(item.name)  # pytest has no public setter
+    counted = Counter(item.nodeid for item in items)
+    twice = sorted(nodeid for nodeid, n in counted.items() if n > 1)
+    if twice:
+        raise pytest.UsageError(f"tests collected twice under one id (xdist runs one): {twice}")
 
 
 @pytest.fixture(scope="session")
