@@ -8,14 +8,18 @@ same services, wait for the children, stop them and remove what they leave behin
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 import redis
 
@@ -137,3 +141,89 @@ def remove_leftovers(docker_client: Any, host: str) -> None:
     cleanup_orphans(docker_client, host=host, everything=True)
     with session_scope() as session:
         truncate_all(session)
+
+
+def build_archive(tmp_path: Path, docker_client: Any, program: str, name: str) -> tuple[Path, str]:
+    """An algorithm image running ``program``, ``docker save``d and then removed from the
+    engine (so the run under test must load or pull it): the archive and the image's id. A
+    fresh MARK makes its id new each time, so no earlier image stands in for it."""
+    from szbench_worker.docker_runner import build_image
+
+    context = tmp_path / "algorithm"
+    context.mkdir()
+    (context / "run.py").write_text(program)
+    (context / "Dockerfile").write_text(
+        f"FROM szbench/python-numpy:bookworm\nCOPY run.py /run.py\nENV MARK={uuid.uuid4().hex}\n"
+        'USER 1000\nCMD ["python3", "/run.py"]\n'
+    )
+    tag = f"szbench-test/{name}:{uuid.uuid4().hex[:8]}"
+    image_id = build_image(context, tag, docker_client).digest
+    archive = tmp_path / "algorithm.tar"
+    subprocess.run(["docker", "save", "-o", str(archive), tag], check=True)
+    docker_client.images.remove(image_id, force=True)
+    return archive, image_id
+
+
+class PrivateEngine:
+    """A dockerd of a test's own beside the shared one, which it never touches: its own
+    data-root, exec-root, pidfile and socket, no bridge, in a network namespace of its own (a
+    dockerd with ``--bridge none`` deletes the host's docker0 at start, so it must not see the
+    host's links); ``own_mounts`` puts it in a mount namespace of its own too. A test may stop
+    and start it."""
+
+    def __init__(self, *, own_mounts: bool = False, extra_args: Sequence[str] = ()) -> None:
+        # Short: containerd's sockets live under the exec-root (a path length limit).
+        self.root = Path(tempfile.mkdtemp(prefix="szbe-", dir="/tmp"))
+        self.socket = self.root / "docker.sock"
+        self.url = f"unix://{self.socket}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        mounts = ["--mount", "--propagation", "private"] if own_mounts else []
+        self._args = ["unshare", *mounts, "--net", "--", "dockerd"]
+        self._args += ["--data-root", str(self.root / "data"), "--exec-root", str(self.root / "x")]
+        self._args += ["--pidfile", str(self.root / "docker.pid"), "-H", self.url]
+        self._args += ["--bridge", "none", "--iptables=false", "--ip6tables=false", *extra_args]
+
+    def start(self, timeout_s: float = 90) -> None:
+        with open(self.root / "dockerd.log", "ab") as log:
+            self.proc = subprocess.Popen(self._args, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                docker.DockerClient(base_url=self.url, timeout=5).ping()
+                return
+            except Exception:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.3)
+        raise AssertionError((self.root / "dockerd.log").read_text(errors="replace")[-3000:])
+
+    @property
+    def pid(self) -> int:
+        return int((self.root / "docker.pid").read_text())
+
+    def client(self, timeout_s: int = 120) -> docker.DockerClient:
+        return docker.DockerClient(base_url=self.url, timeout=timeout_s)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def remove(self) -> None:
+        """Its containers and volumes, the engine, its mounts and its folder."""
+        try:
+            client = self.client()
+            for container in client.containers.list(all=True):
+                container.remove(force=True)
+            for volume in client.volumes.list():
+                volume.remove(force=True)
+            client.close()
+        except Exception:
+            pass
+        self.stop()
+        subprocess.run(["umount", "-R", "-l", str(self.root)], check=False, capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,70 +28,15 @@ import pytest
 from szbench.models import RunOutcome
 from szbench_worker.docker_runner import DockerRunner
 from szbench_worker.runner import RunnerError
+from tests.worker import _live_services as live
 from tests.worker.conftest import BASE_IMAGE, LIMITS, REPO, write_edf
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-class SecondEngine:
-    """A dockerd of the test's own in mount and network namespaces of its own."""
-
-    def __init__(self) -> None:
-        # Short: containerd's sockets live under the exec-root (a path length limit).
-        self.root = Path(tempfile.mkdtemp(prefix="szbe-", dir="/tmp"))
-        self.socket = self.root / "docker.sock"
-        self.url = f"unix://{self.socket}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        args = ["unshare", "--mount", "--propagation", "private", "--net", "--", "dockerd"]
-        args += ["--data-root", str(self.root / "data"), "--exec-root", str(self.root / "x")]
-        args += ["--pidfile", str(self.root / "docker.pid"), "-H", self.url]
-        args += ["--bridge", "none", "--iptables=false", "--ip6tables=false"]
-        with open(self.root / "dockerd.log", "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                docker.DockerClient(base_url=self.url, timeout=5).ping()
-                return
-            except Exception:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.3)
-        raise AssertionError((self.root / "dockerd.log").read_text(errors="replace")[-3000:])
-
-    @property
-    def pid(self) -> int:
-        return int((self.root / "docker.pid").read_text())
-
-    def client(self) -> docker.DockerClient:
-        return docker.DockerClient(base_url=self.url, timeout=120)
-
-    def remove(self) -> None:
-        try:
-            client = self.client()
-            for container in client.containers.list(all=True):
-                container.remove(force=True)
-            for volume in client.volumes.list():
-                volume.remove(force=True)
-            client.close()
-        except Exception:
-            pass
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        subprocess.run(["umount", "-R", "-l", str(self.root)], check=False, capture_output=True)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
-def second_engine(docker_client: Any, test_images: dict[str, str]) -> Iterator[SecondEngine]:
-    engine = SecondEngine()
+def second_engine(docker_client: Any, test_images: dict[str, str]) -> Iterator[live.PrivateEngine]:
+    engine = live.PrivateEngine(own_mounts=True)
     engine.start()
     try:
         # The good image and the helper (the base image) into it, by the same ids.
@@ -107,7 +49,7 @@ def second_engine(docker_client: Any, test_images: dict[str, str]) -> Iterator[S
 
 
 def test_the_engine_is_the_process_behind_the_socket(
-    docker_client: Any, second_engine: SecondEngine
+    docker_client: Any, second_engine: live.PrivateEngine
 ) -> None:
     from szbench_worker.docker_runner.client import engine_pid
     from szbench_worker.docker_runner.mounts import shares_mounts_with_engine
@@ -124,7 +66,7 @@ def test_the_engine_is_the_process_behind_the_socket(
 
 
 def test_a_root_worker_beside_an_engine_in_another_mount_namespace_lets_it_mount_output(
-    second_engine: SecondEngine, test_images: dict[str, str], tmp_path: Path
+    second_engine: live.PrivateEngine, test_images: dict[str, str], tmp_path: Path
 ) -> None:
     """The first dockerd in /proc (the shared one) shares this process's mounts; the engine
     this worker talks to does not: a tmpfs mounted here would never reach its containers."""
@@ -164,7 +106,7 @@ print(json.dumps({"tmpfs": runner.output_tmpfs, "outcome": result.outcome.value,
 
 
 def test_a_root_worker_in_the_engines_mount_namespace_mounts_output_itself(
-    second_engine: SecondEngine, test_images: dict[str, str], tmp_path: Path
+    second_engine: live.PrivateEngine, test_images: dict[str, str], tmp_path: Path
 ) -> None:
     """Here the shared dockerd, first in /proc, is in another mount namespace than the
     worker: judged by it, the worker refused every run (no helper image is set)."""

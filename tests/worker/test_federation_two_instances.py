@@ -201,24 +201,6 @@ def two(tmp_path: Path, registry: str, docker_client: Any) -> Iterator[tuple[Ins
                 cleanup_orphans(docker_client, host=label, everything=True)
 
 
-def _build_archive(tmp_path: Path, docker_client: Any) -> tuple[Path, str]:
-    from szbench_worker.docker_runner import build_image
-
-    context = tmp_path / "algorithm"
-    context.mkdir()
-    (context / "run.py").write_text(ALGORITHM)
-    (context / "Dockerfile").write_text(
-        f"FROM szbench/python-numpy:bookworm\nCOPY run.py /run.py\nENV MARK={uuid.uuid4().hex}\n"
-        'USER 1000\nCMD ["python3", "/run.py"]\n'
-    )
-    tag = f"szbench-test/federated-algo:{uuid.uuid4().hex[:8]}"
-    image_id = build_image(context, tag, docker_client).digest
-    archive = tmp_path / "algorithm.tar"
-    subprocess.run(["docker", "save", "-o", str(archive), tag], check=True)
-    docker_client.images.remove(image_id, force=True)
-    return archive, image_id
-
-
 class Steps:
     """The operator's scripted steps, each timed."""
 
@@ -259,7 +241,7 @@ def test_a_centre_publishes_a_signed_result_that_the_hub_verifies_and_shows(
 
     hub, centre = two
     migrate.upgrade(hub.database_url)
-    archive, image_id = _build_archive(tmp_path, docker_client)
+    archive, image_id = live.build_archive(tmp_path, docker_client, ALGORITHM, "federated-algo")
 
     # --- the hub: an admin, a researcher, an uploaded image the author offers ---
     hub.cli("user", "create", "admin@hub.example", "--role", "admin", "--no-password")

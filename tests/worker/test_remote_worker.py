@@ -199,24 +199,6 @@ def hosts(
         live.remove_leftovers(docker_client, host)
 
 
-def _build_archive(tmp_path: Path, docker_client: Any) -> tuple[Path, str]:
-    from szbench_worker.docker_runner import build_image
-
-    context = tmp_path / "algorithm"
-    context.mkdir()
-    (context / "run.py").write_text(ALGORITHM)
-    (context / "Dockerfile").write_text(
-        f"FROM szbench/python-numpy:bookworm\nCOPY run.py /run.py\nENV MARK={uuid.uuid4().hex}\n"
-        'USER 1000\nCMD ["python3", "/run.py"]\n'
-    )
-    tag = f"szbench-test/remote-algo:{uuid.uuid4().hex[:8]}"
-    image_id = build_image(context, tag, docker_client).digest
-    archive = tmp_path / "algorithm.tar"
-    subprocess.run(["docker", "save", "-o", str(archive), tag], check=True)
-    docker_client.images.remove(image_id, force=True)
-    return archive, image_id
-
-
 def _evaluate(hosts: Hosts, version_id: int, dv_id: int) -> dict[str, tuple[Any, ...]]:
     """A fresh evaluation (no reuse of earlier runs), waited for; its per-recording scores."""
     with session_scope() as session:
@@ -264,7 +246,7 @@ def test_a_second_host_evaluates_an_uploaded_archive_on_held_out_data(
     from szbench_worker.docker_runner import inspect_image
     from szbench_worker.runner import ImageError
 
-    archive, image_id = _build_archive(tmp_path, docker_client)
+    archive, image_id = live.build_archive(tmp_path, docker_client, ALGORITHM, "remote-algo")
     with session_scope() as session:
         researcher = auth.create_user(session, email="res@example.org", password=None)
         _, submit_token = auth.create_token(session, researcher, scopes=["read", "write"])

@@ -9,7 +9,6 @@ started again under the worker's feet. The shared engine is never touched.
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -17,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 from sqlalchemy import select
 
 from szbench.db import session_scope
 from szbench.models import Evaluation, RecordingRun, WorkerHeartbeat
 
+from . import _live_services as live
 from .test_reconcile_celery import (
     OwnRedis,
     Workers,
@@ -98,53 +97,6 @@ def test_a_full_work_dir_stops_the_worker_taking_runs_until_it_has_room(
 # --- an engine of the test's own -------------------------------------------------------------
 
 
-class OwnDockerd:
-    """A second dockerd that this test may stop and start (never the shared one, never its
-    network)."""
-
-    def __init__(self) -> None:
-        # Short: containerd's sockets live under the exec-root (a path length limit).
-        self.root = Path(tempfile.mkdtemp(prefix="szbd-", dir="/tmp"))
-        self.socket = self.root / "docker.sock"
-        self.url = f"unix://{self.socket}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        # In a network namespace of its own: a dockerd with --bridge none deletes the host's
-        # docker0 at start (the shared engine's bridge), so it must not see the host's links.
-        args = ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data")]
-        args += ["--exec-root"]
-        args += [str(self.root / "x"), "--pidfile", str(self.root / "docker.pid")]
-        args += ["-H", self.url, "--bridge", "none", "--iptables=false", "--ip6tables=false"]
-        # Containers die with the engine at once: the run's PID 1 ignores SIGTERM, so with the
-        # default grace period a 2 s run could finish during shutdown and not be interrupted.
-        args += ["--shutdown-timeout", "0"]
-        with open(self.root / "dockerd.log", "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                docker.DockerClient(base_url=self.url, timeout=5).ping()
-                return
-            except Exception:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.3)
-        raise AssertionError((self.root / "dockerd.log").read_text(errors="replace")[-3000:])
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def client(self) -> docker.DockerClient:
-        return docker.DockerClient(base_url=self.url, timeout=60)
-
-
 @pytest.fixture
 def long_image(slow_image: str, docker_client: Any, tmp_path: Path) -> str:  # noqa: F811
     """The slow image running 20 s a recording: long enough that the engine is always
@@ -159,28 +111,18 @@ def long_image(slow_image: str, docker_client: Any, tmp_path: Path) -> str:  # n
 
 
 @pytest.fixture
-def own_dockerd(docker_client: Any, long_image: str) -> Iterator[OwnDockerd]:
-    engine = OwnDockerd()
-    engine.start()
+def own_dockerd(docker_client: Any, long_image: str) -> Iterator[live.PrivateEngine]:
+    # Containers die with the engine at once: the run's PID 1 ignores SIGTERM, so with the
+    # default grace period a 2 s run could finish during shutdown and not be interrupted.
+    engine = live.PrivateEngine(extra_args=["--shutdown-timeout", "0"])
+    engine.start(timeout_s=60)
     try:
         # The long image (and its base) into the test's engine, by id as the runs use it.
         saved = docker_client.api.get_image(long_image)
         engine.client().api.load_image(b"".join(saved))
         yield engine
     finally:
-        with_client = None
-        try:
-            with_client = engine.client()
-            for container in with_client.containers.list(all=True):
-                container.remove(force=True)
-        except Exception:
-            pass
-        finally:
-            if with_client is not None:
-                with_client.close()
-        engine.stop()
-        subprocess.run(["umount", "-R", "-l", str(engine.root)], check=False, capture_output=True)
-        shutil.rmtree(engine.root, ignore_errors=True)
+        engine.remove()
 
 
 def test_an_engine_outage_spends_no_retry_and_leaves_no_exited_container(
@@ -188,7 +130,7 @@ def test_an_engine_outage_spends_no_retry_and_leaves_no_exited_container(
     long_image: str,
     docker_client: Any,
     tmp_path: Path,
-    own_dockerd: OwnDockerd,
+    own_dockerd: live.PrivateEngine,
 ) -> None:
     workers, host, _broker = faults
     workers.env["DOCKER_HOST"] = own_dockerd.url
